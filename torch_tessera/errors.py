@@ -1,0 +1,42 @@
+"""The exception hierarchy of torch_tessera.
+
+Every error a user can cause derives from :class:`TesseraError`, so that callers can catch our failures without a bare
+``except``. Each message names the problem and, where there is one, the fix.
+"""
+
+from __future__ import annotations
+
+
+class TesseraError(RuntimeError):
+    """Base class of every torch_tessera error."""
+
+
+class ConfigError(TesseraError, ValueError):
+    """An option passed to the backend or the CLI is unknown or has a bad value."""
+
+
+class LoweringError(TesseraError):
+    """Inductor could not lower the graph, or its output could not be captured as a kernel program."""
+
+
+class PTXParseError(TesseraError):
+    """PTX text could not be parsed. The message names the kernel, the line number and the line."""
+
+
+class InfeasiblePlanError(TesseraError):
+    """No placement satisfies the constraints (memory budgets, pins). The message names the short device."""
+
+
+class DeviceUnavailableError(TesseraError):
+    """A device string names a device that this machine does not have, or is malformed."""
+
+
+class TransferTimeout(TesseraError):
+    """A cross-device transfer did not complete within the timeout. The message names the edge and the devices."""
+
+
+class UnsupportedModelError(TesseraError, KeyError):
+    """A model name is not in the registry. The message lists the registry."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
