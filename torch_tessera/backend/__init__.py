@@ -59,24 +59,26 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Te
     from torch_tessera.lowering import lower
     from torch_tessera.runtime.executor import ProgramExecutor
 
-    graphs: list = []
+    executors: list[ProgramExecutor] = []
 
     def on_captured(captured: Any) -> Callable:
-        graphs.append(captured)
         if config.dump_dir:
             _dump(captured, config.dump_dir)
-        return ProgramExecutor(captured.program, captured.kernel_objects)
+        executor = ProgramExecutor(captured.program, captured.kernel_objects)
+        executors.append(executor)
+        return executor
 
     compiled = lower(gm, example_inputs, on_captured)
-    compiled_fn = _with_programs(compiled, graphs)
-    return compiled_fn
+    return _with_executors(compiled, executors)
 
 
-def _with_programs(fn: Callable, graphs: list) -> Callable:
+def _with_executors(fn: Callable, executors: list) -> Callable:
+    """``fn`` with ``tessera_executors`` attached: one executor (holding its ``program``) per inner graph."""
+
     def run(*args: Any) -> Any:
         return fn(*args)
 
-    run.tessera_graphs = graphs  # type: ignore[attr-defined]
+    run.tessera_executors = executors  # type: ignore[attr-defined]
     return run
 
 

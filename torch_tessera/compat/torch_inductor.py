@@ -225,7 +225,7 @@ def triton_kernel_info(autotuner: Any) -> TritonKernelInfo:
     config = dict(cfg.kwargs)
     config["num_warps"] = cfg.num_warps
     config["num_stages"] = cfg.num_stages
-    params = tuple(k for k, v in signature.items() if v != "constexpr" and k not in cfg.kwargs)
+    params = tuple(k for k in signature if k not in cfg.kwargs)  # what call() passes: constants included
     mutated = tuple(getattr(autotuner, "mutated_arg_names", ()) or ())
     return TritonKernelInfo(name, source, signature, dict(meta.get("constants", {})), params, config, mutated)
 

@@ -229,7 +229,7 @@ def capture_program(
     fake_mode = detect_fake_mode(fake_inputs)
     if fake_mode is None:
         raise LoweringError("Inductor's inputs carry no FakeTensorMode; cannot record the program without running it")
-    names = list(input_names) if input_names is not None and len(input_names) == len(fake_inputs) else None
+    names = _readable_names(input_names) if input_names is not None and len(input_names) == len(fake_inputs) else None
     flags = list(parameter_flags) if parameter_flags is not None and len(parameter_flags) == len(fake_inputs) else None
 
     rec = _Recorder(events)
@@ -262,6 +262,18 @@ def capture_program(
     return CapturedGraph(program, rec.kernel_objects)
 
 
+def _readable_names(names: Sequence[str]) -> list[str]:
+    """Dynamo placeholder names as module paths: ``l_self_modules_up_parameters_weight_`` -> ``up.weight``."""
+    out = []
+    for n in names:
+        m = n.removeprefix("l_self_").removeprefix("l_").removesuffix("_")
+        for tag in ("_modules_", "_parameters_", "_buffers_"):
+            m = m.replace(tag, ".")
+        m = m.removeprefix("modules_").removeprefix("parameters_").removeprefix("buffers_")
+        out.append(m or n)
+    return out if len(set(out)) == len(out) else list(names)
+
+
 def _classify_state(buffers: Mapping[str, Buffer], launches: Sequence[Launch]) -> dict[str, Buffer]:
     """Mark graph inputs that some launch writes as STATE (KV caches, SSM state, running statistics)."""
     written: set[str] = set()
@@ -275,6 +287,35 @@ def _classify_state(buffers: Mapping[str, Buffer], launches: Sequence[Launch]) -
     return out
 
 
+def extern_accesses(launch: ExternLaunch) -> tuple[set[str], set[str]]:
+    """``(reads, writes)`` buffer sets of an extern launch, from its op schema.
+
+    A written keyword-only argument (``out=``) is write-only; a written positional argument (``self`` of ``add_``) is
+    read and written; every other tensor argument is read; fresh results are written.
+    """
+    reads: set[str] = set()
+    writes: set[str] = {t.buffer for t in launch.outputs if not _aliases_argument(launch, t)}
+    schema = launch.overload._schema
+    for i, a in enumerate(schema.arguments):
+        if a.kwarg_only or i >= len(launch.args):
+            v = launch.kwargs.get(a.name)
+        else:
+            v = launch.args[i]
+        bufs = {x.buffer for x in tree_flatten(v)[0] if isinstance(x, TensorArg)}
+        if a.name in launch.writes:
+            writes |= bufs
+            if not a.kwarg_only:
+                reads |= bufs
+        else:
+            reads |= bufs
+    return reads, writes
+
+
+def _aliases_argument(launch: ExternLaunch, t: TensorArg) -> bool:
+    leaves = tree_flatten((launch.args, dict(launch.kwargs)))[0]
+    return any(isinstance(x, TensorArg) and x.buffer == t.buffer for x in leaves)
+
+
 def launch_writes(launch: Launch) -> set[str]:
     """Buffers a launch may write, from Inductor's own metadata (Triton ``out_ptr``/``in_out_ptr``/mutated names,
     extern schema alias annotations and fresh outputs). The PTX analysis (``torch_tessera.ptx``) refines this."""
@@ -284,14 +325,7 @@ def launch_writes(launch: Launch) -> set[str]:
             for n, a in launch.tensor_args.items()
             if n.startswith(("out_ptr", "in_out_ptr")) or n in launch.mutated
         }
-    out = {t.buffer for t in launch.outputs}
-    schema = launch.overload._schema
-    for i, a in enumerate(schema.arguments):
-        if a.name in launch.writes:
-            v = launch.args[i] if i < len(launch.args) and not a.kwarg_only else launch.kwargs.get(a.name)
-            leaves, _ = tree_flatten(v)
-            out |= {x.buffer for x in leaves if isinstance(x, TensorArg)}
-    return out
+    return extern_accesses(launch)[1]
 
 
 Callback = Callable[[CapturedGraph], Any]

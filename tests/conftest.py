@@ -1,0 +1,56 @@
+"""Shared test helpers: compile with the tessera backend and keep hold of the executors it installs."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU CI: Triton kernels run in the interpreter
+
+import copy
+from typing import Any, Sequence
+
+import pytest
+import torch
+
+import torch_tessera  # noqa: F401  (registers the backend)
+from torch_tessera.backend import tessera_backend
+
+
+class RecordingBackend:
+    """A backend that calls the tessera backend and records what it returns (one entry per Dynamo graph)."""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = {"fallback": "raise", **options}
+        self.compiled: list[Any] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        fn = tessera_backend(gm, example_inputs, options=self.options)
+        self.compiled.append(fn)
+        return fn
+
+    @property
+    def executors(self) -> list:
+        return [e for fn in self.compiled for e in getattr(fn, "tessera_executors", [])]
+
+    @property
+    def programs(self) -> list:
+        return [e.program for e in self.executors]
+
+
+def compile_and_compare(model: torch.nn.Module, inputs: tuple, calls: int = 1, **options: Any) -> RecordingBackend:
+    """Compile ``model`` with tessera, run it ``calls`` times beside an eager copy, assert equal outputs each call."""
+    torch._dynamo.reset()
+    eager = copy.deepcopy(model)
+    backend = RecordingBackend(**options)
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    with torch.no_grad():
+        for _ in range(calls):
+            got = compiled(*inputs)
+            want = eager(*inputs)
+            torch.testing.assert_close(got, want)
+    return backend
+
+
+@pytest.fixture
+def recording_backend() -> type[RecordingBackend]:
+    return RecordingBackend
