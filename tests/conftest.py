@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU CI: Triton kernels run in the interpreter
+#: Device the backend tests run on: "cpu" (CI, Triton interpreter) or "cuda" (the GPU machine).
+TEST_DEVICE = os.environ.get("TESSERA_TEST_DEVICE", "cpu")
+if TEST_DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU CI: Triton kernels run in the interpreter
 
 import copy
 from typing import Any, Sequence
@@ -40,6 +43,8 @@ class RecordingBackend:
 def compile_and_compare(model: torch.nn.Module, inputs: tuple, calls: int = 1, **options: Any) -> RecordingBackend:
     """Compile ``model`` with tessera, run it ``calls`` times beside an eager copy, assert equal outputs each call."""
     torch._dynamo.reset()
+    model = model.to(TEST_DEVICE)
+    inputs = tuple(x.to(TEST_DEVICE) if isinstance(x, torch.Tensor) else x for x in inputs)
     eager = copy.deepcopy(model)
     backend = RecordingBackend(**options)
     compiled = torch.compile(model, backend=backend, dynamic=False)

@@ -10,7 +10,8 @@ What we rely on, and why:
   the launches it makes (nothing executes), then replace it with our executor, leaving AOTAutograd's runtime wrappers
   (input-mutation epilogues, output aliasing) around us untouched.
 * The generated module's globals ``empty_strided_<device>`` and ``reinterpret_tensor`` are C fast paths that bypass
-  FakeTensorMode; during recording we swap them for ``torch.empty_strided`` / ``torch.as_strided``.
+  FakeTensorMode; during recording we swap them for ``torch.empty_strided`` / ``torch.as_strided``, and
+  ``assert_alignment`` (CUDA wrappers; it reads data pointers) for a no-op.
 * ``CachingAutotuner.run``: every Triton launch goes through it; during recording we swap it for a recorder.
 * Provenance: ``PythonWrapperCodegen.generate_kernel_call`` and ``Scheduler.codegen_extern_call`` are wrapped during
   codegen to note which FX nodes (and so which ATen ops and ``nn.Module`` paths) each launch computes.
@@ -164,9 +165,15 @@ def generated_module_globals(compiled: Any) -> dict[str, Any]:
 @contextlib.contextmanager
 def recording_allocators(module_globals: dict[str, Any]) -> Iterator[None]:
     """Swap the wrapper's C allocation fast paths for ones that respect FakeTensorMode."""
-    saved = {k: v for k, v in module_globals.items() if k.startswith("empty_strided_") or k == "reinterpret_tensor"}
+    saved = {
+        k: v
+        for k, v in module_globals.items()
+        if k.startswith("empty_strided_") or k in ("reinterpret_tensor", "assert_alignment")
+    }
     for key in saved:
-        if key == "reinterpret_tensor":
+        if key == "assert_alignment":  # reads data pointers, which FakeTensors do not have
+            module_globals[key] = lambda *args, **kwargs: None
+        elif key == "reinterpret_tensor":
             module_globals[key] = lambda t, size, stride, offset: torch.as_strided(t, size, stride, offset)
         elif key != "empty_strided_p2p":
             device = key.removeprefix("empty_strided_").removesuffix("_pinned")

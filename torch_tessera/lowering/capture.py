@@ -249,7 +249,13 @@ def capture_program(
     except LoweringError:
         raise
     except Exception as e:  # noqa: BLE001 - the border with Inductor's generated code: report what failed, as ours
-        raise LoweringError(f"recording the Inductor program failed: {type(e).__name__}: {e}") from e
+        import traceback
+
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        raise LoweringError(
+            f"recording the Inductor program failed at {where.filename}:{where.lineno} ({where.line}): "
+            f"{type(e).__name__}: {e}"
+        ) from e
 
     outputs = tuple(rec.view(o) if isinstance(o, torch.Tensor) else ScalarArg(o) for o in result)
     buffers = _classify_state(rec.buffers, rec.launches)

@@ -121,6 +121,8 @@ class KernelLauncher:
 
         if isinstance(launch, TritonLaunch):
             args = [arg(a) for a in launch.args]
+            if stream is None and pool.device.type == "cuda":
+                stream = torch.cuda.current_stream(pool.device)
             raw_stream = 0 if stream is None else stream.cuda_stream
             with _interpreter_context(pool.device):
                 self.kernel(launch.kernel).run(*args, stream=raw_stream)
