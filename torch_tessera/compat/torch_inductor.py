@@ -155,11 +155,37 @@ def compile_graph(
     return compile_fx(gm, list(example_inputs), inner_compile=inner_compile)
 
 
-def generated_module_globals(compiled: Any) -> dict[str, Any]:
-    """Globals of the generated wrapper module behind ``compiled.current_callable``."""
-    fn = compiled.current_callable
-    fn = getattr(fn, "__func__", fn)
-    return fn.__globals__
+def generated_call(compiled: Any) -> Callable:
+    """The generated wrapper module's ``call(args)`` behind ``compiled.current_callable``.
+
+    On CUDA Inductor wraps it (``align_inputs_from_check_idxs`` copies misaligned inputs, reading data pointers);
+    we unwrap closures until we reach the function defined in the generated module (the one whose globals hold
+    ``async_compile``).
+    """
+    todo = [compiled.current_callable]
+    seen: set[int] = set()
+    while todo:
+        fn = todo.pop(0)
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        func = getattr(fn, "__func__", fn)
+        g = getattr(func, "__globals__", None)
+        if g is not None and "async_compile" in g and "call" in g:
+            return fn
+        for cell in getattr(func, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if callable(value):
+                todo.append(value)
+    raise RuntimeError("could not find Inductor's generated call() behind the compiled graph")
+
+
+def generated_module_globals(fn: Callable) -> dict[str, Any]:
+    """Globals of the generated wrapper module that defines ``fn`` (from :func:`generated_call`)."""
+    return getattr(fn, "__func__", fn).__globals__
 
 
 @contextlib.contextmanager

@@ -241,11 +241,12 @@ def capture_program(
         else:
             inputs.append(ScalarArg(x))
 
-    module_globals = compat.generated_module_globals(compiled)
     try:
+        call = compat.generated_call(compiled)
+        module_globals = compat.generated_module_globals(call)
         with compat.recording_allocators(module_globals), compat.intercept_triton_launches(rec.on_triton):
             with fake_mode, rec:
-                result = compiled.current_callable(list(fake_inputs))
+                result = call(list(fake_inputs))
     except LoweringError:
         raise
     except Exception as e:  # noqa: BLE001 - the border with Inductor's generated code: report what failed, as ours
