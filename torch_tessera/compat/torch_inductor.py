@@ -160,7 +160,7 @@ def generated_call(compiled: Any) -> Callable:
 
     On CUDA Inductor wraps it (``align_inputs_from_check_idxs`` copies misaligned inputs, reading data pointers);
     we unwrap closures until we reach the function defined in the generated module (the one whose globals hold
-    ``async_compile``).
+    ``reinterpret_tensor`` and ``call``).
     """
     todo = [compiled.current_callable]
     seen: set[int] = set()
@@ -171,7 +171,7 @@ def generated_call(compiled: Any) -> Callable:
         seen.add(id(fn))
         func = getattr(fn, "__func__", fn)
         g = getattr(func, "__globals__", None)
-        if g is not None and "async_compile" in g and "call" in g:
+        if g is not None and "reinterpret_tensor" in g and "call" in g:
             return fn
         for cell in getattr(func, "__closure__", None) or ():
             try:
