@@ -254,7 +254,7 @@ def triton_kernel_info(autotuner: Any) -> TritonKernelInfo:
         source = f.read()
     meta = autotuner.triton_meta
     signature = {str(k): str(v) for k, v in meta["signature"].items()}
-    cfg = autotuner.configs[0]
+    cfg = first_config(autotuner)
     config = dict(cfg.kwargs)
     config["num_warps"] = cfg.num_warps
     config["num_stages"] = cfg.num_stages
@@ -263,10 +263,21 @@ def triton_kernel_info(autotuner: Any) -> TritonKernelInfo:
     return TritonKernelInfo(name, source, signature, dict(meta.get("constants", {})), params, config, mutated)
 
 
+def first_config(autotuner: Any) -> Any:
+    """The first candidate ``triton.Config``. After precompiling, torch 2.11 drops ``configs`` and keeps the
+    compiled ``launchers`` (each with its ``config``)."""
+    if getattr(autotuner, "configs", None):
+        return autotuner.configs[0]
+    launchers = getattr(autotuner, "launchers", None)
+    if launchers:
+        return launchers[0].config
+    raise RuntimeError(f"kernel {autotuner.fn.__name__}: neither configs nor compiled launchers are available")
+
+
 def launch_grid(autotuner: Any, args: Sequence[Any]) -> tuple[int, int, int]:
     """Grid of a launch with the autotuner's first config (what the interpreter and a 1-config GPU launch use)."""
     try:
-        _, grid = autotuner._interpret_args_grid(tuple(args), autotuner.configs[0])
+        _, grid = autotuner._interpret_args_grid(tuple(args), first_config(autotuner))
     except Exception as e:  # noqa: BLE001 - private API; the grid is informational
         log.debug("grid of %s unavailable: %s", autotuner.fn.__name__, e)
         return (0, 0, 0)
