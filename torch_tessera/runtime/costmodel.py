@@ -2,12 +2,12 @@
 
 Per launch we count FLOPs and bytes moved (:func:`launch_features`):
 
-* Triton launches: bytes = the sum over tensor arguments of the bytes each view can address (a broadcast view counts
+* Triton launches: bytes = the sum over distinct tensor arguments of the bytes each view can address (a broadcast view counts
   its storage span, not its element count); FLOPs = elements processed (``xnumel * ynumel * r0_numel`` from the
   numel arguments, else the largest view) times the number of ATen ops fused in (at least 1).
 * Extern launches: GEMMs ``2*M*N*K`` (``+ M*N`` for the bias of addmm/baddbmm, batched for bmm), attention
   ``2*B*H*L*S*(E + Ev)`` (halved when causal with L == S), convolution ``2 * out elements * C_in/groups * kernel``;
-  anything else moves bytes only. Bytes = every tensor argument and fresh output.
+  anything else moves bytes only. Bytes = every distinct tensor view among arguments and outputs.
 
 Time on a device is ``overhead + max(flops / (peak * e_compute), bytes / (bandwidth * e_memory))`` with efficiencies
 per kernel class (:class:`KernelClass`), fitted by :func:`calibrate` to measured launches. ``peak`` is the dense
@@ -108,6 +108,11 @@ class LaunchFeatures:
         return self.flops / self.nbytes if self.nbytes else math.inf
 
 
+def distinct(tensors: Iterable[TensorArg]) -> list[TensorArg]:
+    """The views, each distinct view once (an ``out=`` argument also listed as an output, q = k = v...)."""
+    return list(dict.fromkeys(tensors))
+
+
 def view_bytes(arg: TensorArg) -> int:
     """Bytes a view can address: ``min(numel * itemsize, storage span)`` (broadcast views count their span)."""
     start, end = arg.byte_span
@@ -126,7 +131,7 @@ def _tensors(obj: Any) -> Iterable[TensorArg]:
 
 
 def _triton_features(launch: TritonLaunch, kclass: KernelClass) -> LaunchFeatures:
-    tensors = list(launch.tensor_args.values())
+    tensors = distinct(launch.tensor_args.values())
     nbytes = sum(view_bytes(t) for t in tensors)
     numels = [a.value for n, a in zip(launch.param_names, launch.args)
               if n in NUMEL_PARAMS and isinstance(getattr(a, "value", None), int)]
@@ -187,7 +192,7 @@ def _attention_flops(name: str, launch: ExternLaunch) -> float:
 
 def _extern_features(launch: ExternLaunch, kclass: KernelClass) -> LaunchFeatures:
     name = op_name(launch.op)
-    tensors = list(_tensors(launch.args)) + list(_tensors(launch.kwargs)) + list(launch.outputs)
+    tensors = distinct([*_tensors(launch.args), *_tensors(launch.kwargs), *launch.outputs])
     nbytes = sum(view_bytes(t) for t in tensors)
     if kclass is KernelClass.GEMM:
         flops = _gemm_flops(name, launch)
@@ -283,6 +288,8 @@ def calibrate(measured: Sequence[tuple[LaunchFeatures, float]], device: DeviceSp
     for f, t in measured:
         if t > 0:
             by_class.setdefault(f.kernel_class, []).append((f, t))
+    if not by_class:
+        return prior
     best: tuple[float, float, dict] | None = None
     for oh in overheads_s:
         total, fitted = 0.0, {}
@@ -301,8 +308,6 @@ def calibrate(measured: Sequence[tuple[LaunchFeatures, float]], device: DeviceSp
             fitted[kc] = Efficiency(float(grid[i]), float(grid[j]))
         if best is None or total < best[0]:
             best = (total, oh, fitted)
-    if best is None:
-        return prior
     _, oh, fitted = best
     eff = dict(prior.efficiency)
     eff.update(fitted)

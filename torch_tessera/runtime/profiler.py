@@ -30,7 +30,8 @@ import torch
 
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, Launch, TensorArg, to_jsonable
 from torch_tessera.runtime.costs import CostTable
-from torch_tessera.runtime.devices import Device, DeviceSpec
+from torch_tessera.errors import DeviceUnavailableError
+from torch_tessera.runtime.devices import Device, DeviceKind, DeviceSpec
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,8 @@ def profile_program(program: KernelProgram, device: Device | DeviceSpec,
 
     Args:
         program: the kernel program.
-        device: an open :class:`Device` (its stream is timed) or a spec (then ``timer`` is required for GPUs).
+        device: an open :class:`Device` (its stream is timed) or a spec (then ``timer`` is required for GPUs); not a
+            simulated device.
         run_launch: runs one launch on the device (the executor's launch step, with inputs already in place).
         kernels: launch indices to time; all when ``None``.
         warmup: untimed runs per distinct launch.
@@ -185,8 +187,15 @@ def profile_program(program: KernelProgram, device: Device | DeviceSpec,
         cache: the disk cache (default: :func:`cache_dir`).
         use_cache: read cached times (new measurements are always written).
         progress: show a tqdm progress bar.
+
+    Raises:
+        DeviceUnavailableError: ``device`` is simulated.
+        ValueError: a GPU spec without an open device or a timer.
     """
     spec = device.spec if isinstance(device, Device) else device
+    if spec.kind is DeviceKind.SIM:
+        raise DeviceUnavailableError(f"{spec.name} is simulated: model it with costmodel.estimate_costs, "
+                                     "profiling needs a real device")
     if timer is None:
         if not spec.is_gpu:
             timer = PerfCounterTimer()
