@@ -172,7 +172,7 @@ def test_calibrate_recovers_a_known_model_and_transfers_to_another_device():
     h200 = parse_device("sim:h200")
     fitted = calibrate(_synthetic(h200, truth), h200)
     assert fitted.overhead_s == pytest.approx(3e-6)
-    step = 10 ** (3 / 60)  # the log grid's step
+    step = 10 ** (3 / 120)  # the log grid's step
     assert 1 / step < fitted.efficiency[KernelClass.GEMM].compute / 0.6 < step
     assert 1 / step < fitted.efficiency[KernelClass.ELEMENTWISE].memory / 0.55 < step
     assert fitted.efficiency[KernelClass.ATTENTION] == DEFAULT_EFFICIENCY[KernelClass.ATTENTION]  # no data: prior

@@ -283,7 +283,7 @@ def calibrate(measured: Sequence[tuple[LaunchFeatures, float]], device: DeviceSp
     """
     prior = prior or RooflineModel()
     device = _as_spec(device)
-    grid = np.logspace(-3, 0, 61)
+    grid = np.logspace(-3, 0, 121)
     by_class: dict[KernelClass, list[tuple[LaunchFeatures, float]]] = {}
     for f, t in measured:
         if t > 0:
@@ -301,7 +301,7 @@ def calibrate(measured: Sequence[tuple[LaunchFeatures, float]], device: DeviceSp
             pred = oh + np.maximum(fl[None, None, :] / grid[:, None, None], by[None, None, :] / grid[None, :, None])
             loss = ((np.log(pred) - t) ** 2).sum(-1)
             p = prior.efficiency[kc]
-            loss = loss + 1e-4 * ((np.log(grid) - math.log(p.compute))[:, None] ** 2
+            loss = loss + 1e-3 * ((np.log(grid) - math.log(p.compute))[:, None] ** 2
                                   + (np.log(grid) - math.log(p.memory))[None, :] ** 2)
             i, j = np.unravel_index(np.argmin(loss), loss.shape)
             total += float(loss[i, j])
