@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -14,7 +13,7 @@ from torch_tessera.lowering.program import (
     Buffer, BufferKind, ExternLaunch, KernelProgram, KernelSource, Provenance, ScalarArg, TensorArg, TritonLaunch,
 )
 from torch_tessera.runtime.costmodel import (
-    DEFAULT_EFFICIENCY, Efficiency, KernelClass, LaunchFeatures, RooflineModel, calibrate, classify, estimate_costs,
+    DEFAULT_EFFICIENCY, Efficiency, KernelClass, RooflineModel, calibrate, classify, estimate_costs,
     launch_features,
 )
 from torch_tessera.runtime.devices import parse_device

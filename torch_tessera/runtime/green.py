@@ -76,13 +76,13 @@ def cuda_python_available() -> bool:
     return _drv is not None and hasattr(_drv, "cuGreenCtxCreate")
 
 
-def _check(result: tuple) -> Any:
-    """Unpack a cuda-python ``(CUresult, values...)`` tuple, raising on an error code."""
+def _check(result: tuple, call: str) -> Any:
+    """Unpack a cuda-python ``(CUresult, values...)`` tuple, raising on an error code (``call`` names the call)."""
     err, *values = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
         _, name = _drv.cuGetErrorName(err)
         raise DeviceUnavailableError(
-            f"CUDA driver call failed: {name.decode() if isinstance(name, bytes) else name} ({int(err)}). "
+            f"{call} failed: {name.decode() if isinstance(name, bytes) else name} ({int(err)}). "
             "Green contexts need CUDA >= 12.4 drivers and an sm_70+ GPU."
         )
     if not values:
@@ -127,7 +127,7 @@ class GreenPartition:
             log.warning("torch.cuda.GreenContext gives one stream per partition; reusing it (priority ignored)")
             return self.stream
         cu_stream = _check(_drv.cuGreenCtxStreamCreate(
-            self._handle, _drv.CUstream_flags.CU_STREAM_NON_BLOCKING, int(priority)))
+            self._handle, _drv.CUstream_flags.CU_STREAM_NON_BLOCKING, int(priority)), "cuGreenCtxStreamCreate")
         self._streams.append(cu_stream)
         return torch.cuda.ExternalStream(_stream_handle(cu_stream), device=torch.device("cuda", self.device_index))
 
@@ -152,20 +152,25 @@ def _ensure_context(device_index: int) -> None:
 
 def _partition_cuda_python(device_index: int, sms: int, reserve_sms: int) -> tuple[GreenPartition, GreenPartition | None]:
     _ensure_context(device_index)
-    _check(_drv.cuInit(0))
-    dev = _check(_drv.cuDeviceGet(device_index))
-    whole = _check(_drv.cuDeviceGetDevResource(dev, _drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM))
+    _check(_drv.cuInit(0), "cuInit")
+    dev = _check(_drv.cuDeviceGet(device_index), "cuDeviceGet")
+    whole = _check(_drv.cuDeviceGetDevResource(dev, _drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM),
+                   "cuDeviceGetDevResource")
     total = int(whole.sm.smCount)
-    groups, _, remaining = _check(_drv.cuDevSmResourceSplitByCount(1, whole, 0, sms))
+    groups, _, remaining = _check(_drv.cuDevSmResourceSplitByCount(1, whole, 0, sms),
+                                    f"cuDevSmResourceSplitByCount({sms} SMs)")
     parts = [(sms, groups[0])]
     if reserve_sms:
-        more, _, _ = _check(_drv.cuDevSmResourceSplitByCount(1, remaining, 0, reserve_sms))
+        more, _, _ = _check(_drv.cuDevSmResourceSplitByCount(1, remaining, 0, reserve_sms),
+                              f"cuDevSmResourceSplitByCount({reserve_sms} streamer SMs)")
         parts.append((reserve_sms, more[0]))
     made = []
     for requested, resource in parts:
-        desc = _check(_drv.cuDevResourceGenerateDesc([resource], 1))
-        ctx = _check(_drv.cuGreenCtxCreate(desc, dev, _drv.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM))
-        cu_stream = _check(_drv.cuGreenCtxStreamCreate(ctx, _drv.CUstream_flags.CU_STREAM_NON_BLOCKING, 0))
+        desc = _check(_drv.cuDevResourceGenerateDesc([resource], 1), "cuDevResourceGenerateDesc")
+        ctx = _check(_drv.cuGreenCtxCreate(desc, dev, _drv.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM),
+                     "cuGreenCtxCreate")
+        cu_stream = _check(_drv.cuGreenCtxStreamCreate(ctx, _drv.CUstream_flags.CU_STREAM_NON_BLOCKING, 0),
+                           "cuGreenCtxStreamCreate")
         stream = torch.cuda.ExternalStream(_stream_handle(cu_stream), device=torch.device("cuda", device_index))
         made.append(GreenPartition(device_index, requested, int(resource.sm.smCount), total, stream,
                                    "cuda-python", True, ctx, [cu_stream]))
