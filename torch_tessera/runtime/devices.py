@@ -33,7 +33,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
