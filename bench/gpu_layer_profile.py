@@ -1,0 +1,399 @@
+#!/usr/bin/env python
+"""Per-kernel-class times of a Llama-3.1-8B decoder layer on a whole H200, on green-context partitions, and with the
+bandwidth-throttling streamer; the GPU0 <-> GPU1 link table; and the roofline cost model's error on the partitions
+after calibrating it on the whole GPU.
+
+Run on the 2x H200 machine (torch 2.11, triton 3.6, cuda-python) from the repository root::
+
+    python bench/gpu_layer_profile.py --out results/gpu_layer_profile
+
+It writes ``results.json`` and ``results.md`` under ``--out`` and prints the markdown. It finishes in under five
+minutes (``--budget-s``, default 270 s: configurations left when the budget runs out are skipped and reported), every
+part catches and reports its own failure, and nothing changes the cards' settings (green contexts and the streamer
+are process-level objects).
+
+Method. Random bf16 weights of one layer (hidden 4096, 32 query / 8 KV heads of 128, FFN 14336, vocab 128256 for the
+per-step reductions). Shapes: decode, batch 64 against a 1024-token KV cache; prefill, 4 x 1024 tokens. Every op is
+one eager PyTorch call (mostly one kernel). Each op is timed with CUDA events on the device's stream around ``inner``
+back-to-back calls, after a ``torch.cuda._sleep`` spin that lets the CPU queue them all first (so Python dispatch is
+not measured); the median of ``repeats`` such batches is kept. Activations rotate among three copies; weights and the
+KV cache exceed the 50 MB L2 anyway. The whole GPU is GPU 0; partitions and profiles are made on GPU 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 4096, 32, 8, 128, 14336, 128256
+SHAPES = {"decode b64 ctx1024": dict(batch=64, q_len=1, ctx=1024), "prefill 4x1024": dict(batch=4, q_len=1024, ctx=1024)}
+CONFIGS = [
+    ("whole", "cuda:0"),
+    ("24sm", "cuda:1@24sm"),
+    ("72sm", "cuda:1@72sm"),
+    ("96sm+throttle36", "cuda:1@96sm+throttle36"),
+    ("a100-like", "cuda:1@a100-like"),
+    ("l40s-like", "cuda:1@l40s-like"),
+    ("rtxpro-like", "cuda:1@rtxpro-like"),
+]
+CLASSES = ("gemm", "attention", "norm", "elementwise", "reduction")
+BF16 = 2
+
+
+@dataclass
+class Op:
+    """One timed op: its class, how often it occurs per layer (or step), and its FLOPs and bytes (for the model)."""
+
+    name: str
+    kclass: str
+    count: int
+    flops: float
+    nbytes: float
+    tensor_core: bool
+    fn: Callable[[int], object]
+
+
+def build_ops(shape: dict, dev: torch.device) -> list[Op]:
+    """The ops of one decoder layer (+ the per-step reductions) at ``shape``, with freshly allocated tensors."""
+    b, q_len, ctx = shape["batch"], shape["q_len"], shape["ctx"]
+    t = b * q_len
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def rnd(*size):
+        return (torch.randn(*size, device=dev, dtype=torch.bfloat16, generator=g) * 0.02)
+
+    qkv_out = (HEADS + 2 * KV_HEADS) * HEAD_DIM
+    w_qkv, w_o, w_gu, w_down = rnd(qkv_out, HIDDEN), rnd(HIDDEN, HIDDEN), rnd(2 * FFN, HIDDEN), rnd(HIDDEN, FFN)
+    norm_w = torch.ones(HIDDEN, device=dev, dtype=torch.bfloat16)
+    x = [rnd(t, HIDDEN) for _ in range(3)]
+    h = [rnd(t, HIDDEN) for _ in range(3)]
+    act = [rnd(t, FFN) for _ in range(3)]
+    gu = [rnd(t, 2 * FFN) for _ in range(3)]
+    silu_out = [rnd(t, FFN) for _ in range(3)]
+    out_h = torch.empty(t, HIDDEN, device=dev, dtype=torch.bfloat16)
+    out_f = torch.empty(t, FFN, device=dev, dtype=torch.bfloat16)
+    q = [rnd(b, HEADS, q_len, HEAD_DIM) for _ in range(3)]
+    kc, vc = rnd(b, KV_HEADS, ctx, HEAD_DIM), rnd(b, KV_HEADS, ctx, HEAD_DIM)
+    k_new = [rnd(b, KV_HEADS, q_len, HEAD_DIM) for _ in range(3)]
+    rows = b  # logits of one token per sequence (decode: the new one; prefill: the last one)
+    logits = [rnd(rows, VOCAB) for _ in range(2)]
+    causal = q_len == ctx
+
+    def gemm(name, w, inputs):
+        n, k = w.shape
+        return Op(name, "gemm", 1, 2.0 * t * n * k, BF16 * (t * k + n * k + t * n), True,
+                  lambda i: F.linear(inputs[i % 3], w))
+
+    attn_flops = 2.0 * b * HEADS * q_len * ctx * 2 * HEAD_DIM * (0.5 if causal else 1.0)
+    attn_bytes = BF16 * (2 * b * HEADS * q_len * HEAD_DIM + 2 * b * KV_HEADS * ctx * HEAD_DIM)
+    kv_pos = slice(ctx - q_len, ctx)
+    return [
+        gemm("qkv_proj", w_qkv, x),
+        gemm("o_proj", w_o, h),
+        gemm("gate_up_proj", w_gu, x),
+        gemm("down_proj", w_down, act),
+        Op("sdpa_gqa", "attention", 1, attn_flops, attn_bytes, True,
+           lambda i: F.scaled_dot_product_attention(q[i % 3], kc, vc, is_causal=causal, enable_gqa=True)),
+        Op("rms_norm", "norm", 2, 4.0 * t * HIDDEN, BF16 * (2 * t * HIDDEN + HIDDEN), False,
+           lambda i: F.rms_norm(x[i % 3], (HIDDEN,), norm_w, 1e-5)),
+        Op("residual_add", "elementwise", 2, 1.0 * t * HIDDEN, BF16 * 3 * t * HIDDEN, False,
+           lambda i: torch.add(x[i % 3], h[i % 3], out=out_h)),
+        Op("silu", "elementwise", 1, 4.0 * t * FFN, BF16 * 2 * t * FFN, False, lambda i: F.silu(gu[i % 3][:, :FFN])),
+        Op("mul", "elementwise", 1, 1.0 * t * FFN, BF16 * 3 * t * FFN, False,
+           lambda i: torch.mul(silu_out[i % 3], gu[i % 3][:, FFN:], out=out_f)),
+        Op("kv_cache_write", "elementwise", 2, 0.0, BF16 * 2 * b * KV_HEADS * q_len * HEAD_DIM, False,
+           lambda i: kc[:, :, kv_pos].copy_(k_new[i % 3])),
+        Op("logits_argmax (per step)", "reduction", 1, 1.0 * rows * VOCAB, BF16 * rows * VOCAB, False,
+           lambda i: logits[i % 2].argmax(-1)),
+        Op("logsumexp (per step)", "reduction", 1, 3.0 * rows * VOCAB, BF16 * rows * VOCAB, False,
+           lambda i: torch.logsumexp(logits[i % 2], -1)),
+    ]
+
+
+def gpu_seconds(fn: Callable[[int], object], stream, inner: int = 8, repeats: int = 9, warmup: int = 3) -> float:
+    """Median GPU seconds of one ``fn(i)`` call on ``stream`` (see the module docstring for the method)."""
+    with torch.cuda.stream(stream):
+        for i in range(warmup):
+            fn(i)
+        stream.synchronize()
+        times = []
+        for r in range(repeats):
+            torch.cuda._sleep(3_000_000)  # ~1.5 ms at H200 clocks: the CPU queues the batch meanwhile
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            for i in range(inner):
+                fn(r * inner + i)
+            end.record(stream)
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3 / inner)
+    return statistics.median(times)
+
+
+def measure_peaks(dev: torch.device, stream) -> dict:
+    """bf16 GEMM 8192^3 (TFLOP/s) and a streaming elementwise copy of 512 MiB (GB/s read + written)."""
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    bmat = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    s = gpu_seconds(lambda i: a @ bmat, stream, inner=3, repeats=5, warmup=2)
+    src = torch.empty(256 << 20, device=dev, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    c = gpu_seconds(lambda i: torch.neg(src, out=dst), stream, inner=4, repeats=5, warmup=2)
+    return {"gemm_tflops": 2 * 8192**3 / s / 1e12, "copy_gbps": 2 * src.numel() * BF16 / c / 1e9}
+
+
+def run_config(label: str, device_str: str, repeats: int) -> dict:
+    from torch_tessera.runtime.devices import open_device
+
+    out: dict = {"device": device_str}
+    with open_device(device_str) as device:
+        spec = device.spec
+        out["spec"] = {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(spec).items()}
+        stream = device.default_stream if device.partition is not None else device.new_stream()
+        if device.streamer is not None:
+            time.sleep(0.2)  # let the streamer reach its steady state
+        with device.guard():
+            out["peaks"] = measure_peaks(device.torch_device, stream)
+            out["shapes"] = {}
+            for shape_name, shape in SHAPES.items():
+                ops = build_ops(shape, device.torch_device)
+                rows = []
+                for op in ops:
+                    sec = gpu_seconds(op.fn, stream, repeats=repeats)
+                    rows.append({"op": op.name, "class": op.kclass, "count": op.count, "seconds": sec,
+                                 "flops": op.flops, "bytes": op.nbytes, "tensor_core": op.tensor_core})
+                out["shapes"][shape_name] = rows
+                del ops
+                torch.cuda.empty_cache()
+        if device.streamer is not None:
+            device.streamer.stop()
+            out["streamer_gbps"] = device.streamer.achieved_bytes_per_s / 1e9
+    return out
+
+
+def class_totals(rows: list[dict]) -> dict:
+    totals = {c: 0.0 for c in CLASSES}
+    for r in rows:
+        totals[r["class"]] += r["seconds"] * r["count"]
+    return totals
+
+
+def model_error(results: dict) -> dict:
+    """Calibrate the roofline on the whole GPU's ops; predict every other configuration's ops; report the error."""
+    from torch_tessera.runtime.costmodel import KernelClass, LaunchFeatures, calibrate
+    from torch_tessera.runtime.devices import DeviceSpec, DeviceKind
+
+    def spec_of(cfg: dict) -> DeviceSpec:
+        s = dict(cfg["spec"])
+        s["kind"] = DeviceKind(s["kind"])
+        return DeviceSpec(**s)
+
+    def feats(rows):
+        return [(LaunchFeatures(i, KernelClass(r["class"]), r["flops"], r["bytes"], r["tensor_core"], r["op"]),
+                 r["seconds"]) for i, r in enumerate(rows)]
+
+    whole = results["configs"]["whole"]
+    train = [p for rows in whole["shapes"].values() for p in feats(rows)]
+    model = calibrate(train, spec_of(whole))
+    report = {"model": {"overhead_us": model.overhead_s * 1e6, "source": model.source,
+                        "efficiency": {k.value: [v.compute, v.memory] for k, v in model.efficiency.items()}},
+              "configs": {}}
+    for label, cfg in results["configs"].items():
+        if "shapes" not in cfg:
+            continue
+        spec = spec_of(cfg)
+        rows = []
+        for shape_name, shape_rows in cfg["shapes"].items():
+            for f, measured in feats(shape_rows):
+                predicted = model.predict(f, spec)
+                rows.append({"shape": shape_name, "op": f.label, "class": f.kernel_class.value, "measured": measured,
+                             "predicted": predicted, "ratio": predicted / measured})
+        def pct(subset):  # median and max |log(predicted / measured)|, shown as a percentage
+            errs = [abs(math.log(r["ratio"])) for r in subset]
+            return 100 * (math.exp(statistics.median(errs)) - 1), 100 * (math.exp(max(errs)) - 1)
+
+        med, worst = pct(rows)
+        report["configs"][label] = {
+            "rows": rows,
+            "median_abs_error_pct": med,
+            "max_abs_error_pct": worst,
+            "by_class_median_pct": {c: pct([r for r in rows if r["class"] == c])[0] for c in CLASSES
+                                    if any(r["class"] == c for r in rows)},
+            "calibrated_on_it": label == "whole",
+        }
+    return report
+
+
+def measure_link_table() -> list[dict]:
+    from torch_tessera.runtime.devices import open_device
+    from torch_tessera.runtime.links import link_table_rows, measure_links
+
+    with open_device("cuda:0") as d0, open_device("cuda:1") as d1:
+        return link_table_rows(measure_links([d0, d1], repeats=8, progress=False))
+
+
+def triton_on_green_context() -> dict:
+    """Can an (Inductor-style) Triton kernel launch on a green-context stream? The executor needs the answer."""
+    import triton
+    import triton.language as tl
+
+    from torch_tessera.runtime.devices import open_device
+
+    @triton.jit
+    def add_one(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+
+    out = {}
+    for dev_str in ("cuda:1", "cuda:1@24sm"):
+        try:
+            with open_device(dev_str) as d, d.guard():
+                x = torch.zeros(1 << 20, device=d.torch_device)
+                stream = d.default_stream if d.partition is not None else d.new_stream()
+                with torch.cuda.stream(stream):
+                    add_one[(1 << 20) // 1024,](x, 1 << 20, BLOCK=1024)
+                stream.synchronize()
+                out[dev_str] = "ok" if bool((x == 1).all()) else "ran but wrong result"
+        except Exception as exc:  # noqa: BLE001 - a probe: report any failure
+            out[dev_str] = f"failed: {type(exc).__name__}: {exc}"
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------- report
+
+def markdown(results: dict) -> str:
+    lines = [f"# Llama-3.1-8B decoder layer per kernel class ({results['meta']['date']})", "",
+             f"Machine: {results['meta'].get('gpus')}; torch {results['meta']['torch']}, "
+             f"triton {results['meta'].get('triton')}, cuda-python {results['meta'].get('cuda_python')}.", ""]
+    cfgs = {k: v for k, v in results.get("configs", {}).items() if "shapes" in v}
+    whole = cfgs.get("whole")
+    for shape in SHAPES:
+        lines += [f"## {shape}: per-class time, us (ratio to the whole GPU)", "",
+                  "| config | SMs | " + " | ".join(CLASSES) + " |", "|---|---|" + "---|" * len(CLASSES)]
+        base = class_totals(whole["shapes"][shape]) if whole else None
+        for label, cfg in cfgs.items():
+            tot = class_totals(cfg["shapes"][shape])
+            cells = [f"{tot[c] * 1e6:.1f}" + (f" ({tot[c] / base[c]:.2f}x)" if base and base[c] else "")
+                     for c in CLASSES]
+            sms = f"{cfg['spec']['sm_count']}" + (f"+{cfg['spec']['throttle_sms']}thr" if cfg["spec"]["throttle_sms"]
+                                                   else "")
+            lines.append(f"| {label} | {sms} | " + " | ".join(cells) + " |")
+        lines += ["", "Per op (us, one call):", "", "| op | class | x | " + " | ".join(cfgs) + " |",
+                  "|---|---|---|" + "---|" * len(cfgs)]
+        for i, r in enumerate(whole["shapes"][shape] if whole else []):
+            cells = [f"{cfg['shapes'][shape][i]['seconds'] * 1e6:.1f}" for cfg in cfgs.values()]
+            lines.append(f"| {r['op']} | {r['class']} | {r['count']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Measured peaks", "", "| config | SMs | bf16 GEMM 8192^3 TFLOP/s | copy GB/s | streamer GB/s |",
+              "|---|---|---|---|---|"]
+    for label, cfg in cfgs.items():
+        p = cfg["peaks"]
+        lines.append(f"| {label} | {cfg['spec']['sm_count']} | {p['gemm_tflops']:.0f} | {p['copy_gbps']:.0f} | "
+                     f"{cfg.get('streamer_gbps', 0):.0f} |")
+    if "links" in results:
+        lines += ["", "## Links GPU0 <-> GPU1", "", "| src | dst | method | bytes | us per copy | GB/s |",
+                  "|---|---|---|---|---|---|"]
+        for r in results["links"]:
+            lines.append(f"| {r['src']} | {r['dst']} | {r['method']} | {r['bytes']} | {r['seconds'] * 1e6:.1f} | "
+                         f"{r['GB/s']:.1f} |")
+    if "model" in results:
+        m = results["model"]
+        lines += ["", "## Cost model: calibrated on the whole GPU, predicting the others", "",
+                  f"Overhead {m['model']['overhead_us']:.1f} us; efficiencies (compute, memory): "
+                  + ", ".join(f"{k} ({v[0]:.2f}, {v[1]:.2f})" for k, v in m["model"]["efficiency"].items()), "",
+                  "| config | median abs error | max abs error | " + " | ".join(CLASSES) + " |",
+                  "|---|---|---|" + "---|" * len(CLASSES)]
+        for label, c in m["configs"].items():
+            tag = " (training set)" if c["calibrated_on_it"] else ""
+            per = [f"{c['by_class_median_pct'][k]:.0f}%" if k in c["by_class_median_pct"] else "-" for k in CLASSES]
+            lines.append(f"| {label}{tag} | {c['median_abs_error_pct']:.0f}% | {c['max_abs_error_pct']:.0f}% | "
+                         + " | ".join(per) + " |")
+    if "triton_on_green_context" in results:
+        lines += ["", "## Triton kernel on a green-context stream", ""]
+        lines += [f"- {k}: {v}" for k, v in results["triton_on_green_context"].items()]
+    if results.get("errors"):
+        lines += ["", "## Failures", ""] + [f"- {k}: {v.splitlines()[-1]}" for k, v in results["errors"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="directory for results.json and results.md")
+    ap.add_argument("--budget-s", type=float, default=270.0, help="stop starting new parts after this many seconds")
+    ap.add_argument("--repeats", type=int, default=9, help="timed batches per op (median kept)")
+    ap.add_argument("--configs", default=",".join(c for c, _ in CONFIGS), help="subset of configurations")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: dict = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
+                              "python": platform.python_version()}, "configs": {}, "errors": {}}
+    try:
+        import triton
+        results["meta"]["triton"] = triton.__version__
+    except ImportError:
+        pass
+    try:
+        from importlib.metadata import version
+        results["meta"]["cuda_python"] = version("cuda-python")
+    except Exception:  # noqa: BLE001
+        results["meta"]["cuda_python"] = "not installed"
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        results["errors"]["setup"] = "needs two CUDA GPUs"
+    else:
+        results["meta"]["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+    def part(name: str, fn: Callable[[], object]) -> object:
+        if time.monotonic() - t0 > args.budget_s:
+            results["errors"][name] = f"skipped: the {args.budget_s:.0f} s budget was spent"
+            return None
+        print(f"[{time.monotonic() - t0:6.1f}s] {name}", flush=True)
+        try:
+            return fn()
+        except Exception:  # noqa: BLE001 - each part reports its own failure and the rest go on
+            results["errors"][name] = traceback.format_exc()
+            print(results["errors"][name], file=sys.stderr)
+            return None
+        finally:
+            torch.cuda.empty_cache()
+
+    if "setup" not in results["errors"]:
+        wanted = set(args.configs.split(","))
+        for label, dev in CONFIGS:
+            if label in wanted:
+                cfg = part(f"config {label}", lambda dev=dev, label=label: run_config(label, dev, args.repeats))
+                if cfg is not None:
+                    results["configs"][label] = cfg
+        links = part("links", measure_link_table)
+        if links is not None:
+            results["links"] = links
+        probe = part("triton_on_green_context", triton_on_green_context)
+        if probe is not None:
+            results["triton_on_green_context"] = probe
+        if "whole" in results["configs"]:
+            model = part("model", lambda: model_error(results))
+            if model is not None:
+                results["model"] = model
+    results["meta"]["wall_s"] = time.monotonic() - t0
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    md = markdown(results)
+    (out_dir / "results.md").write_text(md)
+    print(md)
+    return 0 if not results["errors"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The profiler with a fake timer: medians, reuse of identical launches, rotation, and the disk cache."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from torch_tessera.errors import DeviceUnavailableError
+from torch_tessera.lowering.program import (
+    Buffer, BufferKind, ExternLaunch, KernelProgram, KernelSource, Provenance, ScalarArg, TensorArg, TritonLaunch,
+)
+from torch_tessera.runtime.devices import parse_device
+from torch_tessera.runtime.profiler import (
+    ProfileCache, PerfCounterTimer, cache_dir, launch_key, profile_program, to_cost_table,
+)
+
+
+def t(buf, n, dtype=torch.float32):
+    return TensorArg(buf, 0, (n,), (1,), dtype)
+
+
+def add(index, n, kernel="triton_poi_add_0", buf="x"):
+    return TritonLaunch(index, kernel, ("in_ptr0", "out_ptr0", "xnumel"), (t(buf, n), t("y", n), ScalarArg(n)),
+                        (1, 1, 1), {"XBLOCK": 1024}, (), Provenance(("aten.add",)))
+
+
+def mm(index):
+    a = TensorArg("a", 0, (8, 8), (8, 1), torch.float32)
+    return ExternLaunch(index, "aten::mm.default", (a, a), {}, (), (TensorArg("c", 0, (8, 8), (8, 1), torch.float32),))
+
+
+def make_program(sources=None, launches=None):
+    launches = launches or (add(0, 1024), mm(1), add(2, 1024, buf="z"), add(3, 4096))
+    sources = sources or {"triton_poi_add_0": "def triton_poi_add_0(): pass"}
+    bufs = {n: Buffer(n, BufferKind.TEMP, torch.float32, 1 << 20, "cpu") for n in "acxyz"}
+    kernels = {k: KernelSource(k, src, {}) for k, src in sources.items()}
+    return KernelProgram(bufs, (), tuple(launches), (), kernels, "cpu")
+
+
+class FakeTimer:
+    """Returns scripted durations and records how often it timed (without real time passing)."""
+
+    def __init__(self, durations):
+        self.durations = list(durations)
+        self.calls = 0
+
+    def time(self, fn):
+        fn()
+        self.calls += 1
+        return self.durations[(self.calls - 1) % len(self.durations)]
+
+
+class Runner:
+    def __init__(self):
+        self.runs = []
+
+    def __call__(self, launch):
+        self.runs.append(launch.index)
+
+
+@pytest.fixture
+def cpu0():
+    return parse_device("cpu:0")
+
+
+def test_median_and_reuse_of_identical_launches(tmp_path, cpu0):
+    prog = make_program()
+    runner, timer = Runner(), FakeTimer([5e-6, 1e-6, 3e-6])
+    col = profile_program(prog, cpu0, runner, warmup=2, repeats=3, timer=timer, cache=ProfileCache(tmp_path),
+                          progress=False)
+    # launches 0 and 2 differ only in the buffer they read: one measurement serves both
+    assert col.measured == 3 and col.cache_hits == 0
+    assert timer.calls == 3 * 3
+    assert runner.runs.count(0) == 2 + 3 and 2 not in runner.runs
+    assert col.kernels == (0, 1, 2, 3)
+    np.testing.assert_allclose(col.seconds, [3e-6, 3e-6, 3e-6, 3e-6])  # median of 5, 1, 3 us
+
+
+def test_rotation_runs_before_every_run_outside_the_timer(tmp_path, cpu0):
+    events = []
+
+    class Timer:
+        def time(self, fn):
+            events.append("start")
+            fn()
+            events.append("stop")
+            return 1.0
+
+    prog = make_program(launches=(add(0, 1024),))
+    profile_program(prog, cpu0, lambda l: events.append("run"), warmup=1, repeats=2, timer=Timer(),
+                    rotate=lambda l, i: events.append(f"rotate{i}"), cache=ProfileCache(tmp_path), progress=False)
+    assert events == ["rotate0", "run", "rotate1", "start", "run", "stop", "rotate2", "start", "run", "stop"]
+
+
+def test_cache_hit_skips_running(tmp_path, cpu0):
+    prog = make_program()
+    first = profile_program(prog, cpu0, Runner(), repeats=3, timer=FakeTimer([2e-6]), cache=ProfileCache(tmp_path),
+                            progress=False)
+    runner = Runner()
+    again = profile_program(prog, cpu0, runner, repeats=3, timer=FakeTimer([9.0]), cache=ProfileCache(tmp_path),
+                            progress=False)
+    assert again.measured == 0 and again.cache_hits == 3 and runner.runs == []
+    np.testing.assert_array_equal(again.seconds, first.seconds)
+    fresh = profile_program(prog, cpu0, Runner(), repeats=1, timer=FakeTimer([9.0]), cache=ProfileCache(tmp_path),
+                            use_cache=False, progress=False)
+    assert fresh.measured == 3 and np.all(fresh.seconds == 9.0)
+
+
+def test_changed_kernel_source_invalidates_only_that_kernel(tmp_path, cpu0):
+    profile_program(make_program(), cpu0, Runner(), repeats=1, timer=FakeTimer([1.0]), cache=ProfileCache(tmp_path),
+                    progress=False)
+    edited = make_program(sources={"triton_poi_add_0": "def triton_poi_add_0(): return 1"})
+    runner = Runner()
+    col = profile_program(edited, cpu0, runner, repeats=1, timer=FakeTimer([2.0]), cache=ProfileCache(tmp_path),
+                          progress=False)
+    assert col.cache_hits == 1 and col.measured == 2  # the extern mm is unchanged
+    assert list(col.seconds) == [2.0, 1.0, 2.0, 2.0]
+
+
+def test_other_device_or_shape_misses(tmp_path, cpu0):
+    prog = make_program()
+    profile_program(prog, cpu0, Runner(), repeats=1, timer=FakeTimer([1.0]), cache=ProfileCache(tmp_path),
+                    progress=False)
+    h200 = parse_device("cuda:0", assume_gpu="h200")
+    part = parse_device("cuda:0@24sm", assume_gpu="h200")
+    throttled = parse_device("cuda:0@24sm+throttle36", assume_gpu="h200")
+    keys = {launch_key(prog, prog.launches[0], d) for d in (cpu0, h200, part, throttled)}
+    assert len(keys) == 4
+    col = profile_program(prog, h200, Runner(), repeats=1, timer=FakeTimer([5.0]), cache=ProfileCache(tmp_path),
+                          progress=False)
+    assert col.cache_hits == 0 and col.measured == 3
+    # a CPU virtual device with another index is the same hardware: it hits
+    col = profile_program(prog, parse_device("cpu:1"), Runner(), repeats=1, timer=FakeTimer([5.0]),
+                          cache=ProfileCache(tmp_path), progress=False)
+    assert col.cache_hits == 3
+    assert launch_key(prog, add(0, 1024), cpu0) != launch_key(prog, add(0, 2048), cpu0)
+
+
+def test_cache_dir_from_environment(tmp_path, monkeypatch, cpu0):
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "envcache"))
+    assert cache_dir() == tmp_path / "envcache" / "profiles"
+    profile_program(make_program(), cpu0, Runner(), repeats=1, timer=FakeTimer([1.0]), progress=False)
+    assert len(list((tmp_path / "envcache" / "profiles").glob("*.json"))) == 3
+
+
+def test_corrupt_cache_entry_is_remeasured(tmp_path, cpu0):
+    prog = make_program(launches=(add(0, 1024),))
+    key = launch_key(prog, prog.launches[0], cpu0)
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / f"{key}.json").write_text("{not json")
+    col = profile_program(prog, cpu0, Runner(), repeats=1, timer=FakeTimer([4.0]), cache=ProfileCache(tmp_path),
+                          progress=False)
+    assert col.measured == 1 and col.seconds[0] == 4.0
+
+
+def test_real_cpu_timing_and_cost_table(tmp_path, cpu0):
+    prog = make_program()
+    x = torch.randn(1 << 16)
+
+    def run(launch):
+        (x * 2).sum()
+
+    col0 = profile_program(prog, cpu0, run, warmup=1, repeats=3, cache=ProfileCache(tmp_path), progress=False)
+    assert np.all(col0.seconds > 0) and "measured on cpu:0" in col0.source
+    col1 = dataclasses.replace(col0, device="cpu:1", seconds=col0.seconds * 2)
+    table = to_cost_table([col0, col1])
+    assert table.devices == ("cpu:0", "cpu:1") and table.seconds.shape == (4, 2)
+    np.testing.assert_allclose(table.row(3), [col0.seconds[3], 2 * col0.seconds[3]])
+    with pytest.raises(ValueError, match="other launches"):
+        to_cost_table([col0, dataclasses.replace(col1, kernels=(0, 1, 2))])
+
+
+def test_gpu_spec_without_device_needs_a_timer_and_sims_are_refused(cpu0):
+    with pytest.raises(ValueError, match="open Device"):
+        profile_program(make_program(), parse_device("cuda:0", assume_gpu="h200"), Runner(), progress=False)
+    with pytest.raises(DeviceUnavailableError, match="simulated"):
+        profile_program(make_program(), parse_device("sim:h200"), Runner(), timer=FakeTimer([1.0]), progress=False)
+    assert isinstance(PerfCounterTimer().time(lambda: None), float)

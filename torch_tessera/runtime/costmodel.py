@@ -1,0 +1,343 @@
+"""A roofline cost model: predicted seconds of every kernel launch on devices we cannot run on (or have not profiled).
+
+Per launch we count FLOPs and bytes moved (:func:`launch_features`):
+
+* Triton launches: bytes = the sum over distinct tensor arguments of the bytes each view can address (a broadcast view counts
+  its storage span, not its element count); FLOPs = elements processed (``xnumel * ynumel * r0_numel`` from the
+  numel arguments, else the largest view) times the number of ATen ops fused in (at least 1).
+* Extern launches: GEMMs ``2*M*N*K`` (``+ M*N`` for the bias of addmm/baddbmm, batched for bmm), attention
+  ``2*B*H*L*S*(E + Ev)`` (halved when causal with L == S), convolution ``2 * out elements * C_in/groups * kernel``;
+  anything else moves bytes only. Bytes = every distinct tensor view among arguments and outputs.
+
+Time on a device is ``overhead + max(flops / (peak * e_compute), bytes / (bandwidth * e_memory))`` with efficiencies
+per kernel class (:class:`KernelClass`), fitted by :func:`calibrate` to measured launches. ``peak`` is the dense
+bf16/fp16 tensor-core peak for GEMM and attention on 16-bit inputs, the fp32 peak otherwise.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from torch_tessera.errors import DeviceUnavailableError
+from torch_tessera.lowering.program import ExternLaunch, KernelProgram, Launch, TensorArg, TritonLaunch
+from torch_tessera.runtime.costs import CostTable
+from torch_tessera.runtime.devices import DeviceSpec, parse_device
+from torch_tessera.runtime.links import build_topology  # noqa: F401 - the link model for simulated pairs lives there
+
+log = logging.getLogger(__name__)
+
+
+class KernelClass(str, enum.Enum):
+    """What bounds a kernel, roughly: the efficiencies of the roofline are fitted per class."""
+
+    GEMM = "gemm"
+    ATTENTION = "attention"
+    NORM = "norm"
+    ELEMENTWISE = "elementwise"
+    REDUCTION = "reduction"
+    OTHER = "other"
+
+
+GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_int_mm", "addmv", "mv", "_scaled_mm",
+            "convolution", "_convolution", "conv2d", "conv1d", "conv3d"}
+NORM_OPS = {"native_layer_norm", "layer_norm", "rms_norm", "_fused_rms_norm", "native_group_norm", "group_norm",
+            "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "batch_norm"}
+REDUCTION_OPS = {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "_softmax", "softmax",
+                 "_log_softmax", "log_softmax", "logsumexp", "var", "var_mean", "std", "prod", "cumsum", "any", "all"}
+REDUCTION_PARAMS = {"rnumel", "r0_numel", "r1_numel"}
+NUMEL_PARAMS = {"xnumel", "ynumel", "znumel"} | REDUCTION_PARAMS
+
+
+def op_name(qualified: str) -> str:
+    """``"aten::mm.out"`` / ``"aten.mm.default"`` / ``"mm"`` -> ``"mm"``."""
+    parts = qualified.replace("::", ".").split(".")
+    return parts[1] if len(parts) > 1 and parts[0] in ("aten", "prims", "torch") else parts[0]
+
+
+def _is_attention(name: str) -> bool:
+    return "attention" in name or "sdpa" in name or name.startswith("_flash")
+
+
+def classify(launch: Launch) -> KernelClass:
+    """The kernel class of a launch, from its op (extern) or the ATen ops fused into it (Triton)."""
+    fused = {op_name(o) for o in launch.provenance.aten_ops}
+    if isinstance(launch, ExternLaunch):
+        name = op_name(launch.op)
+        fused = fused | {name}
+    if fused & GEMM_OPS:
+        return KernelClass.GEMM
+    if any(_is_attention(n) for n in fused):
+        return KernelClass.ATTENTION
+    if fused & NORM_OPS or ("rsqrt" in fused and fused & {"mean", "var", "var_mean", "sum"}):
+        return KernelClass.NORM
+    if isinstance(launch, TritonLaunch):
+        reduces = bool(set(launch.param_names) & REDUCTION_PARAMS) or bool(fused & REDUCTION_OPS)
+        return KernelClass.REDUCTION if reduces else KernelClass.ELEMENTWISE
+    return KernelClass.REDUCTION if fused & REDUCTION_OPS else KernelClass.OTHER
+
+
+@dataclass(frozen=True)
+class LaunchFeatures:
+    """What the roofline needs to know about one launch.
+
+    Attributes:
+        index: launch index in program order.
+        kernel_class: see :class:`KernelClass`.
+        flops: floating-point operations (a multiply-add counts 2).
+        nbytes: bytes read plus bytes written.
+        tensor_core: whether the FLOPs run on tensor cores (16-bit GEMM/attention inputs).
+        label: kernel name or op, for tables.
+    """
+
+    index: int
+    kernel_class: KernelClass
+    flops: float
+    nbytes: float
+    tensor_core: bool
+    label: str
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOP per byte."""
+        return self.flops / self.nbytes if self.nbytes else math.inf
+
+
+def distinct(tensors: Iterable[TensorArg]) -> list[TensorArg]:
+    """The views, each distinct view once (an ``out=`` argument also listed as an output, q = k = v...)."""
+    return list(dict.fromkeys(tensors))
+
+
+def view_bytes(arg: TensorArg) -> int:
+    """Bytes a view can address: ``min(numel * itemsize, storage span)`` (broadcast views count their span)."""
+    start, end = arg.byte_span
+    return min(arg.numel * arg.itemsize, end - start)
+
+
+def _tensors(obj: Any) -> Iterable[TensorArg]:
+    if isinstance(obj, TensorArg):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for o in obj:
+            yield from _tensors(o)
+    elif isinstance(obj, Mapping):
+        for o in obj.values():
+            yield from _tensors(o)
+
+
+def _triton_features(launch: TritonLaunch, kclass: KernelClass) -> LaunchFeatures:
+    tensors = distinct(launch.tensor_args.values())
+    nbytes = sum(view_bytes(t) for t in tensors)
+    numels = [a.value for n, a in zip(launch.param_names, launch.args)
+              if n in NUMEL_PARAMS and isinstance(getattr(a, "value", None), int)]
+    elements = math.prod(numels) if numels else max((t.numel for t in tensors), default=0)
+    ops = max(1, len(launch.provenance.aten_ops))
+    dtypes = {t.dtype for t in tensors}
+    tensor_core = kclass in (KernelClass.GEMM, KernelClass.ATTENTION) and bool(dtypes & {torch.bfloat16, torch.float16})
+    return LaunchFeatures(launch.index, kclass, float(elements * ops), float(nbytes), tensor_core, launch.kernel)
+
+
+def _arg(launch: ExternLaunch, name: str, default: Any = None) -> Any:
+    """Argument ``name`` of an extern launch, positional or keyword (positions from the op's schema)."""
+    if name in launch.kwargs:
+        return launch.kwargs[name]
+    try:
+        names = [a.name for a in launch.overload._schema.arguments]
+    except (AttributeError, RuntimeError):
+        return default
+    if name in names and names.index(name) < len(launch.args):
+        return launch.args[names.index(name)]
+    return default
+
+
+def _gemm_flops(name: str, launch: ExternLaunch) -> float:
+    a = launch.args
+    if name in ("mm", "_int_mm", "_scaled_mm") and len(a) >= 2:
+        (m, k), (_, n) = a[0].size, a[1].size
+        return 2.0 * m * n * k
+    if name == "addmm" and len(a) >= 3:
+        (m, k), (_, n) = a[1].size, a[2].size
+        return 2.0 * m * n * k + m * n
+    if name == "bmm" and len(a) >= 2:
+        (b, m, k), (_, _, n) = a[0].size, a[1].size
+        return 2.0 * b * m * n * k
+    if name == "baddbmm" and len(a) >= 3:
+        (b, m, k), (_, _, n) = a[1].size, a[2].size
+        return 2.0 * b * m * n * k + b * m * n
+    if name in ("convolution", "_convolution") and launch.outputs and len(a) >= 2:
+        per_out = math.prod(a[1].size[1:])  # the weight is (C_out, C_in / groups, *kernel)
+        return 2.0 * launch.outputs[0].numel * per_out
+    return 0.0
+
+
+def _attention_flops(name: str, launch: ExternLaunch) -> float:
+    q, k, v = (launch.args + (None, None, None))[:3]
+    if not all(isinstance(t, TensorArg) for t in (q, k, v)) or len(q.size) != 4:
+        return 0.0
+    if name in ("_flash_attention_forward", "_efficient_attention_forward"):  # (B, L, H, E) layout
+        (b, length, h, e), s, ev = q.size, k.size[1], v.size[3]
+    else:  # (B, H, L, E) layout of the scaled_dot_product_* ops
+        (b, h, length, e), s, ev = q.size, k.size[2], v.size[3]
+    flops = 2.0 * b * h * length * s * (e + ev)
+    causal = _arg(launch, "is_causal", False)
+    if getattr(causal, "value", causal) is True and length == s:
+        flops *= 0.5
+    return flops
+
+
+def _extern_features(launch: ExternLaunch, kclass: KernelClass) -> LaunchFeatures:
+    name = op_name(launch.op)
+    tensors = distinct([*_tensors(launch.args), *_tensors(launch.kwargs), *launch.outputs])
+    nbytes = sum(view_bytes(t) for t in tensors)
+    if kclass is KernelClass.GEMM:
+        flops = _gemm_flops(name, launch)
+    elif kclass is KernelClass.ATTENTION:
+        flops = _attention_flops(name, launch)
+    else:
+        flops = 0.0
+    inputs = [t for t in _tensors(launch.args) if isinstance(t, TensorArg)]
+    tensor_core = kclass in (KernelClass.GEMM, KernelClass.ATTENTION) and bool(
+        inputs and inputs[-1].dtype in (torch.bfloat16, torch.float16))
+    return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.op)
+
+
+def launch_features(launch: Launch) -> LaunchFeatures:
+    """FLOPs, bytes and class of one launch (see the module docstring for the formulas)."""
+    kclass = classify(launch)
+    if isinstance(launch, TritonLaunch):
+        return _triton_features(launch, kclass)
+    return _extern_features(launch, kclass)
+
+
+# ------------------------------------------------------------------------------------------------------- the roofline
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Fractions of a device's peaks a kernel class reaches: ``compute`` of FLOP/s, ``memory`` of bytes/s."""
+
+    compute: float
+    memory: float
+
+
+DEFAULT_EFFICIENCY = {
+    KernelClass.GEMM: Efficiency(0.70, 0.75),
+    KernelClass.ATTENTION: Efficiency(0.45, 0.70),
+    KernelClass.NORM: Efficiency(0.30, 0.60),
+    KernelClass.ELEMENTWISE: Efficiency(0.30, 0.70),
+    KernelClass.REDUCTION: Efficiency(0.30, 0.60),
+    KernelClass.OTHER: Efficiency(0.20, 0.50),
+}
+
+
+@dataclass(frozen=True)
+class RooflineModel:
+    """Roofline with per-class efficiencies and a per-launch overhead.
+
+    Attributes:
+        efficiency: per kernel class.
+        overhead_s: fixed seconds per launch (launch latency, tail effects).
+        source: where the efficiencies come from (priors, or "calibrated on <device>, N launches").
+    """
+
+    efficiency: Mapping[KernelClass, Efficiency] = field(default_factory=lambda: dict(DEFAULT_EFFICIENCY))
+    overhead_s: float = 4e-6
+    source: str = "prior efficiencies (not calibrated)"
+
+    def predict(self, f: LaunchFeatures, device: DeviceSpec) -> float:
+        """Seconds of one launch on ``device``.
+
+        Raises:
+            DeviceUnavailableError: the device has no datasheet figures (an unknown GPU model).
+        """
+        peak = device.peak_bf16_flops if f.tensor_core else device.peak_fp32_flops
+        if not (peak > 0 and device.mem_bandwidth > 0):
+            raise DeviceUnavailableError(f"{device.name} ({device.model}) has no datasheet peaks: profile it instead "
+                                         "of modelling it, or add it to runtime/catalog.py")
+        e = self.efficiency[f.kernel_class]
+        return self.overhead_s + max(f.flops / (peak * e.compute), f.nbytes / (device.mem_bandwidth * e.memory))
+
+
+def _as_spec(d: DeviceSpec | str) -> DeviceSpec:
+    return parse_device(d) if isinstance(d, str) else d
+
+
+def calibrate(measured: Sequence[tuple[LaunchFeatures, float]], device: DeviceSpec | str,
+              prior: RooflineModel | None = None, overheads_s: Sequence[float] = (0, 1e-6, 2e-6, 3e-6, 4e-6, 6e-6,
+                                                                                      8e-6, 12e-6, 16e-6)) -> RooflineModel:
+    """Fit per-class efficiencies and the launch overhead to measured times on one device.
+
+    Minimises the squared log error of predicted vs measured seconds by grid search (efficiencies 0.001..1 on a log
+    grid, the overhead from ``overheads_s``). Classes without measurements keep the prior's efficiencies; a tiny pull
+    towards the prior breaks ties (e.g. the compute efficiency of a purely memory-bound class).
+
+    Args:
+        measured: (features, seconds) pairs measured on ``device``.
+        device: where they were measured.
+        prior: starting model (default priors when ``None``).
+        overheads_s: candidate per-launch overheads, seconds.
+    """
+    prior = prior or RooflineModel()
+    device = _as_spec(device)
+    grid = np.logspace(-3, 0, 121)
+    by_class: dict[KernelClass, list[tuple[LaunchFeatures, float]]] = {}
+    for f, t in measured:
+        if t > 0:
+            by_class.setdefault(f.kernel_class, []).append((f, t))
+    if not by_class:
+        return prior
+    best: tuple[float, float, dict] | None = None
+    for oh in overheads_s:
+        total, fitted = 0.0, {}
+        for kc, rows in by_class.items():
+            peaks = np.array([device.peak_bf16_flops if f.tensor_core else device.peak_fp32_flops for f, _ in rows])
+            fl = np.array([f.flops for f, _ in rows]) / peaks
+            by = np.array([f.nbytes for f, _ in rows]) / device.mem_bandwidth
+            t = np.log(np.array([s for _, s in rows]))
+            pred = oh + np.maximum(fl[None, None, :] / grid[:, None, None], by[None, None, :] / grid[None, :, None])
+            loss = ((np.log(pred) - t) ** 2).sum(-1)
+            p = prior.efficiency[kc]
+            loss = loss + 1e-3 * ((np.log(grid) - math.log(p.compute))[:, None] ** 2
+                                  + (np.log(grid) - math.log(p.memory))[None, :] ** 2)
+            i, j = np.unravel_index(np.argmin(loss), loss.shape)
+            total += float(loss[i, j])
+            fitted[kc] = Efficiency(float(grid[i]), float(grid[j]))
+        if best is None or total < best[0]:
+            best = (total, oh, fitted)
+    _, oh, fitted = best
+    eff = dict(prior.efficiency)
+    eff.update(fitted)
+    n = sum(len(r) for r in by_class.values())
+    log.info("calibrated roofline on %s: %d launches, overhead %.1f us, %s", device.name, n, oh * 1e6,
+             {k.value: (round(v.compute, 3), round(v.memory, 3)) for k, v in fitted.items()})
+    return replace(prior, efficiency=eff, overhead_s=oh, source=f"calibrated on {device.name} ({device.model}), {n} launches")
+
+
+def estimate_costs(program: KernelProgram, devices: Sequence[DeviceSpec | str], kernels: Sequence[int] | None = None,
+                   model: RooflineModel | None = None) -> CostTable:
+    """Predicted seconds of every launch (or of ``kernels``, launch indices) on every device.
+
+    Args:
+        program: the kernel program.
+        devices: specs or device strings (``"sim:a100"``, ``"cuda:1@24sm"``...).
+        kernels: launch indices to cost; all launches when ``None``.
+        model: the roofline (default priors when ``None``; pass a :func:`calibrate` result).
+
+    Raises:
+        DeviceUnavailableError: a device has no datasheet figures.
+    """
+    model = model or RooflineModel()
+    specs = [_as_spec(d) for d in devices]
+    by_index = {l.index: l for l in program.launches}
+    wanted = list(by_index) if kernels is None else list(kernels)
+    seconds = np.empty((len(wanted), len(specs)))
+    for r, k in enumerate(wanted):
+        f = launch_features(by_index[k])
+        for c, d in enumerate(specs):
+            seconds[r, c] = model.predict(f, d)
+    return CostTable(tuple(d.name for d in specs), tuple(wanted), seconds, source=f"roofline model: {model.source}")

@@ -1,0 +1,235 @@
+"""Links between devices: measured (:func:`measure_links`) or modelled from cited figures (:func:`build_topology`).
+
+Model. A link moves ``nbytes`` in ``latency + nbytes / bandwidth`` seconds. Figures per link family
+(:data:`LINK_FIGURES`) are the published per-direction peaks times an achievable fraction:
+
+* PCIe 4.0 x16: 16 GT/s per lane, 128b/130b encoding -> 31.5 GB/s per direction (PCI-SIG, PCI Express Base
+  Specification 4.0); the Tessera artifact measured A100<->A100 peer copies at 21-23 GB/s over it, so we take 0.75.
+* PCIe 5.0 x16: 32 GT/s per lane -> 63 GB/s per direction (PCI Express Base Specification 5.0); same fraction.
+* NVLink 3 (A100 SXM): 600 GB/s total, 300 per direction (NVIDIA A100 datasheet).
+* NVLink 4 (H100/H200 SXM): 900 GB/s total, 450 per direction (H100/H200 datasheets); we measured 394 GB/s for 1 GiB
+  peer copies on our H200 pair (DESIGN.md, 2026-11), a fraction of 0.875.
+* NVLink 5 (B200): 1.8 TB/s total, 900 per direction (NVIDIA HGX B200 specifications).
+
+Pairing rule for simulated devices: two GPUs of the same NVLink model share an NVLink domain; any other pair talks over
+the slower of the two PCIe generations, by peer copy when both support peer access, else staged through pinned host
+memory (two sequential copies: half the bandwidth, twice the latency). The paper's pairs used 200-400 Gb/s RDMA NICs
+(25-50 GB/s), the same order as PCIe 4/5 x16. Two partitions of one GPU copy device-to-device (read + write at the
+device's bandwidth). CPU virtual devices copy host memory (nominal 5 GB/s, 5 us).
+
+Measurement. Per ordered pair: the latency of a 4 KiB copy, and bandwidth for message sizes 4 KiB .. 1 GiB, with CUDA
+events on the source's stream (torch copies between GPUs on the source device's current stream). Peer copies when
+``torch.cuda.can_device_access_peer``; pinned-host staging otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from torch_tessera.runtime import catalog
+from torch_tessera.runtime.costs import Topology
+from torch_tessera.runtime.devices import Device, DeviceKind, DeviceSpec, parse_device
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LinkFigure:
+    """One link family: achievable bandwidth (bytes/s per direction), latency (s) and the source of the peak."""
+
+    bandwidth: float
+    latency: float
+    source: str
+
+
+LINK_FIGURES: Mapping[str, LinkFigure] = {
+    "pcie4": LinkFigure(31.5e9 * 0.75, 10e-6, "PCIe 4.0 x16 31.5 GB/s/dir (PCI-SIG base spec 4.0) x 0.75"),
+    "pcie5": LinkFigure(63.0e9 * 0.75, 10e-6, "PCIe 5.0 x16 63 GB/s/dir (PCI-SIG base spec 5.0) x 0.75"),
+    "nvlink3": LinkFigure(300e9 * 0.875, 8e-6, "NVLink 3 300 GB/s/dir (A100 datasheet) x 0.875"),
+    "nvlink4": LinkFigure(450e9 * 0.875, 8e-6, "NVLink 4 450 GB/s/dir (H100/H200 datasheets) x 0.875 (measured H200)"),
+    "nvlink5": LinkFigure(900e9 * 0.875, 8e-6, "NVLink 5 900 GB/s/dir (HGX B200 specifications) x 0.875"),
+}
+HOST_COPY = LinkFigure(5e9, 5e-6, "CPU virtual devices: nominal host memcpy")
+_PCIE_OF = {"pcie4": "pcie4", "pcie5": "pcie5", "nvlink3": "pcie4", "nvlink4": "pcie5", "nvlink5": "pcie5"}
+
+
+def _entry(spec: DeviceSpec) -> catalog.CatalogEntry | None:
+    return catalog.CATALOG.get(spec.catalog_key or "")
+
+
+def model_link(a: DeviceSpec, b: DeviceSpec) -> tuple[float, float, str]:
+    """Modelled (bandwidth bytes/s, latency s, reason) of the link ``a -> b``."""
+    if a.kind is DeviceKind.CPU or b.kind is DeviceKind.CPU:
+        if a.kind is b.kind:
+            return HOST_COPY.bandwidth, HOST_COPY.latency, HOST_COPY.source
+        f = LINK_FIGURES["pcie4"]
+        return f.bandwidth, f.latency, "CPU <-> GPU over " + f.source
+    if a.is_gpu and b.is_gpu and a.index == b.index:
+        bw = min(a.mem_bandwidth, b.mem_bandwidth) / 2
+        return bw, 5e-6, "same GPU: device-to-device copy (read + write at DRAM bandwidth)"
+    ea, eb = _entry(a), _entry(b)
+    fam_a = ea.interconnect if ea else "pcie4"
+    fam_b = eb.interconnect if eb else "pcie4"
+    if ea is not None and ea is eb and fam_a.startswith("nvlink"):
+        f = LINK_FIGURES[fam_a]
+        return f.bandwidth, f.latency, f.source
+    pcie = min(_PCIE_OF[fam_a], _PCIE_OF[fam_b])  # "pcie4" < "pcie5"
+    f = LINK_FIGURES[pcie]
+    if ea is not None and eb is not None and ea.peer_access and eb.peer_access:
+        return f.bandwidth, f.latency, "peer copy over " + f.source
+    return f.bandwidth / 2, 2 * f.latency + 5e-6, "staged through pinned host memory over " + f.source
+
+
+@dataclass(frozen=True)
+class LinkMeasurement:
+    """Measured link ``src -> dst``.
+
+    Attributes:
+        src: source device name.
+        dst: destination device name.
+        method: ``"peer"``, ``"staged"``, ``"same-gpu"`` or ``"host"``.
+        latency: seconds of a 4 KiB copy.
+        seconds_by_size: message size (bytes) -> seconds per copy (median).
+    """
+
+    src: str
+    dst: str
+    method: str
+    latency: float
+    seconds_by_size: Mapping[int, float] = field(default_factory=dict)
+
+    @property
+    def bandwidth(self) -> float:
+        """Bandwidth (bytes/s) at the largest measured size."""
+        size = max(self.seconds_by_size)
+        return size / self.seconds_by_size[size]
+
+
+def build_topology(devices: Sequence[DeviceSpec | str], measured: Sequence[LinkMeasurement] = ()) -> Topology:
+    """Links of every ordered pair: measured where ``measured`` has the pair, modelled otherwise.
+
+    The memory of each device is its budget or capacity (``DeviceSpec.memory_bytes``).
+    """
+    specs = [parse_device(d) if isinstance(d, str) else d for d in devices]
+    n = len(specs)
+    bw, lat = np.full((n, n), np.inf), np.zeros((n, n))
+    got = {(m.src, m.dst): m for m in measured}
+    sources = set()
+    for i, a in enumerate(specs):
+        for j, b in enumerate(specs):
+            if i == j:
+                continue
+            m = got.get((a.name, b.name))
+            if m is not None:
+                bw[i, j], lat[i, j] = m.bandwidth, m.latency
+                sources.add(f"measured ({m.method})")
+            else:
+                bw[i, j], lat[i, j], why = model_link(a, b)
+                sources.add(why)
+    return Topology(tuple(s.name for s in specs), bw, lat, tuple(s.memory_bytes for s in specs),
+                    source="; ".join(sorted(sources)) or "single device")
+
+
+# ---------------------------------------------------------------------------------------------------------- measuring
+
+DEFAULT_SIZES = tuple(4096 << (2 * k) for k in range(10))  # 4 KiB, 16 KiB, ... 256 MiB, 1 GiB
+
+
+def _time_cuda(fn, stream: torch.cuda.Stream, repeats: int) -> float:
+    """Median seconds of ``fn`` timed with CUDA events on ``stream``."""
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        fn()
+        end.record(stream)
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def _time_host(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _measure_pair(a: Device, b: Device, sizes: Sequence[int], repeats: int) -> LinkMeasurement:
+    if not (a.spec.is_gpu and b.spec.is_gpu):
+        method = "host"
+    elif a.spec.index == b.spec.index:
+        method = "same-gpu"
+    elif torch.cuda.can_device_access_peer(a.spec.index, b.spec.index):
+        method = "peer"
+    else:
+        method = "staged"
+    results = {}
+    for size in sizes:
+        n = max(1, size // 2)
+        with a.guard():
+            src = torch.empty(n, dtype=torch.bfloat16, device=a.torch_device)
+        with b.guard():
+            dst = torch.empty(n, dtype=torch.bfloat16, device=b.torch_device)
+        reps = repeats if size < (256 << 20) else max(3, repeats // 4)
+        if method == "host":
+            results[size] = _time_host(lambda: dst.copy_(src), reps)
+        elif method == "staged":
+            host = torch.empty(n, dtype=torch.bfloat16, pin_memory=True)
+
+            def staged() -> None:
+                host.copy_(src, non_blocking=True)
+                torch.cuda.current_stream(a.torch_device).synchronize()
+                dst.copy_(host, non_blocking=True)
+                torch.cuda.current_stream(b.torch_device).synchronize()
+
+            results[size] = _time_host(staged, reps)
+        else:
+            with a.guard():
+                stream = torch.cuda.current_stream(a.torch_device)
+                results[size] = _time_cuda(lambda: dst.copy_(src, non_blocking=True), stream, reps)
+        del src, dst
+    latency = results[min(results)]
+    return LinkMeasurement(a.name, b.name, method, latency, results)
+
+
+def measure_links(devices: Sequence[Device], sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 10,
+                  progress: bool = True) -> list[LinkMeasurement]:
+    """Measure every ordered pair of ``devices``.
+
+    Args:
+        devices: open devices (real GPUs, partitions or CPU virtual devices).
+        sizes: message sizes in bytes (KB to 1 GiB by default).
+        repeats: timed copies per size (a quarter, at least 3, from 256 MiB up).
+        progress: show a tqdm progress bar.
+    """
+    pairs = [(a, b) for a in devices for b in devices if a is not b]
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        def tqdm(x, **_):
+            return x
+    out = []
+    for a, b in tqdm(pairs, desc="links", disable=not progress):
+        m = _measure_pair(a, b, sizes, repeats)
+        log.info("link %s -> %s (%s): latency %.1f us, %.1f GB/s at %d bytes", a.name, b.name, m.method,
+                 m.latency * 1e6, m.bandwidth / 1e9, max(sizes))
+        out.append(m)
+    return out
+
+
+def link_table_rows(measured: Sequence[LinkMeasurement]) -> list[dict]:
+    """One row per pair and size: what ``tessera devices --measure-links`` and the bench print."""
+    return [{"src": m.src, "dst": m.dst, "method": m.method, "bytes": size, "seconds": s, "GB/s": size / s / 1e9}
+            for m in measured for size, s in sorted(m.seconds_by_size.items())]
