@@ -10,7 +10,7 @@ import sys
 from torch_tessera.errors import TesseraError
 
 #: Subcommand name -> module under ``torch_tessera.commands``.
-COMMANDS = {"inspect": "inspect"}
+COMMANDS = {"inspect": "inspect", "devices": "devices"}
 
 
 def build_parser() -> argparse.ArgumentParser:
