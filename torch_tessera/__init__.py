@@ -23,3 +23,12 @@ from torch_tessera.errors import (  # noqa: F401
 __version__ = "0.1.0"
 
 logging.getLogger("torch_tessera").addHandler(logging.NullHandler())
+
+
+def _register() -> None:
+    from torch_tessera.backend import register
+
+    register()
+
+
+_register()

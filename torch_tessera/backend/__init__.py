@@ -1,0 +1,101 @@
+"""``backend/``: the ``torch.compile`` entry point. Entry function: :func:`tessera_backend`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Callable, Sequence
+
+import torch
+
+from torch_tessera.backend.config import TesseraConfig
+from torch_tessera.errors import LoweringError
+
+log = logging.getLogger("torch_tessera.backend")
+
+__all__ = ["tessera_backend", "TesseraConfig", "register"]
+
+
+def tessera_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    options: dict | None = None,
+    mode: str | None = None,
+) -> Callable:
+    """The ``"tessera"`` backend: lower -> capture the kernel program -> run it with our executor.
+
+    Args:
+        gm: the FX graph Dynamo captured.
+        example_inputs: its example inputs.
+        options: see :class:`TesseraConfig` (unknown keys raise :class:`~torch_tessera.errors.ConfigError`).
+        mode: ``torch.compile``'s mode; leave unset.
+
+    Returns:
+        A callable computing ``gm``.
+
+    Raises:
+        ConfigError: bad options.
+        LoweringError: the graph could not be lowered and ``fallback="raise"``.
+    """
+    config = TesseraConfig.from_options(options, mode)
+    try:
+        return _compile(gm, example_inputs, config)
+    except LoweringError as e:
+        if config.fallback == "raise":
+            raise
+        log.warning(
+            "tessera could not lower this graph (%s); running it with plain Inductor instead. "
+            "Pass options={'fallback': 'raise'} to make this an error.",
+            e,
+        )
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(gm, list(example_inputs))
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: TesseraConfig) -> Callable:
+    from torch_tessera.lowering import lower
+    from torch_tessera.runtime.executor import ProgramExecutor
+
+    graphs: list = []
+
+    def on_captured(captured: Any) -> Callable:
+        graphs.append(captured)
+        if config.dump_dir:
+            _dump(captured, config.dump_dir)
+        return ProgramExecutor(captured.program, captured.kernel_objects)
+
+    compiled = lower(gm, example_inputs, on_captured)
+    compiled_fn = _with_programs(compiled, graphs)
+    return compiled_fn
+
+
+def _with_programs(fn: Callable, graphs: list) -> Callable:
+    def run(*args: Any) -> Any:
+        return fn(*args)
+
+    run.tessera_graphs = graphs  # type: ignore[attr-defined]
+    return run
+
+
+def _dump(captured: Any, dump_dir: str) -> None:
+    from torch_tessera.lowering.program import to_jsonable
+
+    os.makedirs(dump_dir, exist_ok=True)
+    n = len([f for f in os.listdir(dump_dir) if f.startswith("program_")])
+    with open(os.path.join(dump_dir, f"program_{n}.json"), "w") as f:
+        json.dump(to_jsonable(captured.program), f, indent=1)
+    for name, src in captured.program.kernels.items():
+        with open(os.path.join(dump_dir, f"{name}.py"), "w") as f:
+            f.write(src.source)
+    log.info("dumped program %d to %s", n, dump_dir)
+
+
+def register() -> None:
+    """Register ``"tessera"`` with Dynamo (done on ``import torch_tessera``; the entry point covers the rest)."""
+    from torch._dynamo import list_backends, register_backend
+
+    if "tessera" not in list_backends(exclude_tags=()):
+        register_backend(name="tessera")(tessera_backend)

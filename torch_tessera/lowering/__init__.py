@@ -1,0 +1,84 @@
+"""``lowering/``: FX graph -> TorchInductor -> :class:`~torch_tessera.lowering.program.KernelProgram`.
+
+Entry function: :func:`lower`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+import torch
+
+from torch_tessera.compat import torch_inductor as compat
+from torch_tessera.errors import LoweringError, TesseraError
+from torch_tessera.lowering.capture import CapturedGraph, capture_program, launch_writes
+from torch_tessera.lowering.program import (  # noqa: F401
+    Buffer,
+    BufferKind,
+    ExternLaunch,
+    KernelProgram,
+    KernelSource,
+    ScalarArg,
+    TensorArg,
+    TritonLaunch,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["lower", "CapturedGraph", "KernelProgram", "launch_writes"]
+
+
+def graph_device_type(example_inputs: Sequence[Any]) -> str:
+    """Device type (``"cpu"``/``"cuda"``) of a graph's tensor inputs; raises if they mix device types."""
+    types = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+    if len(types) > 1:
+        raise LoweringError(f"graph inputs live on several device types {sorted(types)}; tessera lowers one at a time")
+    return types.pop() if types else "cpu"
+
+
+def lower(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    on_captured: Callable[[CapturedGraph], Callable[[list], Any] | None],
+) -> Callable:
+    """Compile ``gm`` with Inductor and capture every inner graph as a kernel program.
+
+    For each graph Inductor compiles (one for inference), ``on_captured(captured)`` is called; if it returns a callable,
+    that callable (taking the list of graph inputs, returning the outputs) replaces Inductor's generated ``call()``.
+    On CPU inputs, kernels are generated as Triton and run through Triton's interpreter.
+
+    Args:
+        gm: the FX graph from Dynamo (or ``torch.export``).
+        example_inputs: its example inputs (real tensors, FakeTensors or ints).
+        on_captured: called with each captured graph.
+
+    Returns:
+        A callable with the graph's calling convention (Inductor's AOTAutograd wrapper around our callables).
+
+    Raises:
+        LoweringError: Inductor could not lower the graph, or its output could not be captured.
+    """
+    device_type = graph_device_type(example_inputs)
+    if device_type == "cpu":
+        from torch_tessera.compat.triton import use_cpu_interpreter
+
+        use_cpu_interpreter()
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    flags = [isinstance(x, torch.nn.Parameter) for x in example_inputs]
+    events: list[compat.CodegenEvent] = []
+
+    def on_compiled(compiled: Any, fake_inputs: Sequence[Any]) -> None:
+        captured = capture_program(compiled, fake_inputs, list(events), names, flags)
+        events.clear()
+        runner = on_captured(captured)
+        if runner is not None:
+            compiled.current_callable = runner
+
+    try:
+        with compat.compile_context(device_type), compat.record_codegen(events):
+            return compat.compile_graph(gm, example_inputs, on_compiled)
+    except TesseraError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the border with Inductor: any failure there is a lowering failure
+        raise LoweringError(f"Inductor could not lower the graph: {type(e).__name__}: {e}") from e

@@ -223,8 +223,8 @@ class KernelProgram:
 
     Attributes:
         buffers: every storage the program touches, by name.
-        inputs: buffer name of each graph input, in the order the compiled callable receives them. Two inputs that
-            share a storage map to one name.
+        inputs: each graph input, in the order the compiled callable receives them: a view of its buffer (two inputs
+            that share a storage name one buffer), or a scalar.
         launches: kernel launches in program order.
         outputs: the returned values, as views of buffers (or scalars).
         kernels: source of every Triton kernel, by kernel name.
@@ -232,7 +232,7 @@ class KernelProgram:
     """
 
     buffers: Mapping[str, Buffer]
-    inputs: tuple[str, ...]
+    inputs: tuple[Arg, ...]
     launches: tuple[Launch, ...]
     outputs: tuple[Arg, ...]
     kernels: Mapping[str, KernelSource]

@@ -1,0 +1,249 @@
+"""Everything torch_tessera does to TorchInductor's internals, in one place.
+
+Checked on torch 2.13.0 (CPU, this machine's CI version) and torch 2.11.0 (the GPU machine's version).
+
+What we rely on, and why:
+
+* ``compile_fx(gm, inputs, inner_compile=...)``: the documented hook that receives the post-AOTAutograd graph; we call
+  Inductor's own ``compile_fx_inner`` inside it and then capture the result as a kernel program.
+* ``CompiledFxGraph.current_callable``: the generated ``call(args)`` function. We run it once on FakeTensors to *record*
+  the launches it makes (nothing executes), then replace it with our executor, leaving AOTAutograd's runtime wrappers
+  (input-mutation epilogues, output aliasing) around us untouched.
+* The generated module's globals ``empty_strided_<device>`` and ``reinterpret_tensor`` are C fast paths that bypass
+  FakeTensorMode; during recording we swap them for ``torch.empty_strided`` / ``torch.as_strided``.
+* ``CachingAutotuner.run``: every Triton launch goes through it; during recording we swap it for a recorder.
+* Provenance: ``PythonWrapperCodegen.generate_kernel_call`` and ``Scheduler.codegen_extern_call`` are wrapped during
+  codegen to note which FX nodes (and so which ATen ops and ``nn.Module`` paths) each launch computes.
+* Caches (FX graph cache, AOTAutograd cache) are disabled while we compile: a cache hit skips ``inner_compile``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class CodegenEvent:
+    """One kernel call Inductor generated, in codegen order.
+
+    Attributes:
+        kind: ``"triton"`` or ``"extern"``.
+        name: kernel name (Triton) or Python kernel name (extern, e.g. ``extern_kernels.mm``).
+        aten_ops: targets of the FX nodes the call computes.
+        fx_nodes: names of those FX nodes.
+        module_paths: deepest ``nn.Module`` path of each of those nodes.
+    """
+
+    kind: str
+    name: str
+    aten_ops: tuple[str, ...]
+    fx_nodes: tuple[str, ...]
+    module_paths: tuple[str, ...]
+
+
+def _origins_of(snode: Any) -> list[Any]:
+    origins: list[Any] = []
+    nodes = snode.get_nodes() if hasattr(snode, "get_nodes") else [snode]
+    for n in nodes:
+        ir = getattr(n, "node", None)
+        for o in sorted(getattr(ir, "origins", ()) or (), key=lambda o: o.name):
+            if o not in origins:
+                origins.append(o)
+    return origins
+
+
+def _event(kind: str, name: str, origins: Sequence[Any]) -> CodegenEvent:
+    ops, names, paths = [], [], []
+    for o in origins:
+        target = getattr(o, "target", None)
+        op = str(getattr(target, "__name__", target))
+        if hasattr(target, "overloadpacket"):
+            op = f"aten.{target.overloadpacket.__name__}"
+        if op not in ops:
+            ops.append(op)
+        names.append(o.name)
+        stack = o.meta.get("nn_module_stack") or {}
+        if stack:
+            path = list(stack.values())[-1][0]
+            if path not in paths:
+                paths.append(path)
+    return CodegenEvent(kind, name, tuple(ops), tuple(names), tuple(paths))
+
+
+@contextlib.contextmanager
+def record_codegen(events: list[CodegenEvent]) -> Iterator[None]:
+    """Append a :class:`CodegenEvent` to ``events`` for every kernel call Inductor generates inside the context."""
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.scheduler import Scheduler
+    from torch._inductor.virtualized import V
+
+    orig_call = PythonWrapperCodegen.generate_kernel_call
+    orig_extern = Scheduler.codegen_extern_call
+
+    def generate_kernel_call(self: Any, kernel_name: str, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("triton", True):
+            scheduler = getattr(V.graph, "scheduler", None)
+            node = getattr(scheduler, "current_node", None)
+            events.append(_event("triton", kernel_name, _origins_of(node) if node is not None else []))
+        return orig_call(self, kernel_name, *args, **kwargs)
+
+    def codegen_extern_call(self: Any, scheduler_node: Any) -> Any:
+        ir = getattr(scheduler_node, "node", None)
+        name = str(getattr(ir, "python_kernel_name", None) or type(ir).__name__)
+        origin = getattr(ir, "origin_node", None)
+        events.append(_event("extern", name, [origin] if origin is not None else _origins_of(scheduler_node)))
+        return orig_extern(self, scheduler_node)
+
+    PythonWrapperCodegen.generate_kernel_call = generate_kernel_call
+    Scheduler.codegen_extern_call = codegen_extern_call
+    try:
+        yield
+    finally:
+        PythonWrapperCodegen.generate_kernel_call = orig_call
+        Scheduler.codegen_extern_call = orig_extern
+
+
+def inductor_config_patches(device_type: str) -> dict[str, Any]:
+    """Inductor config for a tessera compile: Triton kernels on every device, no caches, no Inductor CUDA graphs."""
+    patches: dict[str, Any] = {
+        "fx_graph_cache": False,
+        "triton.cudagraphs": False,
+        "cpp_wrapper": False,
+    }
+    if device_type == "cpu":
+        patches["cpu_backend"] = "triton"
+    return patches
+
+
+@contextlib.contextmanager
+def compile_context(device_type: str) -> Iterator[None]:
+    """Config under which :func:`compile_graph` runs (see :func:`inductor_config_patches`)."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(inductor_config_patches(device_type)), functorch_config.patch(
+        enable_autograd_cache=False
+    ):
+        yield
+
+
+def compile_graph(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    on_compiled: Callable[[Any, Sequence[Any]], None],
+) -> Callable:
+    """Compile ``gm`` with Inductor, calling ``on_compiled(compiled_fx_graph, fake_inputs)`` on each inner graph.
+
+    Returns what ``compile_fx`` returns: a callable taking the graph's inputs. ``on_compiled`` may replace
+    ``compiled_fx_graph.current_callable``.
+    """
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    def inner_compile(inner_gm: torch.fx.GraphModule, inner_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        compiled = compile_fx_inner(inner_gm, inner_inputs, **kwargs)
+        on_compiled(compiled, inner_inputs)
+        return compiled
+
+    return compile_fx(gm, list(example_inputs), inner_compile=inner_compile)
+
+
+def generated_module_globals(compiled: Any) -> dict[str, Any]:
+    """Globals of the generated wrapper module behind ``compiled.current_callable``."""
+    fn = compiled.current_callable
+    fn = getattr(fn, "__func__", fn)
+    return fn.__globals__
+
+
+@contextlib.contextmanager
+def recording_allocators(module_globals: dict[str, Any]) -> Iterator[None]:
+    """Swap the wrapper's C allocation fast paths for ones that respect FakeTensorMode."""
+    saved = {k: v for k, v in module_globals.items() if k.startswith("empty_strided_") or k == "reinterpret_tensor"}
+    for key in saved:
+        if key == "reinterpret_tensor":
+            module_globals[key] = lambda t, size, stride, offset: torch.as_strided(t, size, stride, offset)
+        elif key != "empty_strided_p2p":
+            device = key.removeprefix("empty_strided_").removesuffix("_pinned")
+
+            def alloc(size: Any, stride: Any, dtype: torch.dtype, *_: Any, _device: str = device) -> torch.Tensor:
+                return torch.empty_strided(size, stride, dtype=dtype, device=_device)
+
+            module_globals[key] = alloc
+    try:
+        yield
+    finally:
+        module_globals.update(saved)
+
+
+@contextlib.contextmanager
+def intercept_triton_launches(on_launch: Callable[[Any, tuple, dict], Any]) -> Iterator[None]:
+    """Route every ``CachingAutotuner.run(*args, **kwargs)`` to ``on_launch(autotuner, args, kwargs)``."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    orig = CachingAutotuner.run
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return on_launch(self, args, kwargs)
+
+    CachingAutotuner.run = run
+    try:
+        yield
+    finally:
+        CachingAutotuner.run = orig
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonKernelInfo:
+    """What a ``CachingAutotuner`` knows about its kernel, in plain data."""
+
+    name: str
+    source: str
+    signature: dict[str, str]
+    constants: dict[str, Any]
+    param_names: tuple[str, ...]
+    config: dict[str, Any]
+    mutated: tuple[str, ...]
+
+
+def triton_kernel_info(autotuner: Any) -> TritonKernelInfo:
+    """Name, module source, signature, first config and mutated parameters of an Inductor Triton kernel."""
+    name = autotuner.fn.__name__
+    filename = getattr(autotuner, "filename", None)
+    if not filename:
+        raise RuntimeError(f"kernel {name}: Inductor did not record the module file it wrote")
+    with open(filename) as f:
+        source = f.read()
+    meta = autotuner.triton_meta
+    signature = {str(k): str(v) for k, v in meta["signature"].items()}
+    cfg = autotuner.configs[0]
+    config = dict(cfg.kwargs)
+    config["num_warps"] = cfg.num_warps
+    config["num_stages"] = cfg.num_stages
+    params = tuple(k for k, v in signature.items() if v != "constexpr" and k not in cfg.kwargs)
+    mutated = tuple(getattr(autotuner, "mutated_arg_names", ()) or ())
+    return TritonKernelInfo(name, source, signature, dict(meta.get("constants", {})), params, config, mutated)
+
+
+def launch_grid(autotuner: Any, args: Sequence[Any]) -> tuple[int, int, int]:
+    """Grid of a launch with the autotuner's first config (what the interpreter and a 1-config GPU launch use)."""
+    try:
+        _, grid = autotuner._interpret_args_grid(tuple(args), autotuner.configs[0])
+    except Exception as e:  # noqa: BLE001 - private API; the grid is informational
+        log.debug("grid of %s unavailable: %s", autotuner.fn.__name__, e)
+        return (0, 0, 0)
+    g = tuple(int(x) for x in grid) + (1, 1, 1)
+    return g[:3]  # type: ignore[return-value]
+
+
+def load_kernel_module(source: str, name: str) -> Any:
+    """Execute a kernel module's source and return its ``CachingAutotuner`` named ``name``."""
+    from torch._inductor.codecache import PyCodeCache
+
+    module = PyCodeCache.load(source)
+    return getattr(module, name)

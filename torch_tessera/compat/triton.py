@@ -1,0 +1,254 @@
+"""Everything torch_tessera does to Triton's internals, in one place.
+
+Checked on triton 3.7.0 (with torch 2.13.0, CPU) and written against triton 3.6.0 (the GPU machine's version).
+
+Two things live here:
+
+* :func:`use_cpu_interpreter` makes Triton usable on a machine without a GPU: it sets ``TRITON_INTERPRET=1`` (kernels
+  run in Triton's numpy interpreter) and installs a driver object that reports a CUDA sm_90 target, so that Inductor's
+  ``cpu_backend="triton"`` generates the same Triton kernels for CPU tensors that it generates for an H100/H200.
+  Triton has no public switch for this: ``triton.runtime.driver.set_active`` with a ``DriverBase`` subclass is the
+  supported extension point for new backends, and is what we use.
+* :func:`interpreter_libdevice` (used around every interpreted launch) supplies numpy implementations of the ``libdevice`` functions Inductor's kernels call
+  (``rsqrt``, ``erf``, ``tanh``, ``pow``...). In the interpreter those names are stubs that return ``None``, because
+  Triton swaps in the real NVIDIA libdevice only when compiling. We patch the stub module only for the duration of an
+  interpreted launch, so that compiling PTX (``torch_tessera.ptx``) still sees the real stubs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import warnings
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+#: The target the CPU interpreter driver reports. sm_90 is the H100/H200 architecture our GPUs have.
+INTERPRETER_TARGET_ARCH = 90
+
+
+def interpreter_enabled() -> bool:
+    """True when Triton kernels run in the numpy interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def use_cpu_interpreter() -> None:
+    """Run Triton kernels on CPU tensors through Triton's interpreter, with a CUDA sm_90 target reported.
+
+    Idempotent. Must be called before Inductor loads any kernel module (``@triton.jit`` reads ``TRITON_INTERPRET`` when
+    a kernel is decorated).
+    """
+    os.environ["TRITON_INTERPRET"] = "1"
+    from triton.runtime import driver
+
+    if getattr(driver, "_active", None).__class__.__name__ == "CPUInterpreterDriver":
+        return
+    driver.set_active(_make_cpu_driver()())
+    # Inductor's CPU kernel modules call triton_helpers.set_driver_to_cpu(), which warns when no triton-cpu backend
+    # is installed; our driver is that backend as far as Inductor is concerned.
+    warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
+
+
+def _make_cpu_driver() -> type:
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.driver import DriverBase
+
+    class CPUInterpreterDriver(DriverBase):
+        """A Triton driver for CPU tensors: kernels run in the interpreter, compilation targets CUDA sm_90."""
+
+        @classmethod
+        def is_active(cls) -> bool:
+            return False  # never auto-selected; installed explicitly by use_cpu_interpreter()
+
+        def map_python_to_cpp_type(self, ty: str) -> str:
+            return ty
+
+        def get_current_target(self) -> Any:
+            return GPUTarget("cuda", INTERPRETER_TARGET_ARCH, 32)
+
+        def get_active_torch_device(self) -> Any:
+            return torch.device("cpu")
+
+        def get_benchmarker(self) -> Callable:
+            from triton.testing import do_bench
+
+            return do_bench
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: int | None = None) -> int:
+            return 0
+
+    return CPUInterpreterDriver
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# libdevice for the interpreter
+
+
+def _np_unary(fn: Callable[[np.ndarray], np.ndarray], out: str | None = None) -> Callable:
+    return lambda *a: _apply(fn, a, out)
+
+
+def _np_binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], out: str | None = None) -> Callable:
+    return lambda *a: _apply(fn, a, out)
+
+
+def _apply(fn: Callable, args: tuple, out: str | None) -> Any:
+    """Apply a numpy function to interpreter tensors; ``out`` is None (same dtype), "bool" or an int dtype name."""
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    tensors = [a for a in args if isinstance(a, tl.core.tensor)]
+    if not tensors:
+        raise TypeError("libdevice stand-in called without a tensor argument")
+    ref = max(tensors, key=lambda t: t.handle.data.size)
+    ref_np = ref.handle.data.dtype
+    arrays = []
+    for a in args:
+        if isinstance(a, tl.core.tensor):
+            arrays.append(a.handle.data)
+        else:
+            value = getattr(a, "value", a)  # tl.constexpr
+            arrays.append(np.asarray(value, dtype=ref_np))
+    with np.errstate(all="ignore"):
+        result = np.asarray(fn(*arrays))
+    if out is None:
+        scalar = ref.dtype
+        result = result.astype(ref_np, copy=False)
+    elif out == "bool":
+        scalar = tl.int1
+        result = result.astype(np.bool_)
+    else:
+        scalar = getattr(tl, out)
+        result = result.astype(getattr(np, out))
+    shape = list(result.shape)
+    ttype = tl.block_type(scalar, shape) if ref.type.is_block() else scalar
+    return tl.core.tensor(TensorHandle(result, scalar), ttype)
+
+
+def _libdevice_table() -> dict[str, Callable]:
+    from scipy import special
+
+    def nextafter(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.nextafter(x, y.astype(x.dtype))
+
+    def ilogb(x: np.ndarray) -> np.ndarray:
+        return np.where(x == 0, np.iinfo(np.int32).min, np.floor(np.log2(np.abs(x))))
+
+    table = {
+        "rsqrt": _np_unary(lambda x: 1.0 / np.sqrt(x)),
+        "sqrt": _np_unary(np.sqrt),
+        "erf": _np_unary(special.erf),
+        "erfc": _np_unary(special.erfc),
+        "erfinv": _np_unary(special.erfinv),
+        "lgamma": _np_unary(special.gammaln),
+        "tanh": _np_unary(np.tanh),
+        "fast_tanhf": _np_unary(np.tanh),
+        "tan": _np_unary(np.tan),
+        "sinh": _np_unary(np.sinh),
+        "cosh": _np_unary(np.cosh),
+        "sin": _np_unary(np.sin),
+        "cos": _np_unary(np.cos),
+        "asin": _np_unary(np.arcsin),
+        "acos": _np_unary(np.arccos),
+        "atan": _np_unary(np.arctan),
+        "asinh": _np_unary(np.arcsinh),
+        "acosh": _np_unary(np.arccosh),
+        "atanh": _np_unary(np.arctanh),
+        "exp": _np_unary(np.exp),
+        "exp2": _np_unary(np.exp2),
+        "expm1": _np_unary(np.expm1),
+        "log": _np_unary(np.log),
+        "log2": _np_unary(np.log2),
+        "log10": _np_unary(np.log10),
+        "log1p": _np_unary(np.log1p),
+        "floor": _np_unary(np.floor),
+        "ceil": _np_unary(np.ceil),
+        "trunc": _np_unary(np.trunc),
+        "nearbyint": _np_unary(np.rint),
+        "rint": _np_unary(np.rint),
+        "round": _np_unary(lambda x: np.sign(x) * np.floor(np.abs(x) + 0.5)),
+        "abs": _np_unary(np.abs),
+        "isnan": _np_unary(np.isnan, "bool"),
+        "isinf": _np_unary(np.isinf, "bool"),
+        "isfinited": _np_unary(np.isfinite, "bool"),
+        "finitef": _np_unary(np.isfinite, "bool"),
+        "signbit": _np_unary(np.signbit, "bool"),
+        "llrint": _np_unary(np.rint, "int64"),
+        "ilogb": _np_unary(ilogb, "int32"),
+        "pow": _np_binary(np.power),
+        "atan2": _np_binary(np.arctan2),
+        "hypot": _np_binary(np.hypot),
+        "fmod": _np_binary(np.fmod),
+        "copysign": _np_binary(np.copysign),
+        "nextafter": _np_binary(nextafter),
+        "ldexp": _np_binary(lambda x, e: np.ldexp(x, e.astype(np.int32))),
+        "fmax": _np_binary(np.fmax),
+        "fmin": _np_binary(np.fmin),
+        "div_rn": _np_binary(np.divide),
+        "mul_rn": _np_binary(np.multiply),
+        "add_rn": _np_binary(np.add),
+    }
+    return table
+
+
+_patch_lock = threading.RLock()
+_patch_depth = 0
+_saved: dict[str, Any] = {}
+_saved_jit_call: list[Callable] = []
+_interpreted: dict[int, Any] = {}
+
+
+def _interpreted_device_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``JITFunction.__call__`` inside an interpreted kernel: run the device function in the interpreter."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    fn = _interpreted.get(id(self))
+    if fn is None:
+        fn = _interpreted[id(self)] = InterpretedFunction(self.fn)
+    return fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def interpreter_libdevice() -> Iterator[None]:
+    """Within this context, ``triton.language.extra.libdevice`` functions compute with numpy (interpreter only).
+
+    Re-entrant. Outside it the module is untouched, so PTX compilation still resolves the real libdevice.
+    """
+    global _patch_depth
+    import triton.language.extra.libdevice as libdevice_module
+
+    from triton.runtime.jit import JITFunction
+
+    with _patch_lock:
+        if _patch_depth == 0:
+            for name, fn in _libdevice_table().items():
+                _saved[name] = getattr(libdevice_module, name, None)
+                setattr(libdevice_module, name, fn)
+            _saved_jit_call.append(JITFunction.__call__)
+            JITFunction.__call__ = _interpreted_device_call
+        _patch_depth += 1
+    try:
+        yield
+    finally:
+        with _patch_lock:
+            _patch_depth -= 1
+            if _patch_depth == 0:
+                for name, fn in _saved.items():
+                    if fn is None:
+                        delattr(libdevice_module, name)
+                    else:
+                        setattr(libdevice_module, name, fn)
+                _saved.clear()
+                JITFunction.__call__ = _saved_jit_call.pop()
+
+
+__all__ = ["use_cpu_interpreter", "interpreter_libdevice", "interpreter_enabled", "INTERPRETER_TARGET_ARCH"]

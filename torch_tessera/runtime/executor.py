@@ -1,0 +1,214 @@
+"""Single-device reference executor: runs a :class:`KernelProgram` launch by launch.
+
+This is the executor the backend installs in place of Inductor's generated ``call()``. It owns the buffers (graph
+inputs are bound to the caller's storages, temporaries are allocated at first use and freed after last use) and
+launches every kernel itself: Triton kernels through their Inductor ``CachingAutotuner`` (on CPU under Triton's
+interpreter), extern kernels through their ATen overload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from torch_tessera.errors import TesseraError
+from torch_tessera.lowering.program import (
+    BufferKind,
+    ExternLaunch,
+    KernelProgram,
+    ScalarArg,
+    TensorArg,
+    TritonLaunch,
+)
+
+log = logging.getLogger(__name__)
+
+
+class BufferPool:
+    """The storages of one device: name -> flat ``uint8`` tensor over the whole storage."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.storages: dict[str, torch.Tensor] = {}
+        self._typed: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+
+    def bind(self, name: str, t: torch.Tensor) -> None:
+        """Bind buffer ``name`` to the storage of tensor ``t``."""
+        flat = torch.empty(0, dtype=torch.uint8, device=t.device)
+        flat.set_(t.untyped_storage(), 0, (t.untyped_storage().nbytes(),), (1,))
+        self.storages[name] = flat
+        self._typed = {k: v for k, v in self._typed.items() if k[0] != name}
+
+    def allocate(self, name: str, nbytes: int) -> None:
+        self.storages[name] = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+
+    def free(self, name: str) -> None:
+        self.storages.pop(name, None)
+        self._typed = {k: v for k, v in self._typed.items() if k[0] != name}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.storages
+
+    def view(self, arg: TensorArg) -> torch.Tensor:
+        """The strided view ``arg`` describes, over this pool's storage for ``arg.buffer``."""
+        key = (arg.buffer, arg.dtype)
+        typed = self._typed.get(key)
+        if typed is None:
+            flat = self.storages[arg.buffer]
+            item = arg.itemsize
+            usable = flat.numel() - flat.numel() % item
+            typed = flat[:usable].view(arg.dtype)
+            self._typed[key] = typed
+        return torch.as_strided(typed, arg.size, arg.stride, arg.offset)
+
+
+def _tensor_args(value: Any) -> list[TensorArg]:
+    leaves, _ = tree_flatten(value)
+    return [x for x in leaves if isinstance(x, TensorArg)]
+
+
+def launch_buffers(launch: TritonLaunch | ExternLaunch) -> set[str]:
+    """Every buffer a launch's arguments or outputs name."""
+    if isinstance(launch, TritonLaunch):
+        return {a.buffer for a in launch.args if isinstance(a, TensorArg)}
+    names = {a.buffer for a in _tensor_args(launch.args)} | {a.buffer for a in _tensor_args(dict(launch.kwargs))}
+    return names | {a.buffer for a in launch.outputs}
+
+
+def fresh_extern_outputs(program: KernelProgram) -> dict[int, set[str]]:
+    """Per extern launch, the buffers it creates (its results that no earlier launch or input touched)."""
+    seen = {a.buffer for a in program.inputs if isinstance(a, TensorArg)}
+    fresh: dict[int, set[str]] = {}
+    for launch in program.launches:
+        if isinstance(launch, ExternLaunch):
+            used = {a.buffer for a in _tensor_args(launch.args)} | {a.buffer for a in _tensor_args(dict(launch.kwargs))}
+            new = {o.buffer for o in launch.outputs} - seen - used
+            if new:
+                fresh[launch.index] = new
+        seen |= launch_buffers(launch)
+    return fresh
+
+
+class KernelLauncher:
+    """Launches single kernels of a program on a device (Triton via ``CachingAutotuner``, extern via ATen)."""
+
+    def __init__(self, program: KernelProgram, kernel_objects: Mapping[str, Any] | None = None) -> None:
+        self.program = program
+        self._objects = dict(kernel_objects or {})
+
+    def kernel(self, name: str) -> Any:
+        obj = self._objects.get(name)
+        if obj is None:
+            from torch_tessera.compat.torch_inductor import load_kernel_module
+
+            obj = load_kernel_module(self.program.kernels[name].source, name)
+            self._objects[name] = obj
+        return obj
+
+    def launch(self, launch: TritonLaunch | ExternLaunch, pool: BufferPool, stream: Any = None) -> Any:
+        """Run one launch with its arguments taken from ``pool``. Returns the extern op's result (None for Triton)."""
+
+        def arg(v: Any) -> Any:
+            if isinstance(v, TensorArg):
+                return pool.view(v)
+            if isinstance(v, ScalarArg):
+                return v.value
+            return v
+
+        if isinstance(launch, TritonLaunch):
+            args = [arg(a) for a in launch.args]
+            raw_stream = 0 if stream is None else stream.cuda_stream
+            with _interpreter_context(pool.device):
+                self.kernel(launch.kernel).run(*args, stream=raw_stream)
+            return None
+        args = tree_map(arg, launch.args)
+        kwargs = tree_map(arg, dict(launch.kwargs))
+        return launch.overload(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _interpreter_context(device: torch.device) -> Iterator[None]:
+    if device.type == "cpu":
+        from torch_tessera.compat.triton import interpreter_libdevice
+
+        with interpreter_libdevice():
+            yield
+    else:
+        yield
+
+
+class ProgramExecutor:
+    """Runs a :class:`KernelProgram` on one device, launch by launch.
+
+    Calling the executor with the graph's inputs (a list, as Inductor's ``call()`` takes them) returns the outputs.
+    ``launches_executed`` counts every launch run since construction: tests compare it with the program length to
+    prove the program, not Inductor's ``call()``, did the work.
+
+    Args:
+        program: the program to run.
+        kernel_objects: live ``CachingAutotuner`` objects by kernel name (from lowering); others are rebuilt from
+            ``program.kernels`` sources.
+    """
+
+    def __init__(self, program: KernelProgram, kernel_objects: Mapping[str, Any] | None = None) -> None:
+        self.program = program
+        self.launcher = KernelLauncher(program, kernel_objects)
+        self.launches_executed = 0
+        self.calls = 0
+        self._fresh = fresh_extern_outputs(program)
+        out_buffers = {a.buffer for a in program.outputs if isinstance(a, TensorArg)}
+        last_use: dict[str, int] = {}
+        for launch in program.launches:
+            for b in launch_buffers(launch):
+                last_use[b] = launch.index
+        self._free_after: dict[int, list[str]] = {}
+        for b, i in last_use.items():
+            if program.buffers[b].kind == BufferKind.TEMP and b not in out_buffers:
+                self._free_after.setdefault(i, []).append(b)
+
+    def __call__(self, args: list) -> list:
+        inputs = list(args)
+        if isinstance(args, list):
+            args.clear()  # Inductor's calling convention: the callee owns (and clears) the argument list
+        return self.run(inputs)
+
+    def run(self, inputs: Sequence[Any]) -> list:
+        """Run the program on ``inputs`` (the graph inputs, in order) and return its outputs."""
+        program = self.program
+        if len(inputs) != len(program.inputs):
+            raise TesseraError(f"program expects {len(program.inputs)} inputs, got {len(inputs)}")
+        device = torch.device(program.device)
+        pool = BufferPool(device)
+        for i, (spec, value) in enumerate(zip(program.inputs, inputs)):
+            if isinstance(spec, TensorArg):
+                if not isinstance(value, torch.Tensor):
+                    raise TesseraError(f"input {i} ({spec.buffer}) should be a tensor, got {type(value).__name__}")
+                if value.storage_offset() != spec.offset:
+                    raise TesseraError(
+                        f"input {i} ({spec.buffer}) has storage offset {value.storage_offset()}, the program was "
+                        f"lowered for {spec.offset}; recompile for this input layout"
+                    )
+                if spec.buffer not in pool:
+                    pool.bind(spec.buffer, value)
+        for launch in program.launches:
+            for b in launch_buffers(launch):
+                if b not in pool and b not in self._fresh.get(launch.index, ()):
+                    pool.allocate(b, program.buffers[b].nbytes)
+            result = self.launcher.launch(launch, pool)
+            if isinstance(launch, ExternLaunch) and launch.index in self._fresh:
+                leaves = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
+                for spec, t in zip(launch.outputs, leaves):
+                    if spec.buffer in self._fresh[launch.index] and spec.buffer not in pool:
+                        pool.bind(spec.buffer, t)
+            self.launches_executed += 1
+            for b in self._free_after.get(launch.index, ()):
+                pool.free(b)
+        for o in program.outputs:
+            if isinstance(o, TensorArg) and o.buffer not in pool:  # an output no launch touches (e.g. empty)
+                pool.allocate(o.buffer, program.buffers[o.buffer].nbytes)
+        self.calls += 1
+        return [pool.view(o) if isinstance(o, TensorArg) else o.value for o in program.outputs]
