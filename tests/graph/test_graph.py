@@ -132,3 +132,21 @@ def test_op_classes_from_provenance():
     assert op_class(launch(("aten.cumsum",))) == "reduction"
     assert op_class(launch(("aten.mul", "aten.silu"))) == "elementwise"
     assert op_class(ExternLaunch(0, "aten::index_put_.default", (), {}, ("self",))) == "other"
+
+
+def test_scatter_write_does_not_hide_earlier_writers():
+    from torch_tessera.ptx.types import AccessMode, KernelAccess, ParamAccess
+
+    bufs = buffers(idx=(BufferKind.INPUT, 4), src=(BufferKind.INPUT, 4), out=(BufferKind.TEMP, 16),
+                   res=(BufferKind.TEMP, 16))
+    scatter = KernelAccess("scatter", (ParamAccess("in_ptr0", AccessMode.READ), ParamAccess("in_ptr1", AccessMode.READ),
+                                       ParamAccess("out_ptr0", AccessMode.WRITE, data_dependent=True)))
+    launches = [
+        triton(0, "read_one", in_ptr0=view("src", 0, (4,)), out_ptr0=view("out", 0, (16,))),  # zero-fill
+        TritonLaunch(1, "scatter", ("in_ptr0", "in_ptr1", "out_ptr0"),
+                     (view("idx", 0, (4,)), view("src", 0, (4,)), view("out", 0, (16,))), (1, 1, 1), {}),
+        triton(2, "read_one", in_ptr0=view("out", 0, (16,)), out_ptr0=view("res", 0, (16,))),
+    ]
+    e = edges(build_dependency_graph(program(bufs, launches), {"read_one": READ_ONE, "scatter": scatter}))
+    assert "RAW" in e[(0, 1)]["kinds"] and e[(0, 1)]["bytes"] == 64  # the fill reaches the scatter's device
+    assert e[(1, 2)]["bytes"] == 64

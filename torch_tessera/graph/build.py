@@ -57,7 +57,7 @@ def triton_access(launch: TritonLaunch, access: KernelAccess | None) -> LaunchAc
 
     Without a summary (or for a parameter it lacks), Inductor's parameter roles are used (``in_ptr`` read, ``out_ptr``
     written, ``in_out_ptr`` both) and the launch is marked unsure. A parameter Inductor declares mutated is always
-    treated as written.
+    treated as written. A data-dependent write (scatter) also reads the view: it may leave bytes untouched.
     """
     out = LaunchAccess()
     by_name = access.by_name if access is not None else {}
@@ -78,7 +78,10 @@ def triton_access(launch: TritonLaunch, access: KernelAccess | None) -> LaunchAc
         if name in launch.mutated and not p.mode.writes:
             log.warning("launch %d (%s): Inductor declares %s mutated but its PTX never writes it; keeping it as "
                         "written", launch.index, launch.kernel, name)
-        out.add(arg, p.mode.reads, write, p.extent)
+        # A data-dependent write (scatter, index_put) may leave bytes of the view untouched: treat it as
+        # read-modify-write of the view, so the bytes written before it still reach it and flow on from it.
+        read = p.mode.reads or (write and p.data_dependent)
+        out.add(arg, read, write, p.extent)
     return out.merged()
 
 
