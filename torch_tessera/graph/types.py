@@ -25,6 +25,8 @@ class DependencyGraph:
         op_class (str): one of :data:`OP_CLASSES`.
         layer (int | None): repeated-layer index from provenance.
         reads (frozenset[str]) / writes (frozenset[str]): buffer names read / written.
+        read_ranges / write_ranges (tuple[tuple[str, int, int], ...]): the byte ranges ``(buffer, start, end)``
+            read / written (half-open, merged per buffer).
         unsure (bool): the access analysis could not prove this launch's accesses; keep it with its neighbours.
         unsure_reason (str): why, when ``unsure``.
 
