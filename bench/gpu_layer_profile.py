@@ -244,7 +244,7 @@ def measure_link_table() -> list[dict]:
         return link_table_rows(measure_links([d0, d1], repeats=8, progress=False))
 
 
-def triton_on_green_context() -> dict:
+def triton_on_green_context(gpu: int = 1) -> dict:
     """Can an (Inductor-style) Triton kernel launch on a green-context stream? The executor needs the answer."""
     import triton
     import triton.language as tl
@@ -258,7 +258,7 @@ def triton_on_green_context() -> dict:
         tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
 
     out = {}
-    for dev_str in ("cuda:1", "cuda:1@24sm"):
+    for dev_str in (f"cuda:{gpu}", f"cuda:{gpu}@24sm"):
         try:
             with open_device(dev_str) as d, d.guard():
                 x = torch.zeros(1 << 20, device=d.torch_device)
@@ -351,8 +351,10 @@ def main(argv: list[str] | None = None) -> int:
         results["meta"]["cuda_python"] = version("cuda-python")
     except Exception:  # noqa: BLE001
         results["meta"]["cuda_python"] = "not installed"
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        results["errors"]["setup"] = "needs two CUDA GPUs"
+    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    part_gpu = 1 if n_gpus >= 2 else 0  # with one GPU, partitions are carved from GPU0 (measured one at a time)
+    if n_gpus == 0:
+        results["errors"]["setup"] = "needs a CUDA GPU"
     else:
         results["meta"]["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
@@ -374,13 +376,14 @@ def main(argv: list[str] | None = None) -> int:
         wanted = set(args.configs.split(","))
         for label, dev in CONFIGS:
             if label in wanted:
+                dev = dev.replace("cuda:1", f"cuda:{part_gpu}")
                 cfg = part(f"config {label}", lambda dev=dev, label=label: run_config(label, dev, args.repeats))
                 if cfg is not None:
                     results["configs"][label] = cfg
-        links = part("links", measure_link_table)
+        links = part("links", measure_link_table) if n_gpus >= 2 else None
         if links is not None:
             results["links"] = links
-        probe = part("triton_on_green_context", triton_on_green_context)
+        probe = part("triton_on_green_context", lambda: triton_on_green_context(part_gpu))
         if probe is not None:
             results["triton_on_green_context"] = probe
         if "whole" in results["configs"]:

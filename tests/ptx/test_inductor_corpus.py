@@ -18,7 +18,7 @@ from tests.ptx.zoo import lower_fn, zoo
 
 CHECKED: dict[str, int] = {}
 MODELS = {name: (fn, inputs) for name, fn, inputs in zoo()}
-KNOWN_LOWERING_BUGS = {"split_k_reduction": "lowering drops the constant-specialised xnumel=1 of a split reduction"}
+KNOWN_LOWERING_BUGS: dict[str, str] = {}
 
 
 def role_disagreements(launch, access, source) -> list[str]:
