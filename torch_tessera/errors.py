@@ -40,3 +40,8 @@ class UnsupportedModelError(TesseraError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else ""
+
+
+class DeviceOutOfMemoryError(TesseraError):
+    """A device ran out of memory while running a plan. The message names the device, the plan's estimate and the
+    memory actually in use."""

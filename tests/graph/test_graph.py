@@ -80,15 +80,49 @@ def test_kv_cache_state_update_carries_only_the_new_slot():
     assert e[(0, 1)]["ranges"] == (("cache", pos * width * 4, (pos + 1) * width * 4),)
 
 
-def test_strided_views_overlap_by_their_byte_envelope():
+def test_strided_views_use_their_exact_bytes():
     bufs = buffers(m=(BufferKind.TEMP, 4 * 6), o=(BufferKind.TEMP, 8))
     launches = [
         triton(0, "read_one", in_ptr0=view("o", 0, (8,)), out_ptr0=view("m", 0, (4, 2), (6, 1))),  # columns 0:2
         triton(1, "read_one", in_ptr0=view("m", 4, (4, 2), (6, 1)), out_ptr0=view("o", 0, (8,))),  # columns 4:6
     ]
     e = edges(build_dependency_graph(program(bufs, launches), {"read_one": READ_ONE}))
-    # envelopes [0, 80) and [16, 96) overlap in [16, 80): conservative, never missing a dependency
-    assert e[(0, 1)]["ranges"] == (("m", 16, 80),)
+    # the envelopes [0, 80) and [16, 96) overlap, the columns do not: no dependency of 1 on 0's bytes
+    assert (0, 1) not in e or "RAW" not in e[(0, 1)]["kinds"]
+
+
+def test_interleaved_strided_writes_both_reach_the_reader():
+    """Two launches each write half the columns of one buffer (RoPE's neg-half and cat); a reader needs both.
+
+    Treating a strided write as writing its whole envelope would make the second launch the last writer of the
+    first one's columns and lose them when the launches run on different devices.
+    """
+    bufs = buffers(m=(BufferKind.TEMP, 4 * 16), o=(BufferKind.TEMP, 16), r=(BufferKind.TEMP, 64))
+    launches = [
+        triton(0, "read_one", in_ptr0=view("o", 0, (16,)), out_ptr0=view("m", 0, (4, 8), (16, 1))),  # cols 0:8
+        triton(1, "read_one", in_ptr0=view("o", 0, (16,)), out_ptr0=view("m", 8, (4, 8), (16, 1))),  # cols 8:16
+        triton(2, "read_one", in_ptr0=view("m", 0, (4, 16)), out_ptr0=view("r", 0, (4, 16))),
+    ]
+    e = edges(build_dependency_graph(program(bufs, launches), {"read_one": READ_ONE}))
+    assert e[(0, 2)]["ranges"] == tuple(("m", 64 * i, 64 * i + 32) for i in range(4))
+    assert e[(1, 2)]["ranges"] == tuple(("m", 64 * i + 32, 64 * i + 64) for i in range(4))
+    assert e[(0, 2)]["bytes"] + e[(1, 2)]["bytes"] == 4 * 16 * 4
+
+
+def test_a_write_known_only_by_its_envelope_is_read_modify_write():
+    """A view with too many contiguous runs to enumerate: its write also reads the envelope, so the earlier
+    writer's bytes between its runs still flow (through it) to later readers."""
+    n = 5000  # 5000 runs of one element with stride 2 > MAX_RUNS
+    bufs = buffers(m=(BufferKind.TEMP, 4 * 2 * n), o=(BufferKind.TEMP, 4 * n), r=(BufferKind.TEMP, 8 * n))
+    launches = [
+        triton(0, "read_one", in_ptr0=view("o", 0, (n,)), out_ptr0=view("m", 0, (2 * n,))),
+        triton(1, "read_one", in_ptr0=view("o", 0, (n,)), out_ptr0=view("m", 0, (n,), (2,))),
+        triton(2, "read_one", in_ptr0=view("m", 0, (2 * n,)), out_ptr0=view("r", 0, (2 * n,))),
+    ]
+    dg = build_dependency_graph(program(bufs, launches), {"read_one": READ_ONE})
+    e = edges(dg)
+    assert "m" in dg.graph.nodes[1]["reads"]
+    assert "RAW" in e[(0, 1)]["kinds"] and "RAW" in e[(1, 2)]["kinds"]
 
 
 def test_extern_schema_reads_and_writes():

@@ -59,17 +59,43 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Te
     from torch_tessera.lowering import lower
     from torch_tessera.runtime.executor import ProgramExecutor
 
-    executors: list[ProgramExecutor] = []
+    executors: list[Any] = []
 
     def on_captured(captured: Any) -> Callable:
         if config.dump_dir:
             _dump(captured, config.dump_dir)
-        executor = ProgramExecutor(captured.program, captured.kernel_objects)
+        if config.devices:
+            executor: Any = _placed_runner(captured, config)
+        else:
+            executor = ProgramExecutor(captured.program, captured.kernel_objects)
         executors.append(executor)
         return executor
 
     compiled = lower(gm, example_inputs, on_captured)
     return _with_executors(compiled, executors)
+
+
+def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
+    """analyse PTX -> build the DAG -> place -> the multi-device runner."""
+    from torch_tessera.graph import build_dependency_graph
+    from torch_tessera.ptx import analyze_program
+    from torch_tessera.runtime.devices import open_device
+    from torch_tessera.runtime.runner import TesseraRunner, random_placement
+
+    program = captured.program
+    devices = [open_device(d) for d in config.devices]
+    home = torch.device(program.device)
+    if devices[0].torch_device.type != home.type or (home.type == "cuda" and devices[0].torch_device != home):
+        raise LoweringError(
+            f"the first device ({config.devices[0]}) must hold the model's tensors, which are on {program.device}"
+        )
+    accesses = analyze_program(program)
+    dag = build_dependency_graph(program, accesses)
+    if config.policy == "random":
+        placement = random_placement(dag, len(devices), config.seed)
+    else:
+        placement = {launch.index: 0 for launch in program.launches}
+    return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, timeout_s=config.timeout_s)
 
 
 def _with_executors(fn: Callable, executors: list) -> Callable:

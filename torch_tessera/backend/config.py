@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from torch_tessera.errors import ConfigError
 
 FALLBACKS = ("inductor", "raise")
+POLICIES = ("home", "random")
 
 
 @dataclass(frozen=True)
@@ -20,14 +21,33 @@ class TesseraConfig:
         fallback: what to do when a graph cannot be lowered: ``"inductor"`` (default) logs one warning on the
             ``torch_tessera`` logger and compiles the graph with plain Inductor; ``"raise"`` re-raises the error.
         dump_dir: when set, every stage writes its artifacts there (``program_<n>.json``, one ``.py`` per kernel).
+        devices: devices to run on, e.g. ``("cuda:0", "cuda:0@72sm")`` or ``"cpu:0,cpu:1"`` (see
+            :func:`torch_tessera.runtime.devices.parse_device`). The first must hold the model's tensors. Empty: run
+            the program on the model's device with the single-device executor.
+        policy: how launches are placed on ``devices``: ``"home"`` (all on the first device), ``"random"`` (a random
+            device per launch, seeded by ``seed``: a correctness check).
+        seed: seed of the ``"random"`` policy.
+        timeout_s: seconds a call waits for its cross-device transfers before raising ``TransferTimeout``.
     """
 
     fallback: str = "inductor"
     dump_dir: str | None = None
+    devices: tuple[str, ...] = ()
+    policy: str = "home"
+    seed: int = 0
+    timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
             raise ConfigError(f"option fallback={self.fallback!r} is not one of {FALLBACKS}")
+        if isinstance(self.devices, str):
+            object.__setattr__(self, "devices", tuple(d.strip() for d in self.devices.split(",") if d.strip()))
+        else:
+            object.__setattr__(self, "devices", tuple(self.devices))
+        if self.policy not in POLICIES:
+            raise ConfigError(f"option policy={self.policy!r} is not one of {POLICIES}")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"option timeout_s={self.timeout_s} must be positive (seconds)")
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None, mode: str | None = None) -> "TesseraConfig":

@@ -291,3 +291,24 @@ def load_kernel_module(source: str, name: str) -> Any:
 
     module = PyCodeCache.load(source)
     return getattr(module, name)
+
+
+def load_kernel_for_device(source: str, name: str, device_index: int | None) -> Any:
+    """A fresh ``CachingAutotuner`` for kernel ``name`` from its module source, bound to CUDA device ``device_index``.
+
+    A CUDA function handle belongs to one device's context, so each GPU needs its own kernel object: we execute the
+    source in a new module namespace (``PyCodeCache`` would return the cached module) and point the autotuner's
+    device properties at ``device_index`` before it compiles.
+    """
+    import types
+
+    module = types.ModuleType(f"tessera_kernel_{name}_{device_index}")
+    module.__file__ = f"<tessera kernel {name} for device {device_index}>"
+    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - Inductor-generated kernel source
+    autotuner = getattr(module, name)
+    props = getattr(autotuner, "device_props", None)
+    if device_index is not None and props is not None and getattr(props, "index", None) != device_index:
+        new_props = dataclasses.replace(props, index=device_index)
+        autotuner.device_props = new_props
+        autotuner.triton_meta["device"] = new_props
+    return autotuner

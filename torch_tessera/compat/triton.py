@@ -205,16 +205,57 @@ _patch_depth = 0
 _saved: dict[str, Any] = {}
 _saved_jit_call: list[Callable] = []
 _interpreted: dict[int, Any] = {}
+_lang_scopes: list[Any] = []
+
+
+def _patch_languages() -> Any:
+    """Patch ``triton.language`` *and* ``triton.language.core`` for the interpreter, once for a whole launch.
+
+    The interpreter patches the modules a kernel's globals name, and patches again (never restoring) on every
+    device-function call, which dominates interpreted run time. Patching both modules here, in a scope that encloses
+    the interpreter's own, lets device functions (Inductor's ``triton_helpers``, ``triton.language.standard``) run
+    without re-patching; the scope is restored when the launch ends.
+    """
+    import triton.language as tl
+    from triton.language import core as tl_core
+    from triton.runtime.interpreter import _patch_lang
+
+    namespace = {"tl": tl, "tl_core": tl_core}
+    exec("def _probe():\n    pass", namespace)  # noqa: S102 - a function whose globals name both modules
+    return _patch_lang(namespace["_probe"])
+
+
+def _fast_interpreted_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``InterpretedFunction.__call__`` (a device-function call) without re-patching the language each call."""
+    from triton.runtime.interpreter import InterpreterError
+
+    fn = self.rewrite()
+    try:
+        return fn(*args, **kwargs)
+    except InterpreterError:
+        raise
+    except Exception as e:  # noqa: BLE001 - same wrapping as InterpretedFunction.__call__
+        raise InterpreterError(repr(e)) from e
 
 
 def _interpreted_device_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-    """``JITFunction.__call__`` inside an interpreted kernel: run the device function in the interpreter."""
-    from triton.runtime.interpreter import InterpretedFunction
+    """``JITFunction.__call__`` inside an interpreted kernel: run the device function in the interpreter.
+
+    The enclosing launch has already patched ``triton.language`` for the interpreter (the device function's globals
+    hold the same module), so we call the rewritten function directly; ``InterpretedFunction.__call__`` would patch
+    the language again on every call (most of the interpreter's time) and never restore it.
+    """
+    from triton.runtime.interpreter import InterpretedFunction, InterpreterError
 
     fn = _interpreted.get(id(self))
     if fn is None:
-        fn = _interpreted[id(self)] = InterpretedFunction(self.fn)
-    return fn(*args, **kwargs)
+        fn = _interpreted[id(self)] = InterpretedFunction(self.fn).rewrite()
+    try:
+        return fn(*args, **kwargs)
+    except InterpreterError:
+        raise
+    except Exception as e:  # noqa: BLE001 - same wrapping as InterpretedFunction.__call__
+        raise InterpreterError(repr(e)) from e
 
 
 @contextlib.contextmanager
@@ -233,8 +274,13 @@ def interpreter_libdevice() -> Iterator[None]:
             for name, fn in _libdevice_table().items():
                 _saved[name] = getattr(libdevice_module, name, None)
                 setattr(libdevice_module, name, fn)
+            from triton.runtime.interpreter import InterpretedFunction
+
+            _lang_scopes.append(_patch_languages())
             _saved_jit_call.append(JITFunction.__call__)
+            _saved_jit_call.append(InterpretedFunction.__call__)
             JITFunction.__call__ = _interpreted_device_call
+            InterpretedFunction.__call__ = _fast_interpreted_call
         _patch_depth += 1
     try:
         yield
@@ -248,7 +294,11 @@ def interpreter_libdevice() -> Iterator[None]:
                     else:
                         setattr(libdevice_module, name, fn)
                 _saved.clear()
+                from triton.runtime.interpreter import InterpretedFunction
+
+                InterpretedFunction.__call__ = _saved_jit_call.pop()
                 JITFunction.__call__ = _saved_jit_call.pop()
+                _lang_scopes.pop().restore()
 
 
 __all__ = ["use_cpu_interpreter", "interpreter_libdevice", "interpreter_enabled", "INTERPRETER_TARGET_ARCH"]

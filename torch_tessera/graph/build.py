@@ -15,7 +15,7 @@ import networkx as nx
 from torch.utils._pytree import tree_flatten
 
 from torch_tessera.graph.op_class import op_class
-from torch_tessera.graph.ranges import StorageHistory, merge_ranges
+from torch_tessera.graph.ranges import StorageHistory, merge_ranges, view_byte_ranges
 from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, TensorArg, TritonLaunch
 from torch_tessera.ptx.types import KernelAccess
@@ -39,13 +39,24 @@ class LaunchAccess:
     unsure_reason: str = ""
 
     def add(self, arg: TensorArg, read: bool, write: bool, extent: tuple[int, int] | None = None) -> None:
+        """Record the bytes of view ``arg`` as read and/or written.
+
+        The exact bytes of the view are used when it has few enough contiguous runs. Otherwise only its envelope is
+        known; a write over an envelope is recorded as read-modify-write of the envelope, because recording it as a
+        plain write would make it the last writer of bytes it skips (between its strided runs) and lose the earlier
+        writer's bytes when the launch runs on another device.
+        """
         start, end = arg.byte_span
+        exact = view_byte_ranges(arg.offset, arg.size, arg.stride, arg.itemsize)
         if extent is not None:  # affine extent relative to the view's first byte, clipped to the view
             start, end = max(start, start + extent[0]), min(end, arg.offset * arg.itemsize + extent[1])
-        if read:
-            self.reads.setdefault(arg.buffer, []).append((start, end))
+            if exact is not None:
+                exact = [(max(s, start), min(e, end)) for s, e in exact if min(e, end) > max(s, start)]
+        ranges = exact if exact is not None else [(start, end)]
+        if read or (write and exact is None):
+            self.reads.setdefault(arg.buffer, []).extend(ranges)
         if write:
-            self.writes.setdefault(arg.buffer, []).append((start, end))
+            self.writes.setdefault(arg.buffer, []).extend(ranges)
 
     def merged(self) -> "LaunchAccess":
         return LaunchAccess({b: merge_ranges(r) for b, r in self.reads.items()},

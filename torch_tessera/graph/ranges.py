@@ -22,6 +22,52 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(s, e) for s, e in out]
 
 
+#: Views with more contiguous runs than this are summarised by their envelope (see :func:`view_byte_ranges`).
+MAX_RUNS = 4096
+
+
+def view_byte_ranges(offset: int, size: tuple[int, ...], stride: tuple[int, ...], itemsize: int,
+                     max_runs: int = MAX_RUNS) -> list[tuple[int, int]] | None:
+    """Exact bytes a strided view addresses, as merged half-open ranges, or None when it has more than ``max_runs``
+    contiguous runs (then only its envelope ``[first byte, last byte + 1)`` is known).
+
+    Args:
+        offset: storage offset in elements.
+        size / stride: the view's shape and strides (elements).
+        itemsize: bytes per element.
+        max_runs: largest number of runs enumerated.
+    """
+    import numpy as np
+
+    if any(s == 0 for s in size):
+        return []
+    dims = sorted(((st, sz) for sz, st in zip(size, stride) if sz > 1), reverse=True)  # outer (large stride) first
+    merged: list[list[int]] = []
+    for st, sz in dims:  # collapse a dim into the next-inner one when they are contiguous with each other
+        merged.append([st, sz])
+    i = len(merged) - 1
+    while i > 0:
+        st_o, sz_o = merged[i - 1]
+        st_i, sz_i = merged[i]
+        if st_o == st_i * sz_i:
+            merged[i - 1:i + 1] = [[st_i, sz_i * sz_o]]
+        i -= 1
+    run = itemsize
+    if merged and merged[-1][0] == 1:
+        run = merged[-1][1] * itemsize
+        merged = merged[:-1]
+    runs = 1
+    for _, sz in merged:
+        runs *= sz
+    if runs > max_runs:
+        return None
+    starts = np.zeros(1, dtype=np.int64)
+    for st, sz in merged:
+        starts = (starts[:, None] + np.arange(sz, dtype=np.int64)[None, :] * st).reshape(-1)
+    starts = np.unique(starts * itemsize + offset * itemsize)
+    return merge_ranges([(int(s), int(s) + run) for s in starts])
+
+
 @dataclass
 class _Segment:
     start: int

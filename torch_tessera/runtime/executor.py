@@ -96,16 +96,24 @@ def fresh_extern_outputs(program: KernelProgram) -> dict[int, set[str]]:
 class KernelLauncher:
     """Launches single kernels of a program on a device (Triton via ``CachingAutotuner``, extern via ATen)."""
 
-    def __init__(self, program: KernelProgram, kernel_objects: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        program: KernelProgram,
+        kernel_objects: Mapping[str, Any] | None = None,
+        device: torch.device | None = None,
+    ) -> None:
         self.program = program
+        self.device = device
         self._objects = dict(kernel_objects or {})
 
     def kernel(self, name: str) -> Any:
+        """The kernel object for ``name`` on this launcher's device (loaded from source on first use)."""
         obj = self._objects.get(name)
         if obj is None:
-            from torch_tessera.compat.torch_inductor import load_kernel_module
+            from torch_tessera.compat.torch_inductor import load_kernel_for_device
 
-            obj = load_kernel_module(self.program.kernels[name].source, name)
+            index = self.device.index if self.device is not None and self.device.type == "cuda" else None
+            obj = load_kernel_for_device(self.program.kernels[name].source, name, index)
             self._objects[name] = obj
         return obj
 

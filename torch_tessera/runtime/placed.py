@@ -1,0 +1,259 @@
+"""The multi-device executor: runs a :class:`KernelProgram` with every launch on the device a placement gives it.
+
+Per device: a buffer pool (its own storages; the caller's device binds the caller's tensors), kernels loaded for that
+device, and a compute stream. Every cut edge is a copy of exactly the bytes the consumer needs, on a copy stream per
+link, ordered by CUDA events: the producer's stream records an event, the copy stream waits on it, the consumer's
+stream waits on the copy's event. Sources of in-flight copies are protected from early reuse with
+``Tensor.record_stream``. On CPU virtual devices the same steps run synchronously, with real copies between separate
+pools; fresh allocations are filled with NaN bytes there, so a missing copy shows up as a wrong value.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from torch_tessera.errors import DeviceOutOfMemoryError, TesseraError, TransferTimeout
+from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.lowering.program import BufferKind, ExternLaunch, KernelProgram, TensorArg
+from torch_tessera.runtime.executor import BufferPool, KernelLauncher, fresh_extern_outputs, launch_buffers
+from torch_tessera.runtime.schedule import CopyStep, LaunchStep, Schedule, build_schedule
+
+log = logging.getLogger(__name__)
+
+#: Byte a CPU virtual device fills fresh allocations with (0xFF bytes read as NaN in every float dtype).
+POISON = 0xFF
+
+
+class PlacedExecutor:
+    """Runs a program across devices according to a placement, computing what one device would.
+
+    Args:
+        program: the kernel program.
+        dag: its dependency DAG (from :func:`torch_tessera.graph.build_dependency_graph`).
+        placement: launch index -> index into ``devices``.
+        devices: runtime devices (:func:`torch_tessera.runtime.devices.open_device`); ``devices[home]`` must be where
+            the caller's tensors live.
+        kernel_objects: live kernel objects from lowering, usable on the home device.
+        home: index of the caller's device.
+        timeout_s: seconds to wait for a call's transfers before raising :class:`TransferTimeout`.
+        memory_estimate: bytes per device the plan predicted (reported if a device runs out of memory).
+
+    Attributes:
+        transfers: count of copies performed, by purpose (``cut``, ``input``, ``weights``, ``gather``); a cut edge
+            whose bytes span several ranges counts once per range.
+        cut_edges_transferred: distinct cut edges whose bytes were copied in the last call.
+        bytes_moved: bytes copied, by purpose.
+        launches_executed: launches run since construction.
+    """
+
+    def __init__(
+        self,
+        program: KernelProgram,
+        dag: DependencyGraph,
+        placement: Mapping[int, int],
+        devices: Sequence[Any],
+        kernel_objects: Mapping[str, Any] | None = None,
+        home: int = 0,
+        timeout_s: float = 60.0,
+        memory_estimate: Sequence[int] | None = None,
+    ) -> None:
+        self.program = program
+        self.devices = list(devices)
+        bad = sorted({d for d in placement.values() if not 0 <= d < len(self.devices)})
+        if bad:
+            raise ValueError(f"placement uses device indices {bad}, but only {len(self.devices)} devices were given")
+        self.home = home
+        self.timeout_s = timeout_s
+        self.memory_estimate = list(memory_estimate) if memory_estimate is not None else None
+        self.schedule: Schedule = build_schedule(program, dag, placement, home)
+        self.transfers: Counter[str] = Counter()
+        self.bytes_moved: Counter[str] = Counter()
+        self.launches_executed = 0
+        self.calls = 0
+        self.cut_edges_transferred = 0
+        self._fresh = fresh_extern_outputs(program)
+        self._is_cuda = [d.torch_device.type == "cuda" for d in self.devices]
+        home_dev = self.devices[home].torch_device
+        self.launchers = [
+            KernelLauncher(program, kernel_objects if d.torch_device == home_dev else None, d.torch_device)
+            for d in self.devices
+        ]
+        self.streams = [d.default_stream if c else None for d, c in zip(self.devices, self._is_cuda)]
+        self._copy_streams: dict[tuple[int, int], Any] = {}
+        self._weights: list[BufferPool] = [BufferPool(d.torch_device) for d in self.devices]
+        self._setup_done = False
+        self._edges_this_call = set()
+        self._free_after = self._last_uses()
+
+    # -- bookkeeping -----------------------------------------------------------------------------------------------
+    def _last_uses(self) -> dict[int, list[tuple[int, str]]]:
+        """Step index after which each (device, temporary buffer) is no longer needed."""
+        last: dict[tuple[int, str], int] = {}
+        temps = {b.name for b in self.program.buffers.values() if b.kind == BufferKind.TEMP}
+        outputs = {o.buffer for o in self.program.outputs if isinstance(o, TensorArg)}
+        for i, step in enumerate(self.schedule.steps):
+            if isinstance(step, LaunchStep):
+                for b in launch_buffers(self.program.launches[step.launch]):
+                    last[(step.device, b)] = i
+            else:
+                last[(step.src, step.buffer)] = i
+                last[(step.dst, step.buffer)] = i
+        out: dict[int, list[tuple[int, str]]] = {}
+        for (dev, b), i in last.items():
+            if b in temps and not (dev == self.home and b in outputs):
+                out.setdefault(i, []).append((dev, b))
+        return out
+
+    def _copy_stream(self, src: int, dst: int) -> Any:
+        key = (src, dst)
+        if key not in self._copy_streams:
+            dev = self.devices[dst] if self._is_cuda[dst] else self.devices[src]
+            self._copy_streams[key] = dev.new_stream(priority=-1)
+        return self._copy_streams[key]
+
+    # -- execution -------------------------------------------------------------------------------------------------
+    def __call__(self, args: list) -> list:
+        inputs = list(args)
+        if isinstance(args, list):
+            args.clear()
+        return self.run(inputs)
+
+    def run(self, inputs: Sequence[Any]) -> list:
+        """Run the program on ``inputs`` (graph inputs, in order, on the home device) and return its outputs."""
+        program = self.program
+        if len(inputs) != len(program.inputs):
+            raise TesseraError(f"program expects {len(program.inputs)} inputs, got {len(inputs)}")
+        pools = [BufferPool(d.torch_device) for d in self.devices]
+        for p, w in zip(pools, self._weights):
+            p.storages.update(w.storages)
+        home_pool = pools[self.home]
+        for spec, value in zip(program.inputs, inputs):
+            if isinstance(spec, TensorArg) and spec.buffer not in home_pool:
+                home_pool.bind(spec.buffer, value)
+        if not self._setup_done:
+            for step in self.schedule.setup:
+                self._copy(step, pools)
+                self._weights[step.dst].storages[step.buffer] = pools[step.dst].storages[step.buffer]
+            self._setup_done = True
+        events: list[tuple[CopyStep, Any]] = []
+        self._edges_this_call: set = set()
+        for i, step in enumerate(self.schedule.steps):
+            if isinstance(step, LaunchStep):
+                self._launch(step, pools)
+            else:
+                ev = self._copy(step, pools)
+                if ev is not None:
+                    events.append((step, ev))
+            for dev, b in self._free_after.get(i, ()):
+                pools[dev].free(b)
+        self._wait(events)
+        self.cut_edges_transferred = len({s.edge for s in self.schedule.steps if isinstance(s, CopyStep)
+                                          and s.purpose == "cut"} & self._edges_this_call)
+        for o in program.outputs:
+            if isinstance(o, TensorArg) and o.buffer not in home_pool:
+                self._ensure(home_pool, self.home, o.buffer)
+        self.calls += 1
+        return [home_pool.view(o) if isinstance(o, TensorArg) else o.value for o in program.outputs]
+
+    def _ensure(self, pool: BufferPool, dev: int, name: str) -> None:
+        if name in pool:
+            return
+        nbytes = self.program.buffers[name].nbytes
+        try:
+            pool.allocate(name, nbytes)
+        except torch.OutOfMemoryError as e:
+            raise self._oom(dev, nbytes) from e
+        if not self._is_cuda[dev]:
+            pool.storages[name].fill_(POISON)
+
+    def _oom(self, dev: int, nbytes: int) -> DeviceOutOfMemoryError:
+        d = self.devices[dev]
+        used = torch.cuda.memory_allocated(d.torch_device) if self._is_cuda[dev] else 0
+        est = f"{self.memory_estimate[dev] / 1e9:.2f} GB" if self.memory_estimate else "no estimate"
+        return DeviceOutOfMemoryError(
+            f"device {d.name} ran out of memory allocating {nbytes / 1e9:.3f} GB: the plan estimated {est}, "
+            f"{used / 1e9:.2f} GB were in use"
+        )
+
+    def _launch(self, step: LaunchStep, pools: list[BufferPool]) -> None:
+        launch = self.program.launches[step.launch]
+        pool = pools[step.device]
+        for b in launch_buffers(launch):
+            if b not in self._fresh.get(launch.index, ()):
+                self._ensure(pool, step.device, b)
+        dev = self.devices[step.device]
+        stream = self.streams[step.device]
+        with dev.guard(), _stream_ctx(stream):
+            try:
+                result = self.launchers[step.device].launch(launch, pool, stream)
+            except torch.OutOfMemoryError as e:
+                raise self._oom(step.device, 0) from e
+        if isinstance(launch, ExternLaunch) and launch.index in self._fresh:
+            leaves = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
+            for spec, t in zip(launch.outputs, leaves):
+                if spec.buffer in self._fresh[launch.index] and spec.buffer not in pool:
+                    pool.bind(spec.buffer, t)
+        self.launches_executed += 1
+
+    def _copy(self, step: CopyStep, pools: list[BufferPool]) -> Any:
+        src_pool, dst_pool = pools[step.src], pools[step.dst]
+        if step.buffer not in src_pool:
+            raise TesseraError(
+                f"{step.purpose} copy of {step.buffer}[{step.start}:{step.end}] from {self.devices[step.src].name}: "
+                f"the buffer does not exist there (edge {step.edge}); the schedule is inconsistent"
+            )
+        self._ensure(dst_pool, step.dst, step.buffer)
+        src = src_pool.storages[step.buffer][step.start:step.end]
+        dst = dst_pool.storages[step.buffer][step.start:step.end]
+        self.transfers[step.purpose] += 1
+        if step.edge is not None:
+            self._edges_this_call.add(step.edge)
+        self.bytes_moved[step.purpose] += step.nbytes
+        if not (self._is_cuda[step.src] or self._is_cuda[step.dst]):
+            dst.copy_(src)
+            return None
+        copy_stream = self._copy_stream(step.src, step.dst)
+        src_stream, dst_stream = self.streams[step.src], self.streams[step.dst]
+        if src_stream is not None:
+            copy_stream.wait_stream(src_stream)
+        with _stream_ctx(copy_stream):
+            dst.copy_(src, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(copy_stream)
+        src.record_stream(copy_stream)
+        dst.record_stream(copy_stream)
+        if dst_stream is not None:
+            dst_stream.wait_event(done)
+        return done
+
+    def _wait(self, events: list[tuple[CopyStep, Any]]) -> None:
+        """Wait for this call's copies and compute streams; name the first transfer that does not finish in time."""
+        if not any(self._is_cuda):
+            return
+        deadline = time.monotonic() + self.timeout_s
+        for step, ev in events:
+            while not ev.query():
+                if time.monotonic() > deadline:
+                    raise TransferTimeout(
+                        f"{step.purpose} transfer of {step.buffer}[{step.start}:{step.end}] ({step.nbytes} bytes) "
+                        f"from {self.devices[step.src].name} to {self.devices[step.dst].name}"
+                        f"{f' for edge {step.edge}' if step.edge else ''} did not complete within {self.timeout_s} s"
+                    )
+                time.sleep(20e-6)
+        for s in self.streams:
+            if s is not None:
+                s.synchronize()
+
+
+def _stream_ctx(stream: Any) -> Any:
+    import contextlib
+
+    if stream is None or not isinstance(stream, torch.cuda.Stream):
+        return contextlib.nullcontext()
+    return torch.cuda.stream(stream)

@@ -1,0 +1,77 @@
+"""What the backend installs in place of Inductor's ``call()``: a program, its DAG, devices and a placement."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Mapping, Sequence
+
+from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.lowering.program import KernelProgram
+from torch_tessera.runtime.placed import PlacedExecutor
+
+log = logging.getLogger(__name__)
+
+
+class TesseraRunner:
+    """Callable with Inductor's calling convention (a list of inputs -> list of outputs) running a placed program.
+
+    Attributes:
+        program / dag / devices: what it runs, and where.
+        executor: the current :class:`PlacedExecutor`.
+        plan: the scheduler's plan, when the placement came from one.
+    """
+
+    def __init__(
+        self,
+        program: KernelProgram,
+        dag: DependencyGraph,
+        devices: Sequence[Any],
+        placement: Mapping[int, int],
+        kernel_objects: Mapping[str, Any] | None = None,
+        plan: Any = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.program = program
+        self.dag = dag
+        self.devices = list(devices)
+        self.plan = plan
+        self._kernel_objects = dict(kernel_objects or {})
+        self.timeout_s = timeout_s
+        self.executor = self._make(placement)
+
+    def _make(self, placement: Mapping[int, int]) -> PlacedExecutor:
+        estimate = getattr(self.plan, "memory_bytes", None)
+        return PlacedExecutor(self.program, self.dag, placement, self.devices, self._kernel_objects,
+                              timeout_s=self.timeout_s, memory_estimate=estimate)
+
+    def set_placement(self, placement: Mapping[int, int], plan: Any = None) -> None:
+        """Run with another placement from the next call on (weights are re-placed)."""
+        self.plan = plan
+        self.executor = self._make(placement)
+
+    def __call__(self, args: list) -> list:
+        return self.executor(args)
+
+    @property
+    def placement(self) -> Mapping[int, int]:
+        return self.executor.schedule.placement
+
+
+def pinned_groups(dag: DependencyGraph) -> dict[int, int]:
+    """Launches the access analysis is unsure of, each mapped to the neighbour whose device it must share."""
+    out: dict[int, int] = {}
+    for n in sorted(dag.graph.nodes):
+        if dag.graph.nodes[n].get("unsure"):
+            preds = sorted(dag.graph.predecessors(n))
+            out[n] = out.get(preds[-1], preds[-1]) if preds else -1
+    return out
+
+
+def random_placement(dag: DependencyGraph, n_devices: int, seed: int, home: int = 0) -> dict[int, int]:
+    """A uniformly random device per launch, except that unsure launches follow their pinned neighbour (or home)."""
+    rng = random.Random(seed)
+    placement = {n: rng.randrange(n_devices) for n in sorted(dag.graph.nodes)}
+    for n, anchor in pinned_groups(dag).items():
+        placement[n] = home if anchor < 0 else placement[anchor]
+    return placement

@@ -1,0 +1,159 @@
+"""Turn a placement into the runtime's step list: launches, and the copies that cut edges need.
+
+The runtime is a loop over small typed steps (STYLE.md 10). Each step carries its bytes, so a trace can print the
+achieved GB/s of every transfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from torch_tessera.graph.ranges import StorageHistory, merge_ranges
+from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.lowering.program import BufferKind, KernelProgram, TensorArg
+
+
+@dataclass(frozen=True)
+class LaunchStep:
+    """Run launch ``launch`` (program index) on device ``device`` (index into the executor's devices)."""
+
+    launch: int
+    device: int
+
+
+@dataclass(frozen=True)
+class CopyStep:
+    """Copy bytes ``[start, end)`` of ``buffer`` from device ``src`` to device ``dst``.
+
+    Attributes:
+        purpose: ``"cut"`` (a RAW edge whose ends are on different devices), ``"input"`` (a graph input's initial
+            contents needed on a device other than the caller's), ``"weights"`` (a parameter placed on a device, once
+            per executor), or ``"gather"`` (an output's or a state buffer's final bytes back to the caller's device).
+        edge: the DAG edge ``(producer, consumer)`` for a cut.
+    """
+
+    src: int
+    dst: int
+    buffer: str
+    start: int
+    end: int
+    purpose: str
+    edge: tuple[int, int] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+Step = LaunchStep | CopyStep
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What the executor does per call, in order.
+
+    Attributes:
+        setup: copies done once (weights onto the devices whose launches read them).
+        steps: per call: input copies, then launches with the cut-edge copies before their consumers, then gathers.
+        placement: launch index -> device index.
+        cut_edges: the RAW edges whose ends are on different devices (each gets exactly one copy step per range).
+    """
+
+    setup: tuple[CopyStep, ...]
+    steps: tuple[Step, ...]
+    placement: Mapping[int, int]
+    cut_edges: tuple[tuple[int, int], ...]
+
+    def copies(self, purpose: str) -> list[CopyStep]:
+        return [s for s in self.steps if isinstance(s, CopyStep) and s.purpose == purpose]
+
+
+def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int = 0) -> Schedule:
+    """Steps that run ``program`` with each launch on ``placement[launch]``, computing what one device would.
+
+    Device ``home`` holds the caller's tensors. Every RAW edge cut by the placement becomes one copy of exactly the
+    bytes the consumer needs from the producer; graph inputs are copied to the other devices that read them (weights
+    once, at setup); the final bytes of outputs and of state buffers come back to ``home``.
+
+    Args:
+        program: the program.
+        dag: its dependency DAG (RAW ranges per edge).
+        placement: device index of every launch.
+        home: the caller's device.
+
+    Raises:
+        ValueError: a launch has no device in ``placement``.
+    """
+    missing = [l.index for l in program.launches if l.index not in placement]
+    if missing:
+        raise ValueError(f"placement has no device for launches {missing[:10]}")
+    g = dag.graph
+    readers: dict[str, set[int]] = {}
+    for n, d in g.nodes(data=True):
+        for b in d["reads"]:
+            readers.setdefault(b, set()).add(placement[n])
+    setup: list[CopyStep] = []
+    per_call: list[Step] = []
+    for name in dict.fromkeys(a.buffer for a in program.inputs if isinstance(a, TensorArg)):
+        buf = program.buffers[name]
+        for dev in sorted(readers.get(name, set()) - {home}):
+            step = CopyStep(home, dev, name, 0, buf.nbytes, "weights" if buf.kind == BufferKind.PARAMETER else "input")
+            (setup if buf.kind == BufferKind.PARAMETER else per_call).append(step)
+    cut: list[tuple[int, int]] = []
+    for launch in program.launches:
+        v = launch.index
+        for u in sorted(g.predecessors(v)):
+            d = g.edges[u, v]
+            if "RAW" in d["kinds"] and placement[u] != placement[v] and d["ranges"]:
+                cut.append((u, v))
+                for b, s, e in d["ranges"]:
+                    per_call.append(CopyStep(placement[u], placement[v], b, s, e, "cut", (u, v)))
+        per_call.append(LaunchStep(v, placement[v]))
+    per_call.extend(_gathers(program, dag, placement, home))
+    return Schedule(tuple(setup), tuple(per_call), dict(placement), tuple(cut))
+
+
+def _gathers(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int) -> list[CopyStep]:
+    """Copies bringing the last-written bytes of outputs and state buffers back to ``home``."""
+    histories: dict[str, StorageHistory] = {}
+    for launch in program.launches:
+        for b, s, e in dag.graph.nodes[launch.index]["write_ranges"]:
+            h = histories.setdefault(b, StorageHistory(program.buffers[b].nbytes))
+            h.write(s, e, launch.index)
+    wanted: dict[str, list[tuple[int, int]]] = {}
+    for o in program.outputs:
+        if isinstance(o, TensorArg):
+            wanted.setdefault(o.buffer, []).append(o.byte_span)
+    for b in program.buffers.values():
+        if b.kind == BufferKind.STATE:
+            wanted.setdefault(b.name, []).append((0, b.nbytes))
+    out: list[CopyStep] = []
+    sink = -1
+    for name, spans in wanted.items():
+        h = histories.get(name)
+        if h is None:
+            continue
+        for s, e in merge_ranges(spans):
+            for writer, got in sorted(h.read(s, e, sink).items()):
+                if placement[writer] != home:
+                    for gs, ge in merge_ranges(got):
+                        out.append(CopyStep(placement[writer], home, name, gs, ge, "gather"))
+    return out
+
+
+def cut_edge_count(dag: DependencyGraph, placement: Mapping[int, int]) -> int:
+    """Number of RAW edges (carrying bytes) whose ends are placed on different devices."""
+    return sum(
+        1 for u, v, d in dag.graph.edges(data=True)
+        if "RAW" in d["kinds"] and d["ranges"] and placement[u] != placement[v]
+    )
+
+
+def device_launches(schedule: Schedule, n_devices: int) -> list[Sequence[int]]:
+    """Launch indices per device, in program order."""
+    out: list[list[int]] = [[] for _ in range(n_devices)]
+    for s in schedule.steps:
+        if isinstance(s, LaunchStep):
+            out[s.device].append(s.launch)
+    return out
