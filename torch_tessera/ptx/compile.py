@@ -110,7 +110,7 @@ def compile_many(jobs: Iterable[tuple[KernelSource, Mapping[str, Any], int]]) ->
 
     jobs = list(jobs)
     folder = cache_dir()
-    paths = [folder / f"{s.name}-{_cache_key(s, c, t)}.ptx" for s, c, t in jobs]
+    paths = [folder / f"{s.name[:80]}-{_cache_key(s, c, t)}.ptx" for s, c, t in jobs]  # names can exceed NAME_MAX
     todo = [i for i, p in enumerate(paths) if not p.exists()]
     if todo:
         requests = [_request(*jobs[i]) for i in todo]

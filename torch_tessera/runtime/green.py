@@ -161,9 +161,15 @@ def _partition_cuda_python(device_index: int, sms: int, reserve_sms: int) -> tup
                                     f"cuDevSmResourceSplitByCount({sms} SMs)")
     parts = [(sms, groups[0])]
     if reserve_sms:
-        more, _, _ = _check(_drv.cuDevSmResourceSplitByCount(1, remaining, 0, reserve_sms),
-                              f"cuDevSmResourceSplitByCount({reserve_sms} streamer SMs)")
-        parts.append((reserve_sms, more[0]))
+        left = int(remaining.sm.smCount)
+        if reserve_sms >= left or left - reserve_sms < 8:
+            # the rest of the GPU (a split must come in groups of 8 SMs on sm_90, so asking for "all but a few" of
+            # the remaining SMs is refused with CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION)
+            parts.append((reserve_sms, remaining))
+        else:
+            more, _, _ = _check(_drv.cuDevSmResourceSplitByCount(1, remaining, 0, reserve_sms // 8 * 8 or 8),
+                                  f"cuDevSmResourceSplitByCount({reserve_sms} streamer SMs)")
+            parts.append((reserve_sms, more[0]))
     made = []
     for requested, resource in parts:
         desc = _check(_drv.cuDevResourceGenerateDesc([resource], 1), "cuDevResourceGenerateDesc")
