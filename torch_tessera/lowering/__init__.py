@@ -41,6 +41,7 @@ def lower(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
     on_captured: Callable[[CapturedGraph], Callable[[list], Any] | None],
+    parameter_flags: Sequence[bool] | None = None,
 ) -> Callable:
     """Compile ``gm`` with Inductor and capture every inner graph as a kernel program.
 
@@ -52,6 +53,7 @@ def lower(
         gm: the FX graph from Dynamo (or ``torch.export``).
         example_inputs: its example inputs (real tensors, FakeTensors or ints).
         on_captured: called with each captured graph.
+        parameter_flags: per input, whether it holds weights; default: inputs that are ``nn.Parameter``.
 
     Returns:
         A callable with the graph's calling convention (Inductor's AOTAutograd wrapper around our callables).
@@ -65,7 +67,9 @@ def lower(
 
         use_cpu_interpreter()
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    flags = [isinstance(x, torch.nn.Parameter) for x in example_inputs]
+    flags = list(parameter_flags) if parameter_flags is not None else [
+        isinstance(x, torch.nn.Parameter) for x in example_inputs
+    ]
     events: list[compat.CodegenEvent] = []
 
     def on_compiled(compiled: Any, fake_inputs: Sequence[Any]) -> None:
