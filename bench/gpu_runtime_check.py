@@ -96,13 +96,20 @@ def main() -> int:
             "random": random_placement(dag, 2, 0),
         }
         rows = []
-        for name, pl in placements.items():
+        backend_g = RecordingBackend(devices=args.devices, policy="home", cuda_graphs=True)
+        compiled_g = torch.compile(model, backend=backend_g, dynamic=False)
+        compiled_g(ids)
+        runner_g = backend_g.executors[0]
+        cases = [(name, pl, False) for name, pl in placements.items()]
+        cases += [(name + " +graphs", pl, True) for name, pl in placements.items()]
+        for name, pl, graphs in cases:
             try:
+                compiled_fn, runner = (compiled_g, runner_g) if graphs else (compiled, backend.executors[0])
                 runner.set_placement(pl)
-                y = compiled(ids).float()
+                y = compiled_fn(ids).float()
                 cos = torch.nn.functional.cosine_similarity(y.flatten(), ref.flatten(), dim=0).item()
                 agree = (y.argmax(-1) == ref.argmax(-1)).float().mean().item()
-                t = timed(lambda: compiled(ids), args.repeats)
+                t = timed(lambda: compiled_fn(ids), args.repeats)
                 cuts = cut_edge_count(dag, pl)
                 rows.append(dict(placement=name, cuts=cuts, cosine=cos, argmax_agreement=agree, ms=t * 1e3,
                                  cut_bytes=runner.executor.bytes_moved["cut"] // max(1, runner.executor.calls)))
@@ -112,10 +119,11 @@ def main() -> int:
         res["rows"] = rows
         res["eager_ms"], res["inductor_ms"], res["reduce_overhead_ms"] = t_eager * 1e3, t_inductor * 1e3, t_ro * 1e3
         res["first_call_cosine"] = torch.nn.functional.cosine_similarity(got.flatten(), ref.flatten(), dim=0).item()
-        home = next((r for r in rows if r["placement"] == "home"), None)
         for r in rows:
-            if home and r["cuts"]:
-                r["us_per_cut_edge"] = (r["ms"] - home["ms"]) * 1e3 / r["cuts"]
+            base = next((h for h in rows if h["placement"] == ("home +graphs" if "graphs" in r["placement"]
+                                                                  else "home")), None)
+            if base and r["cuts"]:
+                r["us_per_cut_edge"] = (r["ms"] - base["ms"]) * 1e3 / r["cuts"]
     (out / "runtime.json").write_text(json.dumps(res, indent=1))
     lines = [f"model: Llama-3.1-8B-shaped, {args.layers} layers, bf16, batch {args.batch} x seq {args.seq}; "
              f"{res['launches']} launches; devices {args.devices}; torch {torch.__version__}",

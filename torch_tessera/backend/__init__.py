@@ -64,7 +64,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Te
     def on_captured(captured: Any) -> Callable:
         if config.dump_dir:
             _dump(captured, config.dump_dir)
-        if config.devices:
+        if config.devices or config.cuda_graphs:
             executor: Any = _placed_runner(captured, config)
         else:
             executor = ProgramExecutor(captured.program, captured.kernel_objects)
@@ -83,7 +83,7 @@ def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
     from torch_tessera.runtime.runner import TesseraRunner, random_placement
 
     program = captured.program
-    devices = [open_device(d) for d in config.devices]
+    devices = [open_device(d) for d in (config.devices or (program.device,))]
     home = torch.device(program.device)
     if devices[0].torch_device.type != home.type or (home.type == "cuda" and devices[0].torch_device != home):
         raise LoweringError(
@@ -95,7 +95,8 @@ def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
         placement = random_placement(dag, len(devices), config.seed)
     else:
         placement = {launch.index: 0 for launch in program.launches}
-    return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, timeout_s=config.timeout_s)
+    return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, timeout_s=config.timeout_s,
+                         cuda_graphs=config.cuda_graphs)
 
 
 def _with_executors(fn: Callable, executors: list) -> Callable:

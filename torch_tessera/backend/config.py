@@ -28,6 +28,8 @@ class TesseraConfig:
             device per launch, seeded by ``seed``: a correctness check).
         seed: seed of the ``"random"`` policy.
         timeout_s: seconds a call waits for its cross-device transfers before raising ``TransferTimeout``.
+        cuda_graphs: capture each device's segments of launches as CUDA graphs (CUDA devices only); on its own
+            (no ``devices``) it runs the whole program as graphs on the model's GPU.
     """
 
     fallback: str = "inductor"
@@ -36,6 +38,7 @@ class TesseraConfig:
     policy: str = "home"
     seed: int = 0
     timeout_s: float = 60.0
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:

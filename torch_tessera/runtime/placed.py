@@ -43,6 +43,8 @@ class PlacedExecutor:
         home: index of the caller's device.
         timeout_s: seconds to wait for a call's transfers before raising :class:`TransferTimeout`.
         memory_estimate: bytes per device the plan predicted (reported if a device runs out of memory).
+        cuda_graphs: capture each device's runs of consecutive launches (segments) as CUDA graphs and replay them;
+            copies between segments stay eager. CUDA devices only.
 
     Attributes:
         transfers: count of copies performed, by purpose (``cut``, ``input``, ``weights``, ``gather``); a cut edge
@@ -62,6 +64,7 @@ class PlacedExecutor:
         home: int = 0,
         timeout_s: float = 60.0,
         memory_estimate: Sequence[int] | None = None,
+        cuda_graphs: bool = False,
     ) -> None:
         self.program = program
         self.devices = list(devices)
@@ -90,6 +93,11 @@ class PlacedExecutor:
         self._setup_done = False
         self._edges_this_call = set()
         self._free_after = self._last_uses()
+        if cuda_graphs and not all(self._is_cuda):
+            raise TesseraError("cuda_graphs=True needs every device to be a CUDA device")
+        self.cuda_graphs = cuda_graphs
+        self.captures = 0
+        self._graphs: Any = None
 
     # -- bookkeeping -----------------------------------------------------------------------------------------------
     def _last_uses(self) -> dict[int, list[tuple[int, str]]]:
@@ -129,6 +137,10 @@ class PlacedExecutor:
         program = self.program
         if len(inputs) != len(program.inputs):
             raise TesseraError(f"program expects {len(program.inputs)} inputs, got {len(inputs)}")
+        if self.cuda_graphs:
+            from torch_tessera.runtime.graphs import run_with_graphs
+
+            return run_with_graphs(self, inputs)
         pools = [BufferPool(d.torch_device) for d in self.devices]
         for p, w in zip(pools, self._weights):
             p.storages.update(w.storages)
@@ -197,7 +209,7 @@ class PlacedExecutor:
         if isinstance(launch, ExternLaunch) and launch.index in self._fresh:
             leaves = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
             for spec, t in zip(launch.outputs, leaves):
-                if spec.buffer in self._fresh[launch.index] and spec.buffer not in pool:
+                if spec.buffer in self._fresh[launch.index]:  # rebound every run (graph capture allocates anew)
                     pool.bind(spec.buffer, t)
         self.launches_executed += 1
 

@@ -31,6 +31,7 @@ class TesseraRunner:
         kernel_objects: Mapping[str, Any] | None = None,
         plan: Any = None,
         timeout_s: float = 60.0,
+        cuda_graphs: bool = False,
     ) -> None:
         self.program = program
         self.dag = dag
@@ -38,12 +39,13 @@ class TesseraRunner:
         self.plan = plan
         self._kernel_objects = dict(kernel_objects or {})
         self.timeout_s = timeout_s
+        self.cuda_graphs = cuda_graphs
         self.executor = self._make(placement)
 
     def _make(self, placement: Mapping[int, int]) -> PlacedExecutor:
         estimate = getattr(self.plan, "memory_bytes", None)
         return PlacedExecutor(self.program, self.dag, placement, self.devices, self._kernel_objects,
-                              timeout_s=self.timeout_s, memory_estimate=estimate)
+                              timeout_s=self.timeout_s, memory_estimate=estimate, cuda_graphs=self.cuda_graphs)
 
     def set_placement(self, placement: Mapping[int, int], plan: Any = None) -> None:
         """Run with another placement from the next call on (weights are re-placed)."""

@@ -1,0 +1,172 @@
+"""CUDA graphs for the multi-device executor: one graph per device segment, captured once, replayed every call.
+
+A *segment* is a maximal run of consecutive launches on one device with no copy between them. Capture and replay:
+
+1. First call: static buffer pools are built (weights and state bound to the caller's storages, graph inputs of kind
+   INPUT copied into static storages, every temporary allocated once and kept), the schedule runs once eagerly
+   (Triton compiles and autotunes, cuBLAS initialises), then each segment is captured on its device's stream into a
+   :class:`torch.cuda.CUDAGraph` sharing one memory pool per device.
+2. Every call: INPUT-kind inputs are copied into their static storages; segments replay on their streams; copies
+   between segments run eagerly on the link's copy stream, ordered by events exactly as in eager mode.
+3. If a weight or state input arrives at another address than at capture (the caller re-allocated it), the graphs are
+   captured again. ``PlacedExecutor.captures`` counts captures; ``check_addresses=True`` verifies before each replay
+   that every storage a graph uses still has its capture-time address.
+
+Outputs are views of static storages, overwritten by the next call (as with ``mode="reduce-overhead"``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from torch_tessera.errors import TesseraError
+from torch_tessera.lowering.program import BufferKind, TensorArg
+from torch_tessera.runtime.executor import BufferPool, launch_buffers
+from torch_tessera.runtime.schedule import CopyStep, LaunchStep
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Segment:
+    """Consecutive launches on one device, captured as one graph."""
+
+    device: int
+    steps: list[LaunchStep]
+    graph: Any = None
+
+
+@dataclass
+class GraphState:
+    """Everything captured for a placed executor."""
+
+    pools: list[BufferPool]
+    items: list[Any]  # Segment | CopyStep, in schedule order
+    static_inputs: dict[str, torch.Tensor]  # INPUT buffers: static storage the caller's data is copied into
+    bound_ptrs: dict[str, int]  # PARAMETER / STATE buffers bound to the caller's storages: address at capture
+    addresses: dict[tuple[int, str], int] = field(default_factory=dict)
+
+
+def _segments(executor: Any) -> list[Any]:
+    items: list[Any] = []
+    for step in executor.schedule.steps:
+        if isinstance(step, LaunchStep):
+            if items and isinstance(items[-1], Segment) and items[-1].device == step.device:
+                items[-1].steps.append(step)
+            else:
+                items.append(Segment(step.device, [step]))
+        else:
+            items.append(step)
+    return items
+
+
+def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
+    program = executor.program
+    devices = executor.devices
+    executor.streams = [d.new_stream() for d in devices]  # capture needs non-default streams
+    pools = [BufferPool(d.torch_device) for d in devices]
+    home = pools[executor.home]
+    static_inputs: dict[str, torch.Tensor] = {}
+    bound: dict[str, int] = {}
+    for spec, value in zip(program.inputs, inputs):
+        if not isinstance(spec, TensorArg) or spec.buffer in home:
+            continue
+        kind = program.buffers[spec.buffer].kind
+        if kind == BufferKind.INPUT:
+            home.allocate(spec.buffer, program.buffers[spec.buffer].nbytes)
+            static_inputs[spec.buffer] = home.storages[spec.buffer]
+        else:
+            home.bind(spec.buffer, value)
+            bound[spec.buffer] = value.untyped_storage().data_ptr()
+    _copy_inputs(program, home, inputs, static_inputs)
+    for step in executor.schedule.setup:
+        executor._copy(step, pools)
+    fresh_all = set().union(*executor._fresh.values()) if executor._fresh else set()
+    for i, d in enumerate(devices):
+        for b in sorted({b for s in executor.schedule.steps if isinstance(s, LaunchStep) and s.device == i
+                         for b in launch_buffers(program.launches[s.launch])} - fresh_all):
+            executor._ensure(pools[i], i, b)
+    items = _segments(executor)
+    # warm-up: one eager pass (compiles and autotunes kernels; fresh extern outputs get eager storages)
+    for item in items:
+        _run_item(executor, item, pools, capture=False)
+    for s in executor.streams:
+        s.synchronize()
+    mempools = {i: torch.cuda.graph_pool_handle() for i in range(len(devices))}
+    for item in items:
+        if isinstance(item, Segment):
+            torch.cuda.synchronize(devices[item.device].torch_device)
+            g = torch.cuda.CUDAGraph()
+            with devices[item.device].guard():
+                with torch.cuda.graph(g, pool=mempools[item.device], stream=executor.streams[item.device]):
+                    for step in item.steps:
+                        executor._launch(step, pools)
+            item.graph = g
+        else:
+            executor._copy(item, pools)
+    torch.cuda.synchronize()
+    state = GraphState(pools, items, static_inputs, bound)
+    state.addresses = {(i, b): t.data_ptr() for i, p in enumerate(pools) for b, t in p.storages.items()}
+    executor.captures += 1
+    log.info("captured %d CUDA graphs (%d copies between them)", sum(isinstance(x, Segment) for x in items),
+             sum(isinstance(x, CopyStep) for x in items))
+    return state
+
+
+def _copy_inputs(program: Any, home: BufferPool, inputs: Sequence[Any], static: dict[str, torch.Tensor]) -> None:
+    for spec, value in zip(program.inputs, inputs):
+        if isinstance(spec, TensorArg) and spec.buffer in static:
+            src = torch.empty(0, dtype=torch.uint8, device=value.device)
+            src.set_(value.untyped_storage(), 0, (value.untyped_storage().nbytes(),), (1,))
+            static[spec.buffer].copy_(src, non_blocking=True)
+
+
+def _run_item(executor: Any, item: Any, pools: list[BufferPool], capture: bool) -> Any:
+    if isinstance(item, Segment):
+        if item.graph is not None and not capture:
+            with executor.devices[item.device].guard(), torch.cuda.stream(executor.streams[item.device]):
+                item.graph.replay()
+            executor.launches_executed += len(item.steps)
+        else:
+            for step in item.steps:
+                executor._launch(step, pools)
+        return None
+    return executor._copy(item, pools)
+
+
+def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool = False) -> list:
+    """One call of a placed executor with CUDA graphs (see the module docstring)."""
+    program = executor.program
+    state: GraphState | None = executor._graphs
+    if state is not None:
+        for spec, value in zip(program.inputs, inputs):
+            if isinstance(spec, TensorArg) and spec.buffer in state.bound_ptrs:
+                if value.untyped_storage().data_ptr() != state.bound_ptrs[spec.buffer]:
+                    log.info("input %s moved since capture; capturing again", spec.buffer)
+                    state = None
+                    break
+    if state is None:
+        state = executor._graphs = _capture(executor, inputs)
+    else:
+        main = executor.streams[executor.home]
+        main.wait_stream(torch.cuda.current_stream(executor.devices[executor.home].torch_device))
+        with torch.cuda.stream(main):
+            _copy_inputs(program, state.pools[executor.home], inputs, state.static_inputs)
+    if check_addresses:
+        for (i, b), ptr in state.addresses.items():
+            if state.pools[i].storages[b].data_ptr() != ptr:
+                raise TesseraError(f"buffer {b} on device {i} moved since capture; replay would read stale memory")
+    events = []
+    executor._edges_this_call = set()
+    for item in state.items:
+        ev = _run_item(executor, item, state.pools, capture=False)
+        if ev is not None:
+            events.append((item, ev))
+    executor._wait(events)
+    executor.calls += 1
+    home = state.pools[executor.home]
+    return [home.view(o) if isinstance(o, TensorArg) else o.value for o in program.outputs]
