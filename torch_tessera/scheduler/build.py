@@ -12,9 +12,12 @@ from torch_tessera.scheduler.types import CutEdge, Plan, SolverInfo
 def make_plan(pb: Problem, place: np.ndarray, *, policy: str, objective: str, lower_bound: float,
               solver: SolverInfo, micro_batches: int | None = None, replicas: tuple[int, ...] = (),
               cycle: float | None = None, latency: float | None = None, mem: dict | None = None) -> Plan:
-    """Assemble a plan; ``cycle``/``latency``/``mem`` override the scores (used by ``request-dist``)."""
+    """Assemble a plan; ``cycle``/``latency``/``mem`` override the scores (used by ``request-dist``, whose every
+    replica device is busy for the whole cycle)."""
     place = np.asarray(place, dtype=np.int64)
     dev, link = loads(pb, place)
+    if replicas:
+        dev = np.array([cycle if g in replicas else 0.0 for g in range(pb.D)])
     cyc = cycle_seconds(pb, place) if cycle is None else cycle
     lat = latency_seconds(pb, place) if latency is None else latency
     mem = mem or memory(pb, place)

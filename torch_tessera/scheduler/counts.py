@@ -184,17 +184,52 @@ def _memory_rows(m: _Model, pb: Problem, cls: Classes, n: np.ndarray, forbidden:
 
 
 def realize(pb: Problem, groups: Blocks, cls: Classes, counts: np.ndarray, score) -> np.ndarray:
-    """Group placement from counts: each class's groups (layer order) filled device by device, in the device order
-    (of all orders, up to 24) that ``score(group_placement)`` likes best."""
+    """Group placement from counts: each class's groups (layer order, or reversed) filled device by device, in the
+    device order (of all orders, up to 24) and direction that ``score(group_placement)`` likes best."""
     D = pb.D
     orders = list(itertools.permutations(range(D))) if D <= 4 else [tuple(range(D))]
     best = None
-    for order in orders:
+    for order, flip in itertools.product(orders, (False, True)):
         gp = np.zeros(groups.B, dtype=np.int64)
         for c, mem in enumerate(cls.members):
             seq = np.repeat(np.array(order), counts[c, list(order)])
-            gp[mem] = seq[:len(mem)] if len(seq) >= len(mem) else np.r_[seq, np.full(len(mem) - len(seq), order[0])]
+            seq = seq[:len(mem)] if len(seq) >= len(mem) else np.r_[seq, np.full(len(mem) - len(seq), order[0])]
+            gp[mem] = seq[::-1] if flip else seq
         s = score(gp)
         if best is None or s < best[0]:
             best = (s, gp)
     return best[1]
+
+
+def _loads_key(groups: Blocks, gp: np.ndarray) -> tuple[float, float]:
+    D = groups.cost.shape[1]
+    dev = np.bincount(gp, weights=groups.cost[np.arange(groups.B), gp], minlength=D)
+    link = np.zeros(D * D)
+    a, b = gp[groups.esrc], gp[groups.edst]
+    cut = a != b
+    np.add.at(link, a[cut] * D + b[cut], groups.coef[np.flatnonzero(cut), a[cut], b[cut]])
+    allr = np.r_[dev, link]
+    return float(allr.max()), float((allr ** 2).sum())
+
+
+def shift_search(groups: Blocks, cls: Classes, gp: np.ndarray, deadline: float, ok=None) -> np.ndarray:
+    """Rotate each class's device sequence over its layers by one position either way while that lowers (cycle
+    time, sum of squared loads): keeps every count, realigns cuts across layer boundaries. ``ok(gp)`` vetoes moves
+    (memory)."""
+    gp = gp.copy()
+    key = _loads_key(groups, gp)
+    improved = True
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        for c, mem in enumerate(cls.members):
+            if len(mem) < 2 or len(np.unique(gp[mem])) < 2:
+                continue
+            for step in (1, -1):
+                trial = gp.copy()
+                trial[mem] = np.roll(gp[mem], step)
+                k = _loads_key(groups, trial)
+                if (k[0] < key[0] * (1 - 1e-9) or (k[0] <= key[0] * (1 + 1e-12) and k[1] < key[1] * (1 - 1e-9))) \
+                        and (ok is None or ok(trial)):
+                    gp, key, improved = trial, k, True
+                    break
+    return gp

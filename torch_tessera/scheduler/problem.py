@@ -204,7 +204,8 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
     ewcount = [(freq[prog[s]] * micro_batches if b else 0.0) for b, s in zip(ebytes, esrc)]
 
     uf = _UnionFind(n)
-    resident, handovers = _buffers(wl, index, reads, writes, prog, uf)
+    written = _written_bytes(esrc, ebytes, eranges, prog)
+    resident, handovers = _buffers(wl, index, reads, writes, prog, uf, written)
     for (s, t, nbytes, name) in handovers:
         esrc.append(s), edst.append(t), ebytes.append(nbytes), ekind.append("STATE")
         eranges.append(((name, 0, nbytes),)), ewbytes.append(float(nbytes)), ewcount.append(1.0)
@@ -232,8 +233,35 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
         alpha=np.asarray(topology.latency, dtype=np.float64), micro_batches=int(micro_batches), notes=notes)
 
 
-def _buffers(wl: Workload, index, reads, writes, prog, uf: _UnionFind):
-    """Resident buffers (weights, inputs, state) with their holder kernels; STATE owners merged; hand-over edges."""
+def _written_bytes(esrc, ebytes, eranges, prog) -> dict[tuple[int, str], int]:
+    """Per (program, buffer): length of the union of the byte ranges its RAW edges carry (what the program wrote
+    and then read back), e.g. the prompt's rows of a KV cache in a prefill program."""
+    spans: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    for s, b, rs in zip(esrc, ebytes, eranges):
+        if b:
+            for name, lo, hi in rs:
+                spans.setdefault((prog[s], name), []).append((lo, hi))
+    out = {}
+    for key, iv in spans.items():
+        total, end = 0, None
+        for lo, hi in sorted(iv):
+            if end is None or lo > end:
+                total += hi - lo
+                end = hi
+            elif hi > end:
+                total += hi - end
+                end = hi
+        out[key] = total
+    return out
+
+
+def _buffers(wl: Workload, index, reads, writes, prog, uf: _UnionFind, written: dict[tuple[int, str], int]):
+    """Resident buffers (weights, inputs, state) with their holder kernels; STATE owners merged; hand-over edges.
+
+    A STATE buffer written by program p and used by the next program q that uses it is handed over once per workload
+    step from p's owner to q's owner (q's first reader if q does not write it). The bytes are what p's RAW edges show
+    it wrote (the whole buffer when unknown). Readers of the state in q on a third device get only q's deltas:
+    their copy of p's part is not priced (a known undercount)."""
     holders: dict[str, list[int]] = {}
     kinds: dict[str, tuple[str, int]] = {}
     state_writers: dict[tuple[int, str], list[int]] = {}
@@ -264,12 +292,8 @@ def _buffers(wl: Workload, index, reads, writes, prog, uf: _UnionFind):
             if wl.tie_state and (q, name) in state_writers:
                 uf.union(src[0], state_writers[(q, name)][0])
                 continue
-            seen_groups = set()
-            for t in state_access[(q, name)]:
-                root = uf.find(t)
-                if root not in seen_groups:
-                    seen_groups.add(root)
-                    handovers.append((src[0], t, kinds[name][1], name))
+            dst = state_writers.get((q, name)) or state_access[(q, name)]
+            handovers.append((src[0], dst[0], written.get((p, name), kinds[name][1]), name))
     resident = [Resident(nm, kinds[nm][0], kinds[nm][1], np.array(sorted(set(ks)), dtype=np.int64))
                 for nm, ks in holders.items()]
     return resident, handovers

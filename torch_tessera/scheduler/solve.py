@@ -19,13 +19,17 @@ import numpy as np
 from torch_tessera.errors import InfeasiblePlanError
 from torch_tessera.scheduler import milp
 from torch_tessera.scheduler.blocks import Blocks, aggregate, block_cycle, block_memory_ok, tie_layers
-from torch_tessera.scheduler.counts import build_classes, realize, solve_counts
+from torch_tessera.scheduler.counts import build_classes, realize, shift_search, solve_counts
 from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok
 from torch_tessera.scheduler.heuristics import (chain_dp, greedy_cycle, heft_latency, is_chain, latency_bound,
                                                  local_search, zero_comm_bound)
 from torch_tessera.scheduler.problem import Problem
 
 log = logging.getLogger(__name__)
+
+
+#: Below this many (group x device) binaries the untied MILP also runs when the tied one leaves a gap.
+EXACT_BLOCKS = 400
 
 
 @dataclass
@@ -88,6 +92,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         def score(gp):
             return (not block_memory_ok(pb, groups, gp), block_cycle(groups, gp))
         gp = realize(pb, groups, cls, counts, score)
+        gp = shift_search(groups, cls, gp, t0 + 0.9 * time_limit, lambda g: block_memory_ok(pb, groups, g))
         if block_memory_ok(pb, groups, gp):
             v = block_cycle(groups, gp)
             if best is None or v < best[0] * (1 - 1e-12):
@@ -96,6 +101,19 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         raise_infeasible(pb, groups, "" if res.status == "infeasible" else
                          f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
     value, place = best
+    if tied and value > bound * (1 + mip_gap) and groups.B * pb.D <= EXACT_BLOCKS:
+        # small enough for the untied MILP: solve it exactly (within the time left), from the incumbent
+        exact = build_classes(pb, groups, np.arange(groups.B))
+        r2, c2 = solve_counts(pb, exact, groups.forbidden, max(1e-3, deadline - time.perf_counter()),
+                              upper=value, mip_gap=mip_gap)
+        if r2.status in ("optimal", "time limit"):
+            bound = max(bound, r2.bound)
+        if c2 is not None:
+            gp = c2.argmax(1)
+            v = block_cycle(groups, gp)
+            if v < value * (1 - 1e-12) and block_memory_ok(pb, groups, gp):
+                value, place, method = v, groups.expand(gp), "milp(untied)"
+        notes.append(f"untied MILP on {groups.B} groups: {r2.status}")
     if value > bound * (1 + 1e-4):  # polish untied
         gp = np.zeros(groups.B, dtype=np.int64)
         gp[pb.group] = place
