@@ -104,7 +104,8 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     if tied and value > bound * (1 + mip_gap) and groups.B * pb.D <= EXACT_BLOCKS:
         # small enough for the untied MILP: solve it exactly (within the time left), from the incumbent
         exact = build_classes(pb, groups, np.arange(groups.B))
-        r2, c2 = solve_counts(pb, exact, groups.forbidden, max(1e-3, deadline - time.perf_counter()),
+        left = min(deadline - time.perf_counter(), 0.25 * time_limit)
+        r2, c2 = solve_counts(pb, exact, groups.forbidden, max(1e-3, left),
                               upper=value, mip_gap=mip_gap)
         if r2.status in ("optimal", "time limit"):
             bound = max(bound, r2.bound)
