@@ -21,7 +21,6 @@ import numpy as np
 from torch_tessera.errors import InfeasiblePlanError
 from torch_tessera.scheduler.evaluate import cycle_seconds, latency_seconds, memory, resident_bytes
 from torch_tessera.scheduler.problem import Problem
-from torch_tessera.scheduler.report import fmt_bytes
 from torch_tessera.scheduler.types import NotApplicableError
 
 BASELINES = ("homo-<i>", "request-dist", "pd", "af", "layer")
@@ -49,8 +48,8 @@ def check_fits(pb: Problem, place: np.ndarray, what: str) -> None:
     short = [g for g in range(pb.D) if on[g] and used[g] > pb.budgets[g] * (1 + 1e-9)]
     if short:
         raise InfeasiblePlanError(f"{what} does not fit: " + "; ".join(
-            f"device {pb.devices[g]} needs {fmt_bytes(used[g])}, has {fmt_bytes(pb.budgets[g])} "
-            f"(short by {fmt_bytes(used[g] - pb.budgets[g])})" for g in short)
+            f"device {pb.devices[g]} needs {used[g] / 1e9:.2f} GB, has {pb.budgets[g] / 1e9:.2f} GB "
+            f"(short by {(used[g] - pb.budgets[g]) / 1e9:.2f} GB)" for g in short)
             + ". Fix: raise memory_budgets or use a plan that spreads weights.")
 
 

@@ -163,8 +163,38 @@ def solve_latency(pb: Problem, time_limit: float, use_ties: bool = True) -> Solu
         raise_infeasible(pb, groups, "" if res.status == "infeasible" else
                          f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
     value, place, method = min(cands, key=lambda c: c[0])
+    if value > bound * (1 + 1e-4):
+        for blocks in ([work, groups] if tied else [groups]):
+            v2, p2 = latency_local_search(pb, blocks, place, value, deadline)
+            if v2 < value * (1 - 1e-12):
+                value, place, method = v2, p2, method + "+local"
     notes = [f"{tied} repeated layer(s) tied in the MILP"] if tied else []
     notes.append(f"critical-path MILP: {res.status}")
     status = "optimal" if value <= bound * (1 + 1e-4) else ("time limit" if res.status == "time limit" else "feasible")
     return Solution(place, value, min(bound, value), method + ("(tied)" if tied and method == "milp" else ""),
                     status, res.nodes, work.B, notes)
+
+
+def latency_local_search(pb: Problem, blocks: Blocks, place: np.ndarray, value: float,
+                         deadline: float) -> tuple[float, np.ndarray]:
+    """First-improvement moves of one block to another device, scored by the list-schedule simulator, until no move
+    helps or ``deadline``. Keeps pins and memory budgets."""
+    place = place.copy()
+    improved = True
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        for b in range(blocks.B):
+            if blocks.pinned[b] >= 0:
+                continue
+            members = blocks.label == b
+            cur = place[members][0]
+            for g in range(pb.D):
+                if g == cur or blocks.forbidden[g] or time.perf_counter() > deadline:
+                    continue
+                trial = place.copy()
+                trial[members] = g
+                v = latency_seconds(pb, trial)
+                if v < value * (1 - 1e-9) and memory_ok(pb, trial):
+                    place, value, improved = trial, v, True
+                    break
+    return value, place
