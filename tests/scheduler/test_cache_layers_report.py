@@ -50,7 +50,7 @@ def test_cache_env_root_and_corrupt_file(tmp_path, monkeypatch):
     assert plan(dag, costs, tp, cache_dir=False).solver.method != "cache"
 
 
-@pytest.mark.parametrize("layers,D", [(3, 2), (4, 2), (3, 3)])
+@pytest.mark.parametrize("layers,D", [(3, 2), (4, 2), (2, 3)])
 def test_layer_counts_reduction_matches_full_milp(layers, D, monkeypatch):
     devs = ("big", "small", "mid")[:D]
     dag = transformer_dag(layers=layers, tokens=256, context=2048)

@@ -152,6 +152,8 @@ def solve_counts(pb: Problem, cls: Classes, forbidden: np.ndarray, time_limit: f
         v = np.r_[np.stack([coef[:, a, b] for a, b in P], 1).ravel(), -np.ones(len(P))]
         m.rows_coo(r, c, v, -np.inf, 0.0, len(P))
     _memory_rows(m, pb, cls, n, forbidden)
+    for g, h in identical_device_pairs(pb, forbidden):  # symmetry: identical devices ordered by load
+        m.rows_coo(np.zeros(2 * C, np.int64), np.r_[n[:, g], n[:, h]], np.r_[cost[:, g], -cost[:, h]], 0.0, np.inf, 1)
     shrink = 1.0 + EPS * D
     ob = upper / scale * shrink * (1 + 1e-6) if upper and np.isfinite(upper) else None
     res = m.solve(time_limit, ob, mip_gap)
@@ -159,6 +161,28 @@ def solve_counts(pb: Problem, cls: Classes, forbidden: np.ndarray, time_limit: f
     counts = np.rint(res.x[n]).astype(np.int64) if res.x is not None else None
     log.debug("counts MILP: %d classes, %d edge classes, %d vars: %s %.3f s", C, F, m.nv, out.status, out.wall)
     return out, counts
+
+
+def identical_device_pairs(pb: Problem, forbidden: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive pairs ``(g, h)`` of interchangeable devices: same kernel costs, same links to every other device
+    and to each other, same budget. Any placement stays feasible and equally good with g and h swapped, so the MILP
+    may require ``load_g >= load_h`` (symmetry breaking)."""
+    pairs = []
+    D = pb.D
+    for g in range(D):
+        for h in range(g + 1, D):
+            others = [o for o in range(D) if o not in (g, h)]
+            if (not forbidden[g] and not forbidden[h] and np.array_equal(pb.cost[:, g], pb.cost[:, h])
+                    and pb.budgets[g] == pb.budgets[h]
+                    and np.array_equal(pb.bw[g, others], pb.bw[h, others])
+                    and np.array_equal(pb.bw[others, g], pb.bw[others, h])
+                    and np.array_equal(pb.alpha[g, others], pb.alpha[h, others])
+                    and np.array_equal(pb.alpha[others, g], pb.alpha[others, h])
+                    and pb.bw[g, h] == pb.bw[h, g] and pb.alpha[g, h] == pb.alpha[h, g]
+                    and not (pb.pinned == g).any() and not (pb.pinned == h).any()):
+                pairs.append((g, h))
+                break
+    return pairs
 
 
 def _memory_rows(m: _Model, pb: Problem, cls: Classes, n: np.ndarray, forbidden: np.ndarray) -> None:
