@@ -55,8 +55,9 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
         cache_dir: plan cache directory; ``None``: ``$TESSERA_CACHE_DIR/plans`` or ``~/.cache/torch_tessera/plans``;
             ``False``: no cache. Only the solved policies are cached.
         objective: for baselines, ``"cycle"`` (default) or ``"latency"``: what ``predicted_seconds`` reports.
-        tie_layers: share one decision among identical repeated layers (fast; the untied local search and the
-            bound account for it). ``False`` solves the full MILP (exact when it finishes within ``time_limit``).
+        tie_layers: plan identical repeated layers as counts ("n of the L layers run kernel r on device g"; the
+            counts MILP's bound stays valid for every placement) for throughput, and share one decision per layer
+            position in the latency MILP. ``False`` solves the full MILP (exact when it finishes in ``time_limit``).
         mip_gap: the throughput MILP stops once its incumbent is proven within this relative gap (0.005 = 0.5 %).
 
     Returns:

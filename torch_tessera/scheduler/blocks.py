@@ -1,10 +1,10 @@
 """Decision blocks: kernels that share one placement decision, and the problem aggregated over them.
 
-Two partitions are used. *Groups* (hard, from :mod:`problem`): kernels that must share a device. *Tied classes*
-(a restriction that makes big programs small): the kernel at position ``r`` of every repeated layer with identical
-structure shares the decision of position ``r`` of the others. Aggregating costs, cut-edge loads and resident buffers
-over a partition is exact for placements that respect it, so a tied solution is scored exactly; only optimality over
-untied placements is given up, which the untied local search and the lower bound then account for.
+Two partitions are used. *Groups* (hard, from :mod:`problem`): kernels that must share a device. *Tied classes*:
+the kernel at position ``r`` of every repeated layer with identical structure. The throughput planner turns tied
+classes into counts (:mod:`counts`); the list heuristic and the latency MILP use them as one shared decision (a
+restriction). Aggregating costs, cut-edge loads and resident buffers over a partition is exact for placements that
+respect it, so a tied placement is scored exactly.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
-"""The MILPs, solved with HiGHS through ``scipy.optimize.milp``.
+"""MILP building blocks and the latency MILP, solved with HiGHS through ``scipy.optimize.milp``.
 
-Throughput (min cycle time T), over blocks b and devices g (Tessera paper §III-C; docs/DESIGN.md):
+The throughput MILP lives in :mod:`counts` (placement counts per repeated-layer class; with no repetition it is the
+plain placement MILP). Here: the shared model builder, placement and cut variables, memory rows, the least memory
+shortfall (for error messages), and the latency MILP. The throughput model, for reference (Tessera paper §III-C;
+docs/DESIGN.md):
 
     x[b,g] in {0,1}, sum_g x[b,g] = 1                       every block on one device
-    z[e,a,c] >= x[i,a] + x[j,c] - 1                         edge e = (i -> j) cut a -> c
     sum_b cost[b,g] x[b,g] <= T                             compute load of device g
-    sum_e coef[e,a,c] z[e,a,c] <= T                         transfer load of link a -> c
-    w[r,g] >= x[b,g] for holders b of r                     resident buffer r lives on g
-    sum_r bytes[r] w[r,g] <= budget[g] - reserve            memory of g (weights, state, inputs; activation reserve)
+    sum_e coef[e,a,c] (edge e cut a -> c) <= T              transfer load of link a -> c
+    sum_r bytes[r] (r held on g) <= budget[g] - reserve     memory of g (weights, state, inputs; activation reserve)
     minimise T + eps (sum of loads)                         eps breaks ties towards less work and traffic
 
 Latency (min one request's critical path), over kernels k with finish times f[k]:
@@ -41,7 +42,7 @@ from torch_tessera.scheduler.problem import Problem
 log = logging.getLogger(__name__)
 
 #: Weight of the tie-breaking term relative to T (dimensionless).
-EPS = 1e-4
+EPS = 1e-5
 
 
 @dataclass
@@ -162,48 +163,6 @@ def _result(res, scale: float, bplace_from, t0: float, shrink: float = 1.0) -> M
     if res.x is None:
         return MilpResult(None, np.inf, bound, status if status != "optimal" else "failed", nodes, wall)
     return MilpResult(bplace_from(res.x), float(res.fun) * scale, bound, status, nodes, wall)
-
-
-def solve_throughput(pb: Problem, blocks: Blocks, time_limit: float, upper: float | None = None) -> MilpResult:
-    """Minimise the cycle time over block placements (see module docstring). ``upper``: a known cycle time (seconds)
-    used as an objective cutoff."""
-    t0 = time.perf_counter()
-    D, B = pb.D, blocks.B
-    scale = float(upper) if upper and np.isfinite(upper) and upper > 0 else float(blocks.cost.min(1).sum() or 1.0)
-    m = _Model()
-    T = m.vars(1, lb=0.0, ub=np.inf, cost=1.0)[0]
-    x = _placement_vars(m, blocks, D)
-    _memory_rows(m, pb, blocks, x)
-    # compute load rows (with eps tie-break on each block's cost)
-    cost = blocks.cost / scale
-    m.c[1] = (EPS / D) * cost.ravel()
-    r = np.concatenate([np.tile(np.arange(D), B), np.arange(D)])
-    c = np.concatenate([x.ravel(), np.full(D, T)])
-    v = np.concatenate([cost.ravel(), -np.ones(D)])
-    m.rows_coo(r, c, v, -np.inf, 0.0, D)
-    if len(blocks.esrc) and D > 1:
-        coef = blocks.coef / scale
-        E = len(blocks.esrc)
-        pairs_cost = np.array([coef[:, a, c_] for a in range(D) for c_ in range(D) if a != c_]).T  # [E, P]
-        z, pairs = _cut_vars(m, x, blocks.esrc, blocks.edst, D, cost=(EPS / D) * pairs_cost.ravel())
-        P = len(pairs)
-        r = np.concatenate([np.tile(np.arange(P), E), np.arange(P)])
-        c = np.concatenate([z.ravel(), np.full(P, T)])
-        v = np.concatenate([pairs_cost.ravel(), -np.ones(P)])
-        m.rows_coo(r, c, v, -np.inf, 0.0, P)
-    shrink = 1.0 + EPS * D  # objective <= T (1 + eps D): see module docstring
-    ob = upper / scale * shrink * (1 + 1e-6) if upper and np.isfinite(upper) else None
-    res = m.solve(time_limit, ob)
-    out = _result(res, scale, lambda xs: xs[x].reshape(B, D).argmax(1), t0, shrink)
-    if out.bplace is not None:
-        from torch_tessera.scheduler.blocks import block_cycle
-
-        out.objective = block_cycle(blocks, out.bplace)
-    elif out.status == "infeasible" and ob is not None:
-        out.status = "no better than cutoff"
-    log.debug("throughput MILP: %d blocks, %d vars, %d rows: %s in %.3f s, %d nodes", B, m.nv, m.nr, out.status,
-              out.wall, out.nodes)
-    return out
 
 
 def memory_shortfall(pb: Problem, blocks: Blocks, time_limit: float = 5.0) -> np.ndarray | None:

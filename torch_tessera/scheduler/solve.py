@@ -1,11 +1,12 @@
 """The two policies: how the heuristics, the MILPs and the bounds are combined into one placement.
 
-Throughput: bound (free-transfer LP) -> tie repeated layers -> list heuristic + local search (warm incumbent, cutoff
-for the MILP) -> MILP on the tied blocks within the time limit -> untied local search from the best. Without tying
-(no repeated layers, or ``tie_layers=False``) the MILP is the exact problem and its dual bound is the lower bound.
+Throughput: repeated layers become classes -> list heuristic + local search on the tied classes (incumbent, cutoff)
+-> counts MILP (:mod:`counts`; its dual bound is a valid lower bound for every placement) -> realisation of the
+counts, shift search -> the untied MILP when the problem is small and a gap remains -> untied local search. Without
+repeated layers (or ``tie_layers=False``) the counts MILP is the exact placement MILP.
 
 Latency: exact DP when every program is a path; otherwise HEFT and single-device candidates, then the critical-path
-MILP, each candidate re-scored by the list-schedule simulator.
+MILP, each candidate re-scored by the list-schedule simulator, then single-block moves scored the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from torch_tessera.scheduler.problem import Problem
 log = logging.getLogger(__name__)
 
 
-#: Below this many (group x device) binaries the untied MILP also runs when the tied one leaves a gap.
+#: Below this many (group x device) binaries the untied MILP also runs (for at most 0.1 x time_limit + 0.5 s) when
+#: the counts solution is left more than twice ``mip_gap`` from its bound.
 EXACT_BLOCKS = 400
 
 
@@ -83,8 +85,11 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     glabel = np.zeros(groups.B, dtype=np.int64)
     glabel[pb.group] = label
     cls = build_classes(pb, groups, glabel)
-    res, counts = solve_counts(pb, cls, groups.forbidden, max(1e-3, t0 + 0.85 * time_limit - time.perf_counter()),
-                               upper=best[0] if best else None, mip_gap=mip_gap)
+    budget = t0 + 0.85 * time_limit - time.perf_counter()
+    if tied:  # the counts MILP is a relaxation: past its first second, realisation and polish pay more
+        budget = min(budget, max(1.0, 0.1 * time_limit))
+    res, counts = solve_counts(pb, cls, groups.forbidden, max(1e-3, budget), upper=best[0] if best else None,
+                               mip_gap=mip_gap)
     bound = res.bound if res.status in ("optimal", "time limit") else 0.0
     if bound <= 0.0:
         bound = zero_comm_bound(cls.cost, cls.L, cls.pinned, groups.forbidden)
@@ -101,10 +106,10 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         raise_infeasible(pb, groups, "" if res.status == "infeasible" else
                          f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
     value, place = best
-    if tied and value > bound * (1 + mip_gap) and groups.B * pb.D <= EXACT_BLOCKS:
+    if tied and value > bound * (1 + 2 * mip_gap) and groups.B * pb.D <= EXACT_BLOCKS:
         # small enough for the untied MILP: solve it exactly (within the time left), from the incumbent
         exact = build_classes(pb, groups, np.arange(groups.B))
-        left = min(deadline - time.perf_counter(), 0.25 * time_limit)
+        left = min(deadline - time.perf_counter(), 0.1 * time_limit + 0.5)
         r2, c2 = solve_counts(pb, exact, groups.forbidden, max(1e-3, left),
                               upper=value, mip_gap=mip_gap)
         if r2.status in ("optimal", "time limit"):
