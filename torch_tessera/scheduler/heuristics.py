@@ -19,7 +19,6 @@ from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
 from torch_tessera.scheduler.blocks import Blocks, block_memory_ok
-from torch_tessera.scheduler.evaluate import makespans
 from torch_tessera.scheduler.problem import Problem
 
 
