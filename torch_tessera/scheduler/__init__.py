@@ -1,0 +1,144 @@
+"""Kernel-to-device planning: one entry function, :func:`plan`, returning a :class:`Plan`.
+
+Policies: ``"throughput"`` (min pipeline cycle time, MILP), ``"latency"`` (min one request's critical path), and the
+baselines ``"homo-<i>"`` (``"homo-L"``/``"homo-R"`` on a pair), ``"request-dist"``, ``"pd"``, ``"af"``, ``"layer"``
+(see :mod:`torch_tessera.scheduler.baselines`). A baseline that does not apply raises :class:`NotApplicableError`;
+a budget nothing fits raises :class:`~torch_tessera.errors.InfeasiblePlanError` naming the short device.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from torch_tessera.errors import ConfigError
+from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.runtime.costs import CostTable, Topology
+from torch_tessera.scheduler import baselines, cache
+from torch_tessera.scheduler.blocks import aggregate
+from torch_tessera.scheduler.build import make_plan
+from torch_tessera.scheduler.heuristics import latency_bound, zero_comm_bound
+from torch_tessera.scheduler.problem import as_workload, compile_problem
+from torch_tessera.scheduler.solve import solve_latency, solve_throughput
+from torch_tessera.scheduler.types import (CutEdge, NotApplicableError, Plan, SolverInfo, Workload,  # noqa: F401
+                                           WorkloadProgram)
+
+log = logging.getLogger(__name__)
+
+POLICIES = ("throughput", "latency", "homo-<i>", "homo-L", "homo-R", "request-dist", "pd", "af", "layer")
+
+
+def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping[str, CostTable] | None,
+         topology: Topology, *, policy: str = "throughput",
+         memory_budgets: Sequence[int | None] | Mapping[str, int] | None = None,
+         pins: Mapping[int | tuple[str, int], int | str] | None = None, time_limit: float = 10.0,
+         micro_batches: int = 2, cache_dir: str | os.PathLike | None | bool = None, objective: str | None = None,
+         tie_layers: bool = True, mip_gap: float = 5e-3) -> Plan:
+    """Plan where every kernel runs.
+
+    Args:
+        dag_or_workload: one program's DAG, or a :class:`Workload` of several (prefill and decode...).
+        costs: seconds of each launch on each device; for a workload, a mapping program name -> table (or ``None``
+            when the workload's programs carry their tables).
+        topology: devices (same names as the cost tables), link bandwidth (bytes/s) and latency (seconds).
+        policy: ``"throughput"``, ``"latency"`` or a baseline name (see module docstring).
+        memory_budgets: bytes per device (sequence in topology order, or device name -> bytes; ``None`` entries are
+            unlimited); defaults to ``topology.memory``, else unlimited.
+        pins: launch index (or ``(program, launch index)``) -> device index or name.
+        time_limit: seconds for the solver; the best placement found by then is returned, with its gap.
+        micro_batches: micro-batches in flight in the throughput pipeline; each pays the per-hop latency.
+        cache_dir: plan cache directory; ``None``: ``$TESSERA_CACHE_DIR/plans`` or ``~/.cache/torch_tessera/plans``;
+            ``False``: no cache. Only the solved policies are cached.
+        objective: for baselines, ``"cycle"`` (default) or ``"latency"``: what ``predicted_seconds`` reports.
+        tie_layers: plan identical repeated layers as counts ("n of the L layers run kernel r on device g"; the
+            counts MILP's bound stays valid for every placement) for throughput, and share one decision per layer
+            position in the latency MILP. ``False`` solves the full MILP (exact when it finishes in ``time_limit``).
+        mip_gap: the throughput MILP stops once its incumbent is proven within this relative gap (0.005 = 0.5 %).
+
+    Returns:
+        The :class:`Plan`; ``print(plan)`` shows its summary table.
+
+    Raises:
+        InfeasiblePlanError: no placement fits the memory budgets and pins (names the short device and by how much).
+        NotApplicableError: a baseline does not apply to this workload.
+        ConfigError: bad arguments (unknown policy, cost tables that do not match the DAG or the devices).
+    """
+    t0 = time.perf_counter()
+    wl = as_workload(dag_or_workload, costs)
+    pb = compile_problem(wl, topology, memory_budgets=memory_budgets, pins=pins, micro_batches=micro_batches)
+    solved = policy in ("throughput", "latency")
+    directory, key = None, None
+    if solved and cache_dir is not False:
+        directory = cache.default_dir() if cache_dir in (None, True) else cache.Path(cache_dir)
+        key = cache.plan_key(pb, policy, {"time_limit": time_limit, "tie_layers": tie_layers,
+                                                    "mip_gap": mip_gap})
+        hit = cache.load(directory, key)
+        if hit is not None:
+            log.info("plan cache hit %s (%s)", key, directory)
+            s = hit.solver
+            return replace(hit, solver=replace(s, method=f"cache:{s.method}",
+                                               notes=s.notes + (f"cached plan {key}",)))
+    if policy == "throughput":
+        sol = solve_throughput(pb, time_limit, tie_layers, mip_gap)
+        result = _from_solution(pb, sol, policy, "cycle", t0)
+    elif policy == "latency":
+        sol = solve_latency(pb, time_limit, tie_layers)
+        result = _from_solution(pb, sol, policy, "latency", t0)
+    else:
+        result = _baseline(pb, policy, objective or "cycle", t0)
+    if key is not None:
+        cache.store(directory, key, result)
+    log.info("plan %s: %s", policy, f"{result.predicted_seconds:.6g} s, gap {100 * result.gap:.2f} %")
+    return result
+
+
+def _from_solution(pb, sol, policy: str, objective: str, t0: float) -> Plan:
+    info = SolverInfo(method=sol.method, status=sol.status, wall_seconds=time.perf_counter() - t0, nodes=sol.nodes,
+                      kernels=pb.n, blocks=sol.blocks, notes=tuple(pb.notes + sol.notes))
+    return make_plan(pb, sol.place, policy=policy, objective=objective, lower_bound=sol.bound, solver=info)
+
+
+def _baseline(pb, policy: str, objective: str, t0: float) -> Plan:
+    if objective not in ("cycle", "latency"):
+        raise ConfigError(f"objective must be 'cycle' or 'latency', got {objective!r}")
+    if objective == "cycle":
+        groups = aggregate(pb, pb.group)
+        bound = zero_comm_bound(groups.cost, np.ones(groups.B, np.int64), groups.pinned, groups.forbidden)
+    else:
+        bound = latency_bound(pb)
+    extra: dict = {}
+    g = baselines.homo_index(pb, policy)
+    if g is not None:
+        place = np.full(pb.n, g, dtype=np.int64)
+        baselines.check_fits(pb, place, policy)
+    elif policy == "request-dist":
+        place, reps, cyc, lat, mem = baselines.request_dist(pb)
+        extra = dict(replicas=reps, cycle=cyc, latency=lat, mem=mem)
+    elif policy in ("pd", "af", "layer"):
+        place = getattr(baselines, policy)(pb, objective)
+    else:
+        import difflib
+
+        close = difflib.get_close_matches(policy, POLICIES, n=1)
+        raise ConfigError(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}"
+                          + (f" (did you mean {close[0]!r}?)" if close else ""))
+    info = SolverInfo(method="baseline", status="fixed", wall_seconds=time.perf_counter() - t0, kernels=pb.n,
+                      blocks=int(pb.group.max()) + 1, notes=("pins not applied to baselines",) if (pb.pinned >= 0).any()
+                      else ())
+    p = make_plan(pb, place, policy=policy, objective=objective, lower_bound=bound, solver=info, **extra)
+    if objective == "cycle" and "cycle" in extra:
+        p = replace(p, predicted_seconds=extra["cycle"], lower_bound_seconds=min(bound, extra["cycle"]))
+    elif "latency" in extra:
+        p = replace(p, predicted_seconds=extra["latency"], lower_bound_seconds=min(bound, extra["latency"]))
+    return p
+
+
+def available_baselines(num_devices: int) -> list[str]:
+    """Baseline policy names for ``num_devices`` devices, in the order reports show them."""
+    homos = ["homo-L", "homo-R"] if num_devices == 2 else [f"homo-{i}" for i in range(num_devices)]
+    return homos + ["request-dist", "pd", "af", "layer"]

@@ -1,0 +1,130 @@
+"""Solve time and quality of the throughput planner on synthetic DAGs (pytest-benchmark).
+
+Cases: transformer-like DAGs with repeated layers (11 kernels per layer, plus embedding and head) of about 50, 100,
+200, 500, 1000 and 1500 kernels on 2, 3 and 4 devices (a whole H200, a 72-SM and a 32-SM partition, figures in
+torch_tessera/scheduler/synthetic.py), and random layered DAGs without repetition (50-200 kernels). Each case reports
+the plan's cycle time, its proven lower bound, and the best objective known: the better of the plan and the full
+(untied) MILP run for ``TESSERA_BENCH_REF_SECONDS`` (default 20 s) where the DAG has at most 500 kernels.
+
+Run::
+
+    PYTHONPATH=$PWD python -m pytest bench/bench_scheduler.py -s --benchmark-columns=min,median,max
+    PYTHONPATH=$PWD python bench/bench_scheduler.py          # the same table without pytest-benchmark
+
+The paper's Gurobi MILP: 0.43 s for 1000 kernels on 2 GPUs, 3.1 s on 3, 113 s on 4 (Tessera §10.7, Fig. 12b).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from torch_tessera.scheduler import plan
+from torch_tessera.scheduler.synthetic import layered_dag, nvlink_topology, roofline_costs, transformer_dag
+
+DEVICES = {2: ("big", "small"), 3: ("big", "mid", "small"), 4: ("big", "mid", "small", "small")}
+LAYERS = {50: 4, 100: 9, 200: 18, 500: 45, 1000: 91, 1500: 136}
+REF_SECONDS = float(os.environ.get("TESSERA_BENCH_REF_SECONDS", "20"))
+REF_MAX_KERNELS = 500
+PAPER_MS = {(2, 50): 11, (2, 500): 182, (2, 1000): 432, (3, 50): 55, (3, 200): 210, (3, 500): 967, (3, 1000): 3080,
+            (4, 50): 548, (4, 100): 758, (4, 200): 1336, (4, 500): 16726, (4, 1000): 113370}
+ROWS: list[dict] = []
+
+
+def case(kind: str, size: int, D: int):
+    devs = DEVICES[D]
+    if kind == "layers":
+        dag = transformer_dag(layers=LAYERS[size], tokens=256, context=2048)
+        costs = roofline_costs(dag, devs)
+    else:
+        dag = layered_dag(size, width=4, seed=size)
+        costs = roofline_costs(dag, devs, noise=0.3)
+    return dag, costs, nvlink_topology(devs)
+
+
+def measure(kind: str, size: int, D: int, solve=None) -> dict:
+    """Solve once (or via ``solve``), then the reference; returns one table row."""
+    dag, costs, tp = case(kind, size, D)
+    t0 = time.perf_counter()
+    p = solve(dag, costs, tp) if solve else plan(dag, costs, tp, cache_dir=False)
+    wall = time.perf_counter() - t0
+    best, ref_note = p.predicted_seconds, "plan"
+    if dag.num_kernels <= REF_MAX_KERNELS:
+        ref = plan(dag, costs, tp, cache_dir=False, tie_layers=False, time_limit=REF_SECONDS, mip_gap=1e-6)
+        ref_note = f"full MILP {ref.solver.status} ({ref.solver.wall_seconds:.1f} s)"
+        best = min(best, ref.predicted_seconds)
+    row = dict(kind=kind, kernels=dag.num_kernels, devices=D, solve_ms=wall * 1e3, cycle_us=p.predicted_seconds * 1e6,
+               bound_us=p.lower_bound_seconds * 1e6, gap_pct=100 * p.gap,
+               vs_best_pct=100 * (p.predicted_seconds / best - 1), reference=ref_note, method=p.solver.method,
+               paper_ms=PAPER_MS.get((D, size), ""))
+    ROWS.append(row)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    cols = ["kind", "kernels", "devices", "solve_ms", "paper_ms", "cycle_us", "bound_us", "gap_pct", "vs_best_pct",
+            "method", "reference"]
+    fmt = lambda v: f"{v:.3g}" if isinstance(v, float) and v < 100 else f"{v:.0f}" if isinstance(v, float) else str(v)  # noqa: E731
+    cells = [cols] + [[fmt(r[c]) for c in cols] for r in rows]
+    w = [max(len(r[i]) for r in cells) for i in range(len(cols))]
+    return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)) for r in cells)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_table():
+    yield
+    print("\n" + table(ROWS))
+
+
+def _timed(times: list[float]):
+    def run(dag, costs, tp):
+        t = time.perf_counter()
+        p = plan(dag, costs, tp, cache_dir=False)
+        times.append(time.perf_counter() - t)
+        return p
+    return run
+
+
+@pytest.mark.parametrize("D", [2, 3, 4])
+@pytest.mark.parametrize("size", sorted(LAYERS))
+def test_layers(benchmark, size, D):
+    dag, costs, tp = case("layers", size, D)
+    times: list[float] = []
+    p = benchmark.pedantic(_timed(times), args=(dag, costs, tp), rounds=3, iterations=1, warmup_rounds=1)
+    row = measure("layers", size, D, solve=lambda *a: p)
+    row["solve_ms"] = min(times[-3:]) * 1e3
+    benchmark.extra_info.update(row)
+    assert row["vs_best_pct"] <= 2.0
+
+
+@pytest.mark.parametrize("D", [2, 3, 4])
+@pytest.mark.parametrize("size", [50, 100, 200])
+def test_random(benchmark, size, D):
+    dag, costs, tp = case("random", size, D)
+    times: list[float] = []
+    p = benchmark.pedantic(_timed(times), args=(dag, costs, tp), rounds=1, iterations=1)
+    row = measure("random", size, D, solve=lambda *a: p)
+    row["solve_ms"] = min(times) * 1e3
+    benchmark.extra_info.update(row)
+
+
+if __name__ == "__main__":
+    for D in (2, 3, 4):
+        for size in sorted(LAYERS):
+            dag, costs, tp = case("layers", size, D)
+            plan(dag, costs, tp, cache_dir=False)  # warm-up (imports, HiGHS)
+            times = []
+            for _ in range(3):
+                t = time.perf_counter()
+                plan(dag, costs, tp, cache_dir=False)
+                times.append(time.perf_counter() - t)
+            row = measure("layers", size, D)
+            row["solve_ms"] = min(times) * 1e3
+            print(table([row]).splitlines()[-1], flush=True)
+    for D in (2, 3, 4):
+        for size in (50, 100, 200):
+            measure("random", size, D)
+            print(table([ROWS[-1]]).splitlines()[-1], flush=True)
+    print(table(ROWS))

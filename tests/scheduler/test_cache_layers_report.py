@@ -1,0 +1,113 @@
+"""Plan cache, repeated-layer reduction, summary text, JSON round trip, Gantt chart."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from conftest import random_costs, random_dag, ref_cycle, topo
+from torch_tessera.runtime.costs import CostTable
+from torch_tessera.scheduler import Plan, plan, solve
+from torch_tessera.scheduler.gantt import timeline, write_gantt
+from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag
+
+
+def test_cache_hit_miss_and_invalidation(tmp_path):
+    dag = random_dag(6, 0)
+    costs, tp = random_costs(dag, 2, 0), topo(2)
+    first = plan(dag, costs, tp, cache_dir=tmp_path)
+    assert not first.solver.method.startswith("cache")
+    assert len(list(tmp_path.glob("*.json"))) == 1
+    again = plan(dag, costs, tp, cache_dir=tmp_path)
+    assert again.solver.method.startswith("cache:")
+    assert again.placement == first.placement and again.predicted_seconds == first.predicted_seconds
+    # changed costs, device set, program, policy: all miss
+    c2 = CostTable(costs.devices, costs.kernels, costs.seconds * 1.01)
+    assert not plan(dag, c2, tp, cache_dir=tmp_path).solver.method.startswith("cache")
+    renamed = dataclasses.replace(tp, devices=("x0", "x1"))
+    c3 = CostTable(("x0", "x1"), costs.kernels, costs.seconds)
+    assert not plan(dag, c3, renamed, cache_dir=tmp_path).solver.method.startswith("cache")
+    u, v = next(iter(dag.graph.edges))
+    dag.graph.edges[u, v]["bytes"] += 1
+    assert not plan(dag, costs, tp, cache_dir=tmp_path).solver.method.startswith("cache")
+    assert not plan(dag, costs, tp, policy="latency", cache_dir=tmp_path).solver.method.startswith("cache")
+    assert plan(dag, costs, tp, policy="latency", cache_dir=tmp_path).solver.method.startswith("cache")
+
+
+def test_cache_env_root_and_corrupt_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "root"))
+    dag = random_dag(5, 1)
+    costs, tp = random_costs(dag, 2, 1), topo(2)
+    plan(dag, costs, tp)
+    files = list((tmp_path / "root" / "plans").glob("*.json"))
+    assert len(files) == 1
+    files[0].write_text("{not json")
+    p = plan(dag, costs, tp)  # unreadable file: solved again, rewritten
+    assert not p.solver.method.startswith("cache")
+    assert plan(dag, costs, tp).solver.method.startswith("cache")
+    assert plan(dag, costs, tp, cache_dir=False).solver.method != "cache"
+
+
+@pytest.mark.parametrize("layers,D", [(3, 2), (4, 2), (2, 3)])
+def test_layer_counts_reduction_matches_full_milp(layers, D, monkeypatch):
+    devs = ("big", "small", "mid")[:D]
+    dag = transformer_dag(layers=layers, tokens=256, context=2048)
+    costs, tp = roofline_costs(dag, devs, seed=layers), nvlink_topology(devs)
+    full = plan(dag, costs, tp, tie_layers=False, cache_dir=False, time_limit=60, mip_gap=1e-6)
+    monkeypatch.setattr(solve, "EXACT_BLOCKS", 0)  # the counts MILP alone, no untied fallback
+    red = plan(dag, costs, tp, cache_dir=False, mip_gap=1e-6)
+    assert red.solver.blocks < full.solver.blocks
+    assert red.predicted_seconds == pytest.approx(ref_cycle(dag, costs, tp, red.placement), rel=1e-9)
+    assert red.lower_bound_seconds <= full.predicted_seconds * (1 + 1e-6)  # the counts bound is valid
+    assert red.predicted_seconds <= full.predicted_seconds * 1.02
+    if full.solver.status == "optimal":
+        assert full.predicted_seconds <= red.predicted_seconds * (1 + 1e-6)
+
+
+def test_counts_bound_is_tight_on_identical_layers():
+    dag = transformer_dag(layers=12, tokens=256, context=2048)
+    devs = ("big", "small")
+    p = plan(dag, roofline_costs(dag, devs), nvlink_topology(devs), cache_dir=False)
+    assert p.gap < 0.005
+    assert "counted" in " ".join(p.solver.notes)
+
+
+def test_summary_and_json_round_trip():
+    dag = transformer_dag(layers=2, tokens=64, context=512)
+    devs = ("big", "small")
+    p = plan(dag, roofline_costs(dag, devs), nvlink_topology(devs), cache_dir=False)
+    text = str(p)
+    for key in ("kernels", "cut edges", "bytes per step", "lower bound", "gap", "big", "small", "solver"):
+        assert key in text
+    assert f"{len(p.cut_edges)}" in text
+    back = Plan.from_json(p.to_json())
+    assert back == p
+
+
+def test_gantt_shows_overlapping_micro_batches(tmp_path):
+    dag = transformer_dag(layers=2, tokens=256, context=2048)
+    devs = ("big", "small")
+    costs, tp = roofline_costs(dag, devs), nvlink_topology(devs)
+    p = plan(dag, costs, tp, policy="layer", micro_batches=3)
+    ivs = timeline(p, dag, costs, tp)
+    assert {iv.micro_batch for iv in ivs} == {0, 1, 2}
+    lanes = {iv.lane for iv in ivs}
+    assert {"big", "small"} <= lanes and any("->" in lane for lane in lanes)
+    end0 = max(iv.end for iv in ivs if iv.micro_batch == 0)
+    assert min(iv.start for iv in ivs if iv.micro_batch == 1) < end0  # pipelined, not one after another
+    for lane in lanes:  # no lane runs two tasks at once
+        spans = sorted((iv.start, iv.end) for iv in ivs if iv.lane == lane)
+        assert all(b[0] >= a[1] - 1e-12 for a, b in zip(spans, spans[1:]))
+    out = write_gantt(p, dag, costs, tp, tmp_path / "g.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_time_limit_returns_incumbent_with_gap():
+    dag = random_dag(60, 3)
+    costs, tp = random_costs(dag, 3, 3), topo(3, bw=3e6)
+    p = plan(dag, costs, tp, cache_dir=False, time_limit=0.3, tie_layers=False)
+    assert np.isfinite(p.predicted_seconds)
+    assert 0 <= p.lower_bound_seconds <= p.predicted_seconds
+    assert p.solver.wall_seconds < 3.0

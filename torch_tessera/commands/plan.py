@@ -1,0 +1,109 @@
+"""``tessera plan``: plan a model over devices, print the plan and every baseline, write a Gantt chart.
+
+Examples::
+
+    tessera plan --model llama-3.1-8b --devices sim:a100,sim:l40s            # model lowering: wired by the lead
+    tessera plan --synthetic-layers 32 --devices big,small --policy latency  # a synthetic transformer, no lowering
+
+This module holds the rendering side: :func:`plan_all` (the policy and every baseline over one workload) and
+:func:`report` (the text). ``_model_inputs`` is the hook where the lead connects lowering and the cost model.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Mapping
+
+from torch_tessera.errors import ConfigError, InfeasiblePlanError, TesseraError
+from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.runtime.costs import CostTable, Topology
+from torch_tessera.scheduler import NotApplicableError, Plan, Workload, available_baselines, plan
+from torch_tessera.scheduler.gantt import write_gantt
+from torch_tessera.scheduler.report import compare
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``tessera plan``."""
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="registry model name, e.g. llama-3.1-8b (lowered with fake weights)")
+    src.add_argument("--synthetic-layers", type=int, metavar="N",
+                     help="plan a synthetic N-layer transformer (prefill + decode) instead of a model")
+    parser.add_argument("--devices", required=True, help="comma-separated devices, e.g. sim:a100,sim:l40s")
+    parser.add_argument("--policy", default="throughput", choices=["throughput", "latency"])
+    parser.add_argument("--micro-batches", type=int, default=2, help="micro-batches in flight (throughput)")
+    parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
+    parser.add_argument("--memory", default=None, help="per-device budgets in GB, comma-separated (default: "
+                                                       "the devices' memory)")
+    parser.add_argument("--output-tokens", type=float, default=128.0,
+                        help="mean output tokens per request: decode runs per prefill")
+    parser.add_argument("--gantt", default="tessera_plan.png", help="Gantt chart PNG path ('' to skip)")
+    parser.add_argument("--no-baselines", action="store_true", help="plan only the chosen policy")
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the plan cache")
+
+
+def plan_all(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping[str, CostTable] | None,
+             topology: Topology, policy: str = "throughput", baselines: bool = True,
+             **options) -> dict[str, Plan | TesseraError]:
+    """The chosen policy, the other policy and every baseline, each a plan or the error that makes it n/a.
+
+    ``options`` go to :func:`torch_tessera.scheduler.plan` (memory_budgets, micro_batches, time_limit, cache_dir).
+    Baselines use the policy's objective (cycle time for throughput, latency for latency).
+    """
+    objective = "cycle" if policy == "throughput" else "latency"
+    names = [policy, "latency" if policy == "throughput" else "throughput"]
+    if baselines:
+        names += available_baselines(len(topology.devices))
+    out: dict[str, Plan | TesseraError] = {}
+    for name in names:
+        kw = dict(options)
+        if name not in ("throughput", "latency"):
+            kw.pop("cache_dir", None)
+            kw["objective"] = objective
+        try:
+            out[name] = plan(dag_or_workload, costs, topology, policy=name, **kw)
+        except (NotApplicableError, InfeasiblePlanError) as e:
+            out[name] = e
+    return out
+
+
+def report(plans: Mapping[str, Plan | TesseraError], policy: str) -> str:
+    """The chosen plan's summary, then one comparison line per plan (speed-ups against the first ``homo-*``)."""
+    main = plans[policy]
+    head = main.summary() if isinstance(main, Plan) else f"{policy}: {main}"
+    ref = next((k for k in plans if k.startswith("homo-") and isinstance(plans[k], Plan)), None)
+    return head + "\n\n" + compare(plans, ref)
+
+
+def _synthetic_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
+    from torch_tessera.scheduler import synthetic
+
+    devices = tuple(d.strip().removeprefix("sim:") for d in args.devices.split(","))
+    unknown = [d for d in devices if d not in synthetic.DEVICE_PEAKS]
+    if unknown:
+        raise ConfigError(f"synthetic planning knows devices {sorted(synthetic.DEVICE_PEAKS)}, not {unknown}")
+    pre = synthetic.transformer_dag(args.synthetic_layers, tokens=1024, context=1024)
+    dec = synthetic.transformer_dag(args.synthetic_layers, tokens=64, context=1024)
+    wl = Workload.llm(pre, synthetic.roofline_costs(pre, devices), dec, synthetic.roofline_costs(dec, devices),
+                      args.output_tokens)
+    return wl, synthetic.nvlink_topology(devices)
+
+
+def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
+    """Lower ``args.model`` (prefill and decode graphs) and cost it on ``args.devices``. Wired by the lead."""
+    raise ConfigError("tessera plan --model: model lowering is not wired into this command yet; "
+                      "use --synthetic-layers N meanwhile")
+
+
+def run(args: argparse.Namespace) -> int:
+    wl, topo = _synthetic_inputs(args) if args.synthetic_layers else _model_inputs(args)
+    budgets = [float(x) * 1e9 for x in args.memory.split(",")] if args.memory else None
+    plans = plan_all(wl, None, topo, args.policy, not args.no_baselines, memory_budgets=budgets,
+                     micro_batches=args.micro_batches, time_limit=args.time_limit,
+                     cache_dir=False if args.no_cache else None)
+    print(report(plans, args.policy))
+    chosen = plans[args.policy]
+    if args.gantt and isinstance(chosen, Plan):
+        path = write_gantt(chosen, wl, None, topo, Path(args.gantt))
+        print(f"\nGantt chart: {path}")
+    return 0 if isinstance(chosen, Plan) else 1

@@ -1,0 +1,194 @@
+"""The field's placements, as plans over the same program, scored by the same model (docs/DESIGN.md, Baselines).
+
+``homo-<i>`` (``homo-L``/``homo-R`` for a pair): everything on one device. ``request-dist``: a full replica per
+device, requests shared in proportion to speed (throughput adds up; memory is a full model on each). ``pd``: the
+prefill program on one device, the decode program on another, the KV cache handed over (Splitwise, DistServe).
+``af``: attention kernels on one device, all others on another (MegaScale-Infer, Lamina). ``layer``: contiguous
+layer ranges per device, balanced by cost and pipelined (Helix, HexGen).
+
+Every baseline respects the hard groups (a STATE buffer's writers share a device; unsure kernels stay with their
+neighbour) by moving each group to the device of its heaviest member (for ``af``: of an attention member). Pins are
+not applied to baselines. Attention kernels and layers come from the DAG's ``op_class`` and ``layer`` attributes,
+which the graph builder takes from FX/Inductor provenance.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from torch_tessera.errors import InfeasiblePlanError
+from torch_tessera.scheduler.evaluate import cycle_seconds, latency_seconds, memory, resident_bytes
+from torch_tessera.scheduler.problem import Problem
+from torch_tessera.scheduler.types import NotApplicableError
+
+BASELINES = ("homo-<i>", "request-dist", "pd", "af", "layer")
+
+
+def homo_index(pb: Problem, name: str) -> int | None:
+    """Device index of a ``homo-*`` name (``homo-0``, ``homo-L``/``homo-R`` for two devices, ``homo-<device>``)."""
+    if not name.startswith("homo-"):
+        return None
+    tail = name[5:]
+    if pb.D == 2 and tail in ("L", "R"):
+        return 0 if tail == "L" else 1
+    if tail in pb.devices:
+        return pb.devices.index(tail)
+    if tail.isdigit() and int(tail) < pb.D:
+        return int(tail)
+    raise NotApplicableError(f"{name!r}: no such device; use homo-0..homo-{pb.D - 1}"
+                             + (" or homo-L/homo-R" if pb.D == 2 else "") + f" (devices {pb.devices})")
+
+
+def check_fits(pb: Problem, place: np.ndarray, what: str) -> None:
+    """Raise :class:`InfeasiblePlanError` naming each device of ``place`` whose budget is too small."""
+    used = resident_bytes(pb, place) + pb.reserve
+    on = np.bincount(place, minlength=pb.D) > 0
+    short = [g for g in range(pb.D) if on[g] and used[g] > pb.budgets[g] * (1 + 1e-9)]
+    if short:
+        raise InfeasiblePlanError(f"{what} does not fit: " + "; ".join(
+            f"device {pb.devices[g]} needs {used[g] / 1e9:.2f} GB, has {pb.budgets[g] / 1e9:.2f} GB "
+            f"(short by {(used[g] - pb.budgets[g]) / 1e9:.2f} GB)" for g in short)
+            + ". Fix: raise memory_budgets or use a plan that spreads weights.")
+
+
+def project(pb: Problem, place: np.ndarray, prefer: np.ndarray | None = None) -> np.ndarray:
+    """Move every hard group to the device of its heaviest member (members with ``prefer`` first)."""
+    weight = pb.cost.min(1) + (1e9 * prefer if prefer is not None else 0.0)
+    order = np.lexsort((weight, pb.group))  # by group, heaviest last
+    last = np.r_[pb.group[order][1:] != pb.group[order][:-1], True]
+    gdev = np.zeros(int(pb.group.max()) + 1, dtype=np.int64)
+    gdev[pb.group[order][last]] = place[order][last]
+    return gdev[pb.group]
+
+
+def _score(pb: Problem, place: np.ndarray, objective: str) -> float:
+    return cycle_seconds(pb, place) if objective == "cycle" else latency_seconds(pb, place)
+
+
+def _best(pb: Problem, cands: list[np.ndarray], objective: str, what: str) -> np.ndarray:
+    """Best candidate that fits memory; the first one's error if none fits."""
+    scored, first_err = [], None
+    for c in cands:
+        try:
+            check_fits(pb, c, what)
+        except InfeasiblePlanError as e:
+            first_err = first_err or e
+            continue
+        scored.append((_score(pb, c, objective), c))
+    if not scored:
+        raise first_err
+    return min(scored, key=lambda s: s[0])[1]
+
+
+def af(pb: Problem, objective: str) -> np.ndarray:
+    attn = np.array([c == "attention" for c in pb.op_class])
+    if pb.D < 2:
+        raise NotApplicableError("af needs two devices")
+    if not attn.any() or attn.all():
+        raise NotApplicableError("af needs attention kernels and other kernels (op_class 'attention' from "
+                                 "provenance); this program has " + ("none" if not attn.any() else "only attention"))
+    cands = [project(pb, np.where(attn, a, b), attn) for a, b in itertools.permutations(range(pb.D), 2)]
+    return _best(pb, cands, objective, "af")
+
+
+def pd(pb: Problem, objective: str) -> np.ndarray:
+    roles = list(pb.roles)
+    if len(pb.programs) < 2 or "prefill" not in roles or "decode" not in roles:
+        raise NotApplicableError(f"pd does not apply: it needs a workload with a prefill and a decode program "
+                                 f"(roles), this one has {len(pb.programs)} program(s) {list(pb.programs)}")
+    if pb.D < 2:
+        raise NotApplicableError("pd needs two devices")
+    pre = pb.prog == roles.index("prefill")
+    cands = []
+    for a, b in itertools.permutations(range(pb.D), 2):
+        place = np.full(pb.n, b, dtype=np.int64)
+        place[pre] = a
+        cands.append(project(pb, place))
+    return _best(pb, cands, objective, "pd")
+
+
+def _units(pb: Problem) -> tuple[np.ndarray, int]:
+    """Layer position of each kernel; kernels outside layers join the nearest preceding layer of their program."""
+    values = sorted({l for l in pb.layer if l is not None})
+    if not values:
+        raise NotApplicableError("layer needs the 'layer' attribute (repeated-layer provenance); this DAG has none")
+    pos = {l: i for i, l in enumerate(values)}
+    unit = np.zeros(pb.n, dtype=np.int64)
+    for p in range(len(pb.programs)):
+        cur = 0
+        for k in pb.program_slice(p).tolist():
+            if pb.layer[k] is not None:
+                cur = pos[pb.layer[k]]
+            unit[k] = cur
+    return unit, len(values)
+
+
+def layer(pb: Problem, objective: str) -> np.ndarray:
+    """Contiguous layer ranges, one per device of an ordered device subset, chosen by a min-max DP per subset."""
+    unit, U = _units(pb)
+    wc = pb.wcost
+    ucost = np.zeros((U, pb.D))
+    np.add.at(ucost, unit, wc)
+    pre = np.vstack([np.zeros(pb.D), np.cumsum(ucost, 0)])  # pre[i] = cost of units < i
+    from torch_tessera.scheduler.evaluate import link_coef
+
+    coef = link_coef(pb)
+    cross = np.zeros((U + 1, pb.D, pb.D))  # cross[j]: edges from units < j to units >= j
+    us, ut = unit[pb.esrc], unit[pb.edst]
+    for e in np.flatnonzero((us < ut) & (pb.ewbytes > 0)).tolist():
+        cross[us[e] + 1:ut[e] + 1] += coef[e]
+    cands = []
+    for k in range(1, min(pb.D, U) + 1):
+        for seq in itertools.permutations(range(pb.D), k):
+            cands.append(_layer_dp(seq, pre, cross, U, unit))
+    return _best(pb, [project(pb, c) for c in cands], objective, "layer")
+
+
+def _layer_dp(seq: tuple[int, ...], pre: np.ndarray, cross: np.ndarray, U: int, unit: np.ndarray) -> np.ndarray:
+    """Split units 0..U-1 into ``len(seq)`` non-empty ranges minimising max(stage load, boundary link load)."""
+    k = len(seq)
+    best = np.full((k, U + 1), np.inf)  # best[s, i]: units < i covered by stages 0..s
+    arg = np.zeros((k, U + 1), dtype=np.int64)
+    g0 = seq[0]
+    best[0, 1:] = pre[1:, g0] - pre[0, g0]
+    for s in range(1, k):
+        g, gp = seq[s], seq[s - 1]
+        for i in range(s + 1, U + 1):
+            j = np.arange(s, i)  # stage s covers units j..i-1
+            val = np.maximum.reduce([best[s - 1, j], pre[i, g] - pre[j, g], cross[j, gp, g]])
+            arg[s, i] = j[int(val.argmin())]
+            best[s, i] = val.min()
+    bounds = [U]
+    for s in range(k - 1, 0, -1):
+        bounds.append(int(arg[s, bounds[-1]]))
+    bounds = bounds[::-1]  # stage s covers units [bounds[s-1], bounds[s])
+    stage = np.searchsorted(np.array(bounds), unit, side="right")
+    return np.array(seq, dtype=np.int64)[np.minimum(stage, k - 1)]
+
+
+def request_dist(pb: Problem) -> tuple[np.ndarray, tuple[int, ...], float, float, dict]:
+    """A replica on every device that holds the whole model; requests split in proportion to speed.
+
+    Returns:
+        ``(placement of replica 0, replica devices, cycle seconds, latency seconds, memory dict)``: cycle is
+        ``1 / sum_g (1 / cycle_g)``; latency is the slowest replica's (a request may land there).
+    """
+    fits, err = [], None
+    for g in range(pb.D):
+        place = np.full(pb.n, g, dtype=np.int64)
+        try:
+            check_fits(pb, place, f"a replica on {pb.devices[g]}")
+            fits.append(g)
+        except InfeasiblePlanError as e:
+            err = err or e
+    if not fits:
+        raise err
+    places = {g: np.full(pb.n, g, dtype=np.int64) for g in fits}
+    cyc = 1.0 / sum(1.0 / cycle_seconds(pb, places[g]) for g in fits)
+    lat = max(latency_seconds(pb, places[g]) for g in fits)
+    mems = [memory(pb, places[g]) for g in fits]
+    mem = {key: sum(m[key] for m in mems) for key in ("weight", "state", "activation", "total")}
+    mem["weights"] = [sorted({w for m in mems for w in m["weights"][g]}) for g in range(pb.D)]
+    return places[fits[0]], tuple(fits), cyc, lat, mem

@@ -1,0 +1,149 @@
+"""Decision blocks: kernels that share one placement decision, and the problem aggregated over them.
+
+Two partitions are used. *Groups* (hard, from :mod:`problem`): kernels that must share a device. *Tied classes*:
+the kernel at position ``r`` of every repeated layer with identical structure. The throughput planner turns tied
+classes into counts (:mod:`counts`); the list heuristic and the latency MILP use them as one shared decision (a
+restriction). Aggregating costs, cut-edge loads and resident buffers over a partition is exact for placements that
+respect it, so a tied placement is scored exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from torch_tessera.scheduler.evaluate import link_coef
+from torch_tessera.scheduler.problem import Problem, _UnionFind
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Blocks:
+    """The problem aggregated over a partition of the kernels.
+
+    Attributes:
+        label: ``[n]`` block of each kernel.
+        cost: ``[B, D]`` seconds per workload step of each block on each device.
+        pinned: ``[B]`` device a block is pinned to, or -1.
+        forbidden: ``[D]`` devices no block may use (memory budget below the activation reserve).
+        esrc / edst / coef: aggregated data edges between different blocks, ``coef[e, a, b]`` seconds per workload
+            step on link ``a -> b`` when ``esrc[e]`` runs on ``a`` and ``edst[e]`` on ``b``.
+        res_bytes / res_holders: resident buffers merged by identical holder-block sets (bytes, block indices).
+    """
+
+    label: np.ndarray
+    cost: np.ndarray
+    pinned: np.ndarray
+    forbidden: np.ndarray
+    esrc: np.ndarray
+    edst: np.ndarray
+    coef: np.ndarray
+    res_bytes: np.ndarray
+    res_holders: list[np.ndarray]
+
+    @property
+    def B(self) -> int:
+        return self.cost.shape[0]
+
+    def expand(self, block_place: np.ndarray) -> np.ndarray:
+        """Kernel placement ``[n]`` from a block placement ``[B]``."""
+        return block_place[self.label]
+
+
+def aggregate(pb: Problem, label: np.ndarray) -> Blocks:
+    """Aggregate ``pb`` over the partition ``label`` (``[n]`` block ids 0..B-1, a coarsening of ``pb.group``)."""
+    B = int(label.max()) + 1 if len(label) else 0
+    D = pb.D
+    cost = np.zeros((B, D))
+    np.add.at(cost, label, pb.wcost)
+    pinned = np.full(B, -1, dtype=np.int64)
+    gp = pb.pinned[pb.group]
+    has = gp >= 0
+    pinned[label[has]] = gp[has]
+    ls, lt = label[pb.esrc], label[pb.edst]
+    keep = (ls != lt) & (pb.ewbytes > 0)
+    coef_all = link_coef(pb)
+    if keep.any():
+        keys = ls[keep] * B + lt[keep]
+        uniq, inv = np.unique(keys, return_inverse=True)
+        coef = np.zeros((len(uniq), D, D))
+        np.add.at(coef, inv, coef_all[keep])
+        esrc, edst = uniq // B, uniq % B
+    else:
+        coef, esrc, edst = np.zeros((0, D, D)), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    merged: dict[tuple[int, ...], int] = {}
+    for r in pb.resident:
+        key = tuple(np.unique(label[r.holders]).tolist())
+        merged[key] = merged.get(key, 0) + r.nbytes
+    cap = pb.budgets - pb.reserve
+    return Blocks(label=label, cost=cost, pinned=pinned, forbidden=cap < 0, esrc=esrc, edst=edst, coef=coef,
+                  res_bytes=np.array(list(merged.values()), dtype=np.float64),
+                  res_holders=[np.array(k, dtype=np.int64) for k in merged])
+
+
+def tie_layers(pb: Problem) -> tuple[np.ndarray, int]:
+    """Tie the decisions of repeated layers with identical structure.
+
+    A layer's structure is its kernels in program order (name, op class) and its internal data edges (positions and
+    bytes); layers come from the ``layer`` node attribute (FX/Inductor provenance). Groups pinned to a device are never
+    tied, so tying cannot break a pin.
+
+    Returns:
+        ``(label, tied_layers)``: a partition coarsening ``pb.group``, and how many layers were tied to another.
+    """
+    G = int(pb.group.max()) + 1 if pb.n else 0
+    uf = _UnionFind(G)
+    for g in range(G):  # keep group ids as the partition's base
+        uf.parent[g] = g
+    members: dict[tuple[int, int], list[int]] = {}
+    for k in range(pb.n):
+        if pb.layer[k] is not None:
+            members.setdefault((int(pb.prog[k]), int(pb.layer[k])), []).append(k)
+    pos = {k: i for ks in members.values() for i, k in enumerate(ks)}
+    internal: dict[tuple[int, int], list[tuple[int, int, float]]] = {key: [] for key in members}
+    for s, t, b in zip(pb.esrc.tolist(), pb.edst.tolist(), pb.ebytes.tolist()):
+        if b > 0 and pb.layer[s] is not None and pb.layer[s] == pb.layer[t] and pb.prog[s] == pb.prog[t]:
+            internal[(int(pb.prog[s]), int(pb.layer[s]))].append((pos[s], pos[t], b))
+    by_sig: dict[tuple, list[tuple[int, int]]] = {}
+    for key, ks in members.items():
+        sig = (key[0], tuple((pb.names[k], pb.op_class[k]) for k in ks), tuple(sorted(internal[key])))
+        by_sig.setdefault(sig, []).append(key)
+    tied = 0
+    for keys in by_sig.values():
+        if len(keys) < 2:
+            continue
+        first = members[keys[0]]
+        for key in keys[1:]:
+            for k0, k in zip(first, members[key]):
+                g0, g = int(pb.group[k0]), int(pb.group[k])
+                if pb.pinned[g0] < 0 and pb.pinned[g] < 0:
+                    uf.union(g0, g)
+            tied += 1
+    label = uf.labels()[pb.group]
+    log.debug("layer tying: %d layers tied, %d groups -> %d blocks", tied, G, int(label.max()) + 1 if pb.n else 0)
+    return label, tied
+
+
+def block_cycle(blocks: Blocks, bplace: np.ndarray) -> float:
+    """Cycle time of a block placement (equals :func:`evaluate.cycle_seconds` of its expansion)."""
+    D = blocks.cost.shape[1]
+    dev = np.bincount(bplace, weights=blocks.cost[np.arange(blocks.B), bplace], minlength=D)
+    link = np.zeros((D, D))
+    a, b = bplace[blocks.esrc], bplace[blocks.edst]
+    cut = a != b
+    np.add.at(link, (a[cut], b[cut]), blocks.coef[np.flatnonzero(cut), a[cut], b[cut]])
+    return float(max(dev.max(), link.max()))
+
+
+def block_memory_ok(pb: Problem, blocks: Blocks, bplace: np.ndarray) -> bool:
+    """Whether a block placement fits the budgets (resident bytes + activation reserve on every used device)."""
+    if np.isinf(pb.budgets).all():
+        return True
+    used = np.zeros(pb.D)
+    for nb, h in zip(blocks.res_bytes, blocks.res_holders):
+        used[np.unique(bplace[h])] += nb
+    on = np.bincount(bplace, minlength=pb.D) > 0
+    return bool(np.all(~on | (used + pb.reserve <= pb.budgets * (1 + 1e-9))))

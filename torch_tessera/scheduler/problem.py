@@ -1,0 +1,366 @@
+"""Compile a workload, its costs and the topology into flat arrays the solvers work on.
+
+Kernels of all programs get one global index (programs concatenated, each in program order). Kernels that must share
+a device are merged into *groups* (hard): every writer of a STATE buffer (its owner), every kernel the access analysis
+is unsure of together with a DAG neighbour. Pins fix a group's device.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from torch_tessera.errors import ConfigError, InfeasiblePlanError
+from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.lowering.program import BufferKind
+from torch_tessera.runtime.costs import CostTable, Topology
+from torch_tessera.scheduler.types import Workload, WorkloadProgram
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Resident:
+    """A buffer that lives on every device where one of its holders runs (weights, inputs, state replicas)."""
+
+    name: str
+    kind: str  # "parameter" | "input" | "state"
+    nbytes: int
+    holders: np.ndarray  # kernel indices
+
+
+@dataclass
+class Problem:
+    """Flat view of a planning problem (internal to the scheduler; arrays indexed by global kernel index).
+
+    Edge arrays include STATE hand-over edges between programs (kind ``"STATE"``) and ordering-only edges
+    (``ebytes == 0``). ``ewbytes``/``ewcount`` are per workload step: bytes times the program frequency, and transfers
+    times frequency times micro-batches (each micro-batch pays the per-hop latency).
+    """
+
+    devices: tuple[str, ...]
+    programs: tuple[str, ...]
+    roles: tuple[str, ...]
+    freq: np.ndarray
+    prog: np.ndarray
+    launch: np.ndarray
+    cost: np.ndarray
+    names: list[str]
+    op_class: list[str]
+    layer: list[int | None]
+    reads: list[frozenset]
+    writes: list[frozenset]
+    esrc: np.ndarray
+    edst: np.ndarray
+    ebytes: np.ndarray
+    ewbytes: np.ndarray
+    ewcount: np.ndarray
+    ekind: list[str]
+    eranges: list[tuple]
+    group: np.ndarray
+    pinned: np.ndarray
+    resident: list[Resident]
+    temp_bytes: list[dict[str, int]]
+    reserve: float
+    budgets: np.ndarray
+    bw: np.ndarray
+    alpha: np.ndarray
+    micro_batches: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.prog)
+
+    @property
+    def D(self) -> int:
+        return len(self.devices)
+
+    @property
+    def wcost(self) -> np.ndarray:
+        """Seconds per workload step of each kernel on each device: ``cost * frequency``."""
+        return self.cost * self.freq[self.prog][:, None]
+
+    def program_slice(self, p: int) -> np.ndarray:
+        return np.flatnonzero(self.prog == p)
+
+    def link_coef(self) -> np.ndarray:
+        """``[E, D, D]`` seconds each edge adds to link ``a -> b`` per workload step when cut that way."""
+        with np.errstate(divide="ignore"):
+            inv_bw = np.where(self.bw > 0, 1.0 / self.bw, np.inf)
+        coef = self.ewbytes[:, None, None] * inv_bw[None] + self.ewcount[:, None, None] * self.alpha[None]
+        coef[:, np.arange(self.D), np.arange(self.D)] = 0.0
+        coef[(self.ewbytes <= 0)] = 0.0
+        return coef
+
+
+class _UnionFind:
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, a: int) -> int:
+        while self.parent[a] != a:
+            self.parent[a] = self.parent[self.parent[a]]
+            a = self.parent[a]
+        return a
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def labels(self) -> np.ndarray:
+        roots = [self.find(i) for i in range(len(self.parent))]
+        _, lab = np.unique(roots, return_inverse=True)
+        return lab.astype(np.int64)
+
+
+def as_workload(dag_or_workload: DependencyGraph | Workload,
+                costs: CostTable | Mapping[str, CostTable] | None) -> Workload:
+    """Wrap a single DAG as a one-program workload and attach cost tables passed separately."""
+    wl = dag_or_workload if isinstance(dag_or_workload, Workload) else Workload.single(dag_or_workload)
+    progs = []
+    for p in wl.programs:
+        c = p.costs
+        if isinstance(costs, CostTable):
+            c = costs if len(wl.programs) == 1 else c
+        elif isinstance(costs, Mapping):
+            c = costs.get(p.name, c)
+        if c is None:
+            raise ConfigError(f"no cost table for program {p.name!r}: pass costs=CostTable (one program) or "
+                              f"costs={{name: CostTable}}, or set WorkloadProgram.costs")
+        progs.append(WorkloadProgram(p.name, p.dag, c, p.frequency, p.role))
+    return Workload(tuple(progs), tie_state=wl.tie_state)
+
+
+def _cost_matrix(p: WorkloadProgram, devices: tuple[str, ...], nodes: list[int]) -> np.ndarray:
+    c = p.costs
+    if set(c.devices) != set(devices):
+        raise ConfigError(f"cost table of {p.name!r} covers devices {c.devices}, topology has {devices}; "
+                          f"profile or model the same device set")
+    cols = [c.devices.index(d) for d in devices]
+    missing = [k for k in nodes if k not in c._index]
+    if missing:
+        raise ConfigError(f"cost table of {p.name!r} lacks launches {missing[:5]} ({len(missing)} missing); "
+                          f"rebuild it from this program")
+    rows = np.array([c._index[k] for k in nodes], dtype=np.int64)
+    return c.seconds[rows][:, cols].astype(np.float64)
+
+
+def _budgets(topology: Topology, memory_budgets, devices: tuple[str, ...]) -> np.ndarray:
+    if memory_budgets is None:
+        memory_budgets = topology.memory or None
+    if memory_budgets is None:
+        return np.full(len(devices), np.inf)
+    if isinstance(memory_budgets, Mapping):
+        unknown = set(memory_budgets) - set(devices)
+        if unknown:
+            raise ConfigError(f"memory_budgets names unknown devices {sorted(unknown)}; devices are {devices}")
+        vals = [memory_budgets.get(d) for d in devices]
+    else:
+        vals = list(memory_budgets)
+        if len(vals) != len(devices):
+            raise ConfigError(f"memory_budgets has {len(vals)} entries for {len(devices)} devices {devices}")
+    return np.array([np.inf if v is None else float(v) for v in vals])
+
+
+def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pins=None,
+                    micro_batches: int = 1) -> Problem:
+    """Flatten ``wl`` into a :class:`Problem` (see module docstring)."""
+    devices = tuple(topology.devices)
+    D = len(devices)
+    if D < 1:
+        raise ConfigError("topology has no devices")
+    if micro_batches < 1:
+        raise ConfigError(f"micro_batches must be >= 1, got {micro_batches}")
+    prog, launch, costs, names, ocls, layers, reads, writes, unsure = [], [], [], [], [], [], [], [], []
+    index: dict[tuple[int, int], int] = {}
+    for pi, p in enumerate(wl.programs):
+        nodes = sorted(p.dag.graph.nodes)
+        costs.append(_cost_matrix(p, devices, nodes))
+        for k in nodes:
+            a = p.dag.graph.nodes[k]
+            index[(pi, k)] = len(prog)
+            prog.append(pi), launch.append(k), names.append(a.get("name", str(k)))
+            ocls.append(a.get("op_class", "other")), layers.append(a.get("layer"))
+            reads.append(frozenset(a.get("reads", ()))), writes.append(frozenset(a.get("writes", ())))
+            unsure.append(bool(a.get("unsure", False)))
+    n = len(prog)
+    freq = np.array([float(p.frequency) for p in wl.programs])
+    if (freq <= 0).any():
+        raise ConfigError(f"program frequencies must be > 0, got {freq.tolist()}")
+    prog_a = np.array(prog, dtype=np.int64)
+
+    esrc, edst, ebytes, ekind, eranges = [], [], [], [], []
+    for pi, p in enumerate(wl.programs):
+        for u, v, d in p.dag.graph.edges(data=True):
+            nb = int(d.get("bytes", 0)) if "RAW" in d.get("kinds", ()) else 0
+            esrc.append(index[(pi, u)]), edst.append(index[(pi, v)]), ebytes.append(nb)
+            ekind.append("RAW" if nb else "ORDER"), eranges.append(tuple(d.get("ranges", ())))
+    ewbytes = [b * freq[prog[s]] for b, s in zip(ebytes, esrc)]
+    ewcount = [(freq[prog[s]] * micro_batches if b else 0.0) for b, s in zip(ebytes, esrc)]
+
+    uf = _UnionFind(n)
+    written = _written_bytes(esrc, ebytes, eranges, prog)
+    resident, handovers = _buffers(wl, index, reads, writes, prog, uf, written)
+    for (s, t, nbytes, name) in handovers:
+        esrc.append(s), edst.append(t), ebytes.append(nbytes), ekind.append("STATE")
+        eranges.append(((name, 0, nbytes),)), ewbytes.append(float(nbytes)), ewcount.append(1.0)
+
+    notes = []
+    n_unsure = _keep_unsure_with_neighbour(unsure, esrc, edst, ebytes, uf)
+    if n_unsure:
+        notes.append(f"{n_unsure} unsure kernel(s) kept with a DAG neighbour")
+    group = uf.labels()
+    pinned = _apply_pins(pins, wl, index, group, devices)
+
+    temp_bytes = [{b.name: b.nbytes for b in p.dag.buffers.values() if b.kind == BufferKind.TEMP}
+                  for p in wl.programs]
+    reserve = max(_temp_peak(np.flatnonzero(prog_a == pi), reads, writes, temp_bytes[pi])
+                  for pi in range(len(wl.programs)))
+    return Problem(
+        devices=devices, programs=tuple(p.name for p in wl.programs), roles=tuple(p.role for p in wl.programs),
+        freq=freq, prog=prog_a, launch=np.array(launch, dtype=np.int64), cost=np.vstack(costs),
+        names=names, op_class=ocls, layer=layers, reads=reads, writes=writes,
+        esrc=np.array(esrc, dtype=np.int64), edst=np.array(edst, dtype=np.int64),
+        ebytes=np.array(ebytes, dtype=np.float64), ewbytes=np.array(ewbytes, dtype=np.float64),
+        ewcount=np.array(ewcount, dtype=np.float64), ekind=ekind, eranges=eranges,
+        group=group, pinned=pinned, resident=resident, temp_bytes=temp_bytes, reserve=float(reserve),
+        budgets=_budgets(topology, memory_budgets, devices), bw=np.asarray(topology.bandwidth, dtype=np.float64),
+        alpha=np.asarray(topology.latency, dtype=np.float64), micro_batches=int(micro_batches), notes=notes)
+
+
+def _written_bytes(esrc, ebytes, eranges, prog) -> dict[tuple[int, str], int]:
+    """Per (program, buffer): length of the union of the byte ranges its RAW edges carry (what the program wrote
+    and then read back), e.g. the prompt's rows of a KV cache in a prefill program."""
+    spans: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    for s, b, rs in zip(esrc, ebytes, eranges):
+        if b:
+            for name, lo, hi in rs:
+                spans.setdefault((prog[s], name), []).append((lo, hi))
+    out = {}
+    for key, iv in spans.items():
+        total, end = 0, None
+        for lo, hi in sorted(iv):
+            if end is None or lo > end:
+                total += hi - lo
+                end = hi
+            elif hi > end:
+                total += hi - end
+                end = hi
+        out[key] = total
+    return out
+
+
+def _buffers(wl: Workload, index, reads, writes, prog, uf: _UnionFind, written: dict[tuple[int, str], int]):
+    """Resident buffers (weights, inputs, state) with their holder kernels; STATE owners merged; hand-over edges.
+
+    A STATE buffer written by program p and used by the next program q that uses it is handed over once per workload
+    step from p's owner to q's owner (q's first reader if q does not write it). The bytes are what p's RAW edges show
+    it wrote (the whole buffer when unknown). Readers of the state in q on a third device get only q's deltas:
+    their copy of p's part is not priced (a known undercount)."""
+    holders: dict[str, list[int]] = {}
+    kinds: dict[str, tuple[str, int]] = {}
+    state_writers: dict[tuple[int, str], list[int]] = {}
+    state_access: dict[tuple[int, str], list[int]] = {}
+    for k in range(len(prog)):
+        buffers = wl.programs[prog[k]].dag.buffers
+        for name in reads[k] | writes[k]:
+            b = buffers.get(name)
+            if b is None or b.kind == BufferKind.TEMP:
+                continue
+            holders.setdefault(name, []).append(k)
+            old = kinds.get(name, (b.kind.value, 0))
+            kinds[name] = (old[0], max(old[1], int(b.nbytes)))
+            if b.kind == BufferKind.STATE:
+                state_access.setdefault((prog[k], name), []).append(k)
+                if name in writes[k]:
+                    state_writers.setdefault((prog[k], name), []).append(k)
+    for ks in state_writers.values():
+        for k in ks[1:]:
+            uf.union(ks[0], k)
+    handovers = []
+    for name in {nm for (_, nm) in state_writers}:
+        progs = sorted({p for (p, nm) in state_access if nm == name})
+        for p, q in zip(progs, progs[1:]):
+            src = state_writers.get((p, name))
+            if not src:
+                continue
+            if wl.tie_state and (q, name) in state_writers:
+                uf.union(src[0], state_writers[(q, name)][0])
+                continue
+            dst = state_writers.get((q, name)) or state_access[(q, name)]
+            handovers.append((src[0], dst[0], written.get((p, name), kinds[name][1]), name))
+    resident = [Resident(nm, kinds[nm][0], kinds[nm][1], np.array(sorted(set(ks)), dtype=np.int64))
+                for nm, ks in holders.items()]
+    return resident, handovers
+
+
+def _keep_unsure_with_neighbour(unsure, esrc, edst, ebytes, uf: _UnionFind) -> int:
+    """Merge each unsure kernel with the predecessor it reads most bytes from (else its heaviest successor)."""
+    count = 0
+    best_in: dict[int, tuple[float, int]] = {}
+    best_out: dict[int, tuple[float, int]] = {}
+    for s, t, b in zip(esrc, edst, ebytes):
+        if unsure[t] and (t not in best_in or b > best_in[t][0]):
+            best_in[t] = (b, s)
+        if unsure[s] and (s not in best_out or b > best_out[s][0]):
+            best_out[s] = (b, t)
+    for k, u in enumerate(unsure):
+        if not u:
+            continue
+        nb = best_in.get(k) or best_out.get(k)
+        if nb is not None:
+            uf.union(k, nb[1])
+            count += 1
+    return count
+
+
+def _apply_pins(pins, wl: Workload, index, group: np.ndarray, devices: tuple[str, ...]) -> np.ndarray:
+    pinned = np.full(int(group.max()) + 1 if len(group) else 0, -1, dtype=np.int64)
+    by_group: dict[int, tuple[int, object]] = {}
+    for key, dev in (pins or {}).items():
+        if isinstance(key, tuple):
+            pname, launch = key
+            names = [p.name for p in wl.programs]
+            if pname not in names:
+                raise ConfigError(f"pin {key!r} names unknown program {pname!r}; programs are {names}")
+            pi = names.index(pname)
+        elif len(wl.programs) == 1:
+            pi, launch = 0, key
+        else:
+            raise ConfigError(f"pin {key!r}: with several programs pin by (program, launch index)")
+        if (pi, launch) not in index:
+            raise ConfigError(f"pin {key!r} names no launch of program {wl.programs[pi].name!r}")
+        d = devices.index(dev) if isinstance(dev, str) and dev in devices else dev
+        if not isinstance(d, (int, np.integer)) or not 0 <= d < len(devices):
+            raise ConfigError(f"pin {key!r} -> {dev!r}: not a device index or name of {devices}")
+        g = int(group[index[(pi, launch)]])
+        if g in by_group and by_group[g][0] != d:
+            raise InfeasiblePlanError(
+                f"pins {by_group[g][1]!r} -> {devices[by_group[g][0]]} and {key!r} -> {devices[d]} conflict: the two "
+                f"launches must share a device (same STATE owner or an unsure kernel's neighbour); pin them alike")
+        by_group[g] = (int(d), key)
+        pinned[g] = d
+    return pinned
+
+
+def _temp_peak(kernels: Sequence[int], reads, writes, temp: dict[str, int]) -> int:
+    """Peak bytes of live TEMP buffers when ``kernels`` run in order on one device (live from first to last touch)."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for pos, k in enumerate(kernels):
+        for b in reads[k] | writes[k]:
+            if b in temp:
+                first.setdefault(b, pos)
+                last[b] = pos
+    if not first:
+        return 0
+    delta = np.zeros(len(kernels) + 1)
+    for b, f in first.items():
+        delta[f] += temp[b]
+        delta[last[b] + 1] -= temp[b]
+    return int(np.cumsum(delta).max())

@@ -1,0 +1,92 @@
+"""Readable text for plans: one plan's summary table and a comparison of several plans (policies, baselines)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from torch_tessera.scheduler.types import Plan
+
+
+def fmt_seconds(s: float) -> str:
+    """Seconds with a unit that keeps 3-4 significant digits (``"12.3 us"``, ``"4.56 ms"``)."""
+    if s != s or s in (float("inf"), float("-inf")):
+        return str(s)
+    a = abs(s)
+    if a >= 1:
+        return f"{s:.3f} s"
+    if a >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes in B / KB / MB / GB (powers of 1000, as the budgets and error messages use)."""
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
+                               for i, (c, w) in enumerate(zip(r, widths)))
+    return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def plan_summary(plan: Plan) -> str:
+    """The plan as a table: per device kernels, compute, memory (budget); per link transfers; totals and gap."""
+    what = "cycle time / step" if plan.objective == "cycle" else "latency / request"
+    out = [f"Plan {plan.policy!r} on {len(plan.devices)} device(s), {plan.micro_batches} micro-batch(es), "
+           f"programs {', '.join(f'{p} x{f:g}' for p, f in plan.frequencies.items())}",
+           f"predicted {what}: {fmt_seconds(plan.predicted_seconds)}   lower bound "
+           f"{fmt_seconds(plan.lower_bound_seconds)}   gap {100 * plan.gap:.2f} %",
+           f"cycle {fmt_seconds(plan.cycle_seconds)} ({plan.throughput_per_s:.1f} steps/s)   "
+           f"latency {fmt_seconds(plan.latency_seconds)}"]
+    if plan.replicas:
+        out.append(f"full replica on devices {', '.join(plan.devices[d] for d in plan.replicas)}")
+    rows = []
+    for g, name in enumerate(plan.devices):
+        budget = plan.memory_budgets[g]
+        rows.append([name, str(plan.kernels_on(g) if not plan.replicas else plan.kernels_on(plan.replicas[0])),
+                     fmt_seconds(plan.device_seconds[g]), fmt_bytes(plan.weight_bytes[g]),
+                     fmt_bytes(plan.state_bytes[g]), fmt_bytes(plan.activation_bytes[g]),
+                     fmt_bytes(plan.memory_bytes[g]), "-" if budget is None else fmt_bytes(budget)])
+    out += _table(["device", "kernels", "compute/step", "weights", "state", "activ.", "memory", "budget"], rows)
+    if plan.link_seconds:
+        per_link: dict[tuple[int, int], list[float]] = {}
+        for e in plan.cut_edges:
+            f = 1.0 if e.kind == "STATE" else plan.frequencies.get(e.program, 1.0)
+            acc = per_link.setdefault((e.src_device, e.dst_device), [0, 0.0])
+            acc[0] += 1
+            acc[1] += e.nbytes * f
+        rows = [[f"{plan.devices[a]} -> {plan.devices[b]}", str(per_link.get((a, b), [0])[0]),
+                 fmt_bytes(per_link.get((a, b), [0, 0.0])[1]), fmt_seconds(s)] for (a, b), s in plan.link_seconds]
+        out += [""] + _table(["link", "cut edges", "bytes/step", "transfer/step"], rows)
+    out.append(f"cut edges: {len(plan.cut_edges)}, bytes per step {fmt_bytes(plan.bytes_per_step)}")
+    s = plan.solver
+    out.append(f"solver: {s.method}, {s.status}, {s.wall_seconds * 1e3:.1f} ms, {s.nodes} B&B nodes, "
+               f"{s.kernels} kernels -> {s.blocks} blocks" + (f"; {'; '.join(s.notes)}" if s.notes else ""))
+    return "\n".join(out)
+
+
+def compare(plans: Mapping[str, Plan | Exception], reference: str | None = None) -> str:
+    """One line per plan (or the reason it does not apply): cycle, throughput, latency, memory, traffic, gap.
+
+    Args:
+        plans: name -> plan, or the exception that made it n/a (``NotApplicableError``, ``InfeasiblePlanError``).
+        reference: name whose throughput the ``speed-up`` column divides by (default: the first plan).
+    """
+    ok = {k: v for k, v in plans.items() if isinstance(v, Plan)}
+    ref = ok.get(reference) if reference else next(iter(ok.values()), None)
+    rows = []
+    for name, p in plans.items():
+        if not isinstance(p, Plan):
+            rows.append([name, "n/a", "", "", "", "", "", "", str(p).split(". Fix")[0][:70]])
+            continue
+        up = f"{ref.cycle_seconds / p.cycle_seconds:.2f}x" if ref and p.cycle_seconds > 0 else "-"
+        rows.append([name, fmt_seconds(p.cycle_seconds), up, fmt_seconds(p.latency_seconds),
+                     " / ".join(fmt_bytes(m) for m in p.memory_bytes), str(len(p.cut_edges)),
+                     fmt_bytes(p.bytes_per_step), f"{100 * p.gap:.1f} %", f"{p.solver.wall_seconds * 1e3:.0f} ms"])
+    return "\n".join(_table(["plan", "cycle/step", "speed-up", "latency", "memory per device", "cuts",
+                             "bytes/step", "gap", "solve"], rows))

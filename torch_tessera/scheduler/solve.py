@@ -1,0 +1,205 @@
+"""The two policies: how the heuristics, the MILPs and the bounds are combined into one placement.
+
+Throughput: repeated layers become classes -> list heuristic + local search on the tied classes (incumbent, cutoff)
+-> counts MILP (:mod:`counts`; its dual bound is a valid lower bound for every placement) -> realisation of the
+counts, shift search -> the untied MILP when the problem is small and a gap remains -> untied local search. Without
+repeated layers (or ``tie_layers=False``) the counts MILP is the exact placement MILP.
+
+Latency: exact DP when every program is a path; otherwise HEFT and single-device candidates, then the critical-path
+MILP, each candidate re-scored by the list-schedule simulator, then single-block moves scored the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from torch_tessera.errors import InfeasiblePlanError
+from torch_tessera.scheduler import milp
+from torch_tessera.scheduler.blocks import Blocks, aggregate, block_cycle, block_memory_ok, tie_layers
+from torch_tessera.scheduler.counts import build_classes, realize, shift_search, solve_counts
+from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok
+from torch_tessera.scheduler.heuristics import (chain_dp, greedy_cycle, heft_latency, is_chain, latency_bound,
+                                                 local_search, zero_comm_bound)
+from torch_tessera.scheduler.problem import Problem
+
+log = logging.getLogger(__name__)
+
+
+#: Below this many (group x device) binaries the untied MILP also runs (for at most 0.1 x time_limit + 0.5 s) when
+#: the counts solution is left more than twice ``mip_gap`` from its bound.
+EXACT_BLOCKS = 400
+
+
+@dataclass
+class Solution:
+    """A kernel placement with its score and how it was found (internal)."""
+
+    place: np.ndarray
+    value: float
+    bound: float
+    method: str
+    status: str
+    nodes: int = 0
+    blocks: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.2f} GB"
+
+
+def raise_infeasible(pb: Problem, groups: Blocks, reason: str = "") -> None:
+    """Raise :class:`InfeasiblePlanError` naming each short device and its shortfall (least overflow over all
+    placements, from a MILP with per-device slack)."""
+    short = milp.memory_shortfall(pb, groups)
+    lines = []
+    if short is not None:
+        for g in np.flatnonzero(short > 1.0):
+            have = pb.budgets[g]
+            lines.append(f"device {pb.devices[g]} needs {_gb(have + short[g])}, has {_gb(have)} "
+                         f"(short by {_gb(short[g])})")
+    if not lines:
+        lines.append(reason or "no placement satisfies the pins and memory budgets")
+    raise InfeasiblePlanError(
+        "no feasible placement: " + "; ".join(lines) + f" (activation reserve {_gb(pb.reserve)} per device counted)."
+        " Fix: raise memory_budgets, add a device, or lower the batch / context so state and activations shrink.")
+
+
+def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_gap: float = 5e-3) -> Solution:
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit
+    groups = aggregate(pb, pb.group)
+    label, tied = tie_layers(pb) if use_ties else (pb.group, 0)
+    work = aggregate(pb, label) if tied else groups
+    notes = [f"{tied} repeated layer(s) counted: {groups.B} groups -> {work.B} classes"] if tied else []
+
+    # warm start: list heuristic + local search on the tied blocks (few when layers repeat)
+    hp = local_search(pb, work, greedy_cycle(pb, work), t0 + 0.15 * time_limit)
+    best, method = None, "heft"
+    if block_memory_ok(pb, work, hp):
+        best = (block_cycle(work, hp), work.expand(hp))
+    glabel = np.zeros(groups.B, dtype=np.int64)
+    glabel[pb.group] = label
+    cls = build_classes(pb, groups, glabel)
+    budget = t0 + 0.85 * time_limit - time.perf_counter()
+    if tied:  # the counts MILP is a relaxation: past its first second, realisation and polish pay more
+        budget = min(budget, max(1.0, 0.1 * time_limit))
+    res, counts = solve_counts(pb, cls, groups.forbidden, max(1e-3, budget), upper=best[0] if best else None,
+                               mip_gap=mip_gap)
+    bound = res.bound if res.status in ("optimal", "time limit") else 0.0
+    if bound <= 0.0:
+        bound = zero_comm_bound(cls.cost, cls.L, cls.pinned, groups.forbidden)
+    if counts is not None:
+        def score(gp):
+            return (not block_memory_ok(pb, groups, gp), block_cycle(groups, gp))
+        gp = realize(pb, groups, cls, counts, score)
+        gp = shift_search(groups, cls, gp, t0 + 0.9 * time_limit, lambda g: block_memory_ok(pb, groups, g))
+        if block_memory_ok(pb, groups, gp):
+            v = block_cycle(groups, gp)
+            if best is None or v < best[0] * (1 - 1e-12):
+                best, method = (v, groups.expand(gp)), "milp"
+    if best is None:
+        raise_infeasible(pb, groups, "" if res.status == "infeasible" else
+                         f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
+    value, place = best
+    if tied and value > bound * (1 + 2 * mip_gap) and groups.B * pb.D <= EXACT_BLOCKS:
+        # small enough for the untied MILP: solve it exactly (within the time left), from the incumbent
+        exact = build_classes(pb, groups, np.arange(groups.B))
+        left = min(deadline - time.perf_counter(), 0.1 * time_limit + 0.5)
+        r2, c2 = solve_counts(pb, exact, groups.forbidden, max(1e-3, left),
+                              upper=value, mip_gap=mip_gap)
+        if r2.status in ("optimal", "time limit"):
+            bound = max(bound, r2.bound)
+        if c2 is not None:
+            gp = c2.argmax(1)
+            v = block_cycle(groups, gp)
+            if v < value * (1 - 1e-12) and block_memory_ok(pb, groups, gp):
+                value, place, method = v, groups.expand(gp), "milp(untied)"
+        notes.append(f"untied MILP on {groups.B} groups: {r2.status}")
+    if value > bound * (1 + 1e-4):  # polish untied
+        gp = np.zeros(groups.B, dtype=np.int64)
+        gp[pb.group] = place
+        gp = local_search(pb, groups, gp, max(deadline, time.perf_counter() + 0.05 * time_limit))
+        v2 = block_cycle(groups, gp)
+        if v2 < value * (1 - 1e-12) and block_memory_ok(pb, groups, gp):
+            value, place, method = v2, groups.expand(gp), method + "+local"
+    method = f"counts-{method}" if tied else method
+    gap = 1 - bound / value if value > 0 else 0.0
+    status = ("optimal" if gap <= 1e-4 else f"within mip_gap {mip_gap:g}" if gap <= mip_gap * (1 + 1e-6) else
+              "time limit" if res.status == "time limit" else "feasible")
+    return Solution(place, value, min(bound, value), method, status, res.nodes, cls.C, notes)
+
+
+def solve_latency(pb: Problem, time_limit: float, use_ties: bool = True) -> Solution:
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit
+    bound = latency_bound(pb)
+    groups = aggregate(pb, pb.group)
+    coupled = any(k == "STATE" for k in pb.ekind) or not np.isinf(pb.budgets).all()
+    if not coupled and all(is_chain(pb, p) for p in range(len(pb.programs))):
+        parts = [chain_dp(pb, p, pb.group) for p in range(len(pb.programs))]
+        if all(x is not None for x in parts):
+            place = np.concatenate(parts)
+            v = latency_seconds(pb, place)
+            return Solution(place, v, v, "dp", "optimal", 0, groups.B, ["program is a chain: exact DP"])
+    label, tied = tie_layers(pb) if use_ties else (pb.group, 0)
+    work = aggregate(pb, label) if tied else groups
+    cands: list[tuple[float, np.ndarray, str]] = []
+    for name, place in [("heft", heft_latency(pb, label))] + [
+            (f"homo-{g}", np.full(pb.n, g, dtype=np.int64)) for g in range(pb.D)]:
+        if (pb.pinned < 0).all() or name == "heft" or np.all(
+                (pb.pinned[pb.group] < 0) | (pb.pinned[pb.group] == place)):
+            if memory_ok(pb, place):
+                cands.append((latency_seconds(pb, place), place, name))
+    upper = min(cands, key=lambda c: c[0])[0] if cands else None
+    res = milp.solve_latency(pb, work, max(1e-3, deadline - time.perf_counter()), upper=upper)
+    if res.bplace is not None:
+        place = work.expand(res.bplace)
+        cands.append((latency_seconds(pb, place), place, "milp"))
+    if not tied and res.status in ("optimal", "time limit"):
+        bound = max(bound, res.bound)
+    if not tied and res.status == "no better than cutoff" and upper is not None:
+        bound = max(bound, upper / (1 + 1e-6))  # the relaxation cannot beat the incumbent: it is optimal
+    if not cands:
+        raise_infeasible(pb, groups, "" if res.status == "infeasible" else
+                         f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
+    value, place, method = min(cands, key=lambda c: c[0])
+    if value > bound * (1 + 1e-4):
+        for blocks in ([work, groups] if tied else [groups]):
+            v2, p2 = latency_local_search(pb, blocks, place, value, deadline)
+            if v2 < value * (1 - 1e-12):
+                value, place, method = v2, p2, method + "+local"
+    notes = [f"{tied} repeated layer(s) tied in the MILP"] if tied else []
+    notes.append(f"critical-path MILP: {res.status}")
+    status = "optimal" if value <= bound * (1 + 1e-4) else ("time limit" if res.status == "time limit" else "feasible")
+    return Solution(place, value, min(bound, value), method + ("(tied)" if tied and method == "milp" else ""),
+                    status, res.nodes, work.B, notes)
+
+
+def latency_local_search(pb: Problem, blocks: Blocks, place: np.ndarray, value: float,
+                         deadline: float) -> tuple[float, np.ndarray]:
+    """First-improvement moves of one block to another device, scored by the list-schedule simulator, until no move
+    helps or ``deadline``. Keeps pins and memory budgets."""
+    place = place.copy()
+    improved = True
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        for b in range(blocks.B):
+            if blocks.pinned[b] >= 0:
+                continue
+            members = blocks.label == b
+            cur = place[members][0]
+            for g in range(pb.D):
+                if g == cur or blocks.forbidden[g] or time.perf_counter() > deadline:
+                    continue
+                trial = place.copy()
+                trial[members] = g
+                v = latency_seconds(pb, trial)
+                if v < value * (1 - 1e-9) and memory_ok(pb, trial):
+                    place, value, improved = trial, v, True
+                    break
+    return value, place
