@@ -19,13 +19,11 @@ loop to that with :class:`SimulatedEngine`, whose token ``k+1`` is a hash of the
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
 from torch_tessera.errors import ConfigError, TesseraError
 
-log = logging.getLogger(__name__)
 
 PREFILL = "prefill"
 DECODE = "decode"

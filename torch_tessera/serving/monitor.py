@@ -101,6 +101,7 @@ class PlanMonitor:
         self._sum_e2e = 0.0
         self._sum_exec = 0.0
         self._last_switch_s = -math.inf
+        self._last_finish_s = -math.inf
 
     @property
     def plans(self) -> tuple[str, str]:
@@ -109,9 +110,10 @@ class PlanMonitor:
 
     def record(self, finish_s: float, e2e_s: float, exec_s: float) -> None:
         """Add a completed request: its finish time, end-to-end latency and execution time, seconds."""
-        if self._window and finish_s < self._window[-1][0]:
+        if finish_s < self._last_finish_s:
             raise ConfigError(f"monitor: completions must be recorded in finish order ({finish_s} after "
-                              f"{self._window[-1][0]})")
+                              f"{self._last_finish_s})")
+        self._last_finish_s = finish_s
         self._window.append((finish_s, e2e_s, exec_s))
         self._sum_e2e += e2e_s
         self._sum_exec += exec_s
