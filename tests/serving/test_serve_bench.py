@@ -1,0 +1,72 @@
+"""``tessera serve-bench`` with the simulated engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from torch_tessera.commands import serve_bench as command
+from torch_tessera.errors import ConfigError
+
+
+def run(capsys, *argv):
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    code = command.run(parser.parse_args(list(argv)))
+    return code, capsys.readouterr().out
+
+
+def _cost_file(tmp_path):
+    fast = {"prefill_s_per_token": 1e-6, "decode_base_s": 1e-3, "decode_s_per_seq": 1e-5}
+    slow = {"prefill_s_per_token": 1e-4, "decode_base_s": 0.1, "decode_s_per_seq": 0.0}
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"source": "test figures", "policies": {
+        "fast": {"plans": {"main": fast}}, "slow": {"plans": {"main": slow}},
+        "tessera": {"plans": {"latency": fast, "throughput": {**fast, "decode_s_by_bucket": {"8": 5e-4}}}}}}))
+    return path
+
+
+def test_sweep_prints_writes_json_and_plot(tmp_path, capsys):
+    out = tmp_path / "out"
+    code, text = run(capsys, "--rates", "4,2", "--sim-costs", str(_cost_file(tmp_path)), "--requests", "30",
+                     "--input-len", "64", "--output-len", "8", "--buckets", "1,2,4,8", "--out", str(out))
+    assert code == 0
+    assert "test figures" in text and "Highest swept rate meeting the SLO" in text
+    report = json.loads((out / "serve_bench.json").read_text())
+    assert {(p["policy"], p["rate"]) for p in report["points"]} == {
+        (n, r) for n in ("fast", "slow", "tessera") for r in (2.0, 4.0)}
+    by = {(p["policy"], p["rate"]): p for p in report["points"]}
+    # slow: 7 decode steps of 100 ms for 8 tokens, >= 87.5 ms/token, over the 50 ms/token SLO; fast: ~1 ms per token
+    assert not by["slow", 2.0]["slo_met"] and by["slow", 2.0]["norm_latency_mean_s"] >= 0.0875
+    assert by["fast", 4.0]["slo_met"] and by["fast", 4.0]["norm_latency_mean_s"] < 0.005
+    assert report["highest_swept_rate"] == {"fast": 4.0, "slow": None, "tessera": 4.0}
+    assert all(p["requests"] == 30 for p in report["points"])
+    assert (out / "latency_vs_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    row = next(l for l in text.splitlines() if l.startswith("2 ") and " slow " in l)
+    assert row.rstrip().endswith("NO")
+
+
+def test_trace_lengths_and_policy_filter(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"input_tokens": 10, "output_tokens": 3}\n{"input_tokens": 20, "output_tokens": 5}\n')
+    code, _ = run(capsys, "--rates", "1", "--sim-costs", str(_cost_file(tmp_path)), "--policies", "fast",
+                  "--trace", str(trace), "--requests", "4", "--out", str(tmp_path / "o"))
+    assert code == 0
+    (point,) = json.loads((tmp_path / "o" / "serve_bench.json").read_text())["points"]
+    assert point["policy"] == "fast" and point["requests"] == 4
+    assert point["throughput_tok_s"] * point["duration_s"] == pytest.approx(3 + 5 + 3 + 5)
+
+
+def test_bad_options_name_the_fix(tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"known: \['fast', 'slow', 'tessera'\]"):
+        run(capsys, "--rates", "1", "--sim-costs", str(_cost_file(tmp_path)), "--policies", "pd")
+    with pytest.raises(ConfigError, match="numbers separated by commas"):
+        run(capsys, "--rates", "1,x")
+    with pytest.raises(ConfigError, match="make_compiled_engine"):
+        run(capsys, "--rates", "1", "--engine", "real", "--requests", "2", "--out", str(tmp_path / "r"))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"policies": {"x": {"plans": {"main": {"decode_base": 1}}}}}')
+    with pytest.raises(ConfigError, match="unknown fields"):
+        run(capsys, "--rates", "1", "--sim-costs", str(bad))
