@@ -77,10 +77,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Te
 
 def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
     """analyse PTX -> build the DAG -> place -> the multi-device runner."""
-    from torch_tessera.graph import build_dependency_graph
-    from torch_tessera.ptx import analyze_program
+    from torch_tessera.backend.pipeline import analyze, place
     from torch_tessera.runtime.devices import open_device
-    from torch_tessera.runtime.runner import TesseraRunner, random_placement
+    from torch_tessera.runtime.runner import TesseraRunner
 
     program = captured.program
     devices = [open_device(d) for d in (config.devices or (program.device,))]
@@ -89,14 +88,10 @@ def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
         raise LoweringError(
             f"the first device ({config.devices[0]}) must hold the model's tensors, which are on {program.device}"
         )
-    accesses = analyze_program(program)
-    dag = build_dependency_graph(program, accesses)
-    if config.policy == "random":
-        placement = random_placement(dag, len(devices), config.seed)
-    else:
-        placement = {launch.index: 0 for launch in program.launches}
-    return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, timeout_s=config.timeout_s,
-                         cuda_graphs=config.cuda_graphs)
+    dag = analyze(program)
+    placement, plan = place(program, dag, [d.spec for d in devices], config.policy, seed=config.seed)
+    return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, plan=plan,
+                         timeout_s=config.timeout_s, cuda_graphs=config.cuda_graphs)
 
 
 def _with_executors(fn: Callable, executors: list) -> Callable:

@@ -10,7 +10,8 @@ from typing import Any, Mapping
 from torch_tessera.errors import ConfigError
 
 FALLBACKS = ("inductor", "raise")
-POLICIES = ("home", "random")
+#: Keep in sync with torch_tessera.backend.pipeline.BACKEND_POLICIES (not imported here: config stays light).
+POLICIES = ("throughput", "latency", "homo-L", "homo-R", "af", "layer", "home", "random")
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,10 @@ class TesseraConfig:
         devices: devices to run on, e.g. ``("cuda:0", "cuda:0@72sm")`` or ``"cpu:0,cpu:1"`` (see
             :func:`torch_tessera.runtime.devices.parse_device`). The first must hold the model's tensors. Empty: run
             the program on the model's device with the single-device executor.
-        policy: how launches are placed on ``devices``: ``"home"`` (all on the first device), ``"random"`` (a random
-            device per launch, seeded by ``seed``: a correctness check).
+        policy: how launches are placed on ``devices``: ``"throughput"`` (default: the scheduler's pipelined MILP),
+            ``"latency"`` (critical path), a baseline (``"homo-L"``, ``"homo-R"``, ``"af"``, ``"layer"``), ``"home"``
+            (all on the first device) or ``"random"`` (a random device per launch, seeded by ``seed``: a
+            correctness check). Kernel costs come from the roofline cost model of the devices' specs.
         seed: seed of the ``"random"`` policy.
         timeout_s: seconds a call waits for its cross-device transfers before raising ``TransferTimeout``.
         cuda_graphs: capture each device's segments of launches as CUDA graphs (CUDA devices only); on its own
@@ -35,7 +38,7 @@ class TesseraConfig:
     fallback: str = "inductor"
     dump_dir: str | None = None
     devices: tuple[str, ...] = ()
-    policy: str = "home"
+    policy: str = "throughput"
     seed: int = 0
     timeout_s: float = 60.0
     cuda_graphs: bool = False
