@@ -26,7 +26,7 @@ import torch
 from torch_tessera.errors import TesseraError
 from torch_tessera.lowering.program import BufferKind, TensorArg
 from torch_tessera.runtime.executor import BufferPool, launch_buffers
-from torch_tessera.runtime.schedule import CopyStep, LaunchStep
+from torch_tessera.runtime.schedule import CopyStep, LaunchStep, SyncStep
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
     program = executor.program
     devices = executor.devices
     executor.streams = [d.new_stream() for d in devices]  # capture needs non-default streams
-    pools = [BufferPool(d.torch_device) for d in devices]
+    pools = executor.make_pools()
     home = pools[executor.home]
     static_inputs: dict[str, torch.Tensor] = {}
     bound: dict[str, int] = {}
@@ -96,16 +96,19 @@ def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
         _run_item(executor, item, pools, capture=False)
     for s in executor.streams:
         s.synchronize()
-    mempools = {i: torch.cuda.graph_pool_handle() for i in range(len(devices))}
+    mempools = {i: torch.cuda.graph_pool_handle() for i in set(executor.domains)}
     for item in items:
         if isinstance(item, Segment):
             torch.cuda.synchronize(devices[item.device].torch_device)
             g = torch.cuda.CUDAGraph()
             with devices[item.device].guard():
-                with torch.cuda.graph(g, pool=mempools[item.device], stream=executor.streams[item.device]):
+                with torch.cuda.graph(g, pool=mempools[executor.domains[item.device]],
+                                      stream=executor.streams[item.device]):
                     for step in item.steps:
                         executor._launch(step, pools)
             item.graph = g
+        elif isinstance(item, SyncStep):
+            executor._sync(item)
         else:
             executor._copy(item, pools)
     torch.cuda.synchronize()
@@ -134,6 +137,9 @@ def _run_item(executor: Any, item: Any, pools: list[BufferPool], capture: bool) 
         else:
             for step in item.steps:
                 executor._launch(step, pools)
+        return None
+    if isinstance(item, SyncStep):
+        executor._sync(item)
         return None
     return executor._copy(item, pools)
 

@@ -22,7 +22,7 @@ from torch_tessera.errors import DeviceOutOfMemoryError, TesseraError, TransferT
 from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.lowering.program import BufferKind, ExternLaunch, KernelProgram, TensorArg
 from torch_tessera.runtime.executor import BufferPool, KernelLauncher, fresh_extern_outputs, launch_buffers
-from torch_tessera.runtime.schedule import CopyStep, LaunchStep, Schedule, build_schedule
+from torch_tessera.runtime.schedule import CopyStep, LaunchStep, Schedule, SyncStep, build_schedule
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,10 @@ class PlacedExecutor:
         self.home = home
         self.timeout_s = timeout_s
         self.memory_estimate = list(memory_estimate) if memory_estimate is not None else None
-        self.schedule: Schedule = build_schedule(program, dag, placement, home)
+        # devices that share memory (SM partitions of one GPU) share one buffer pool; CPU virtual devices never do
+        keys = [str(d.torch_device) if d.torch_device.type == "cuda" else f"virtual{i}" for i, d in enumerate(devices)]
+        self.domains = [keys.index(k) for k in keys]
+        self.schedule: Schedule = build_schedule(program, dag, placement, home, self.domains)
         self.transfers: Counter[str] = Counter()
         self.bytes_moved: Counter[str] = Counter()
         self.launches_executed = 0
@@ -89,7 +92,7 @@ class PlacedExecutor:
         ]
         self.streams = [d.default_stream if c else None for d, c in zip(self.devices, self._is_cuda)]
         self._copy_streams: dict[tuple[int, int], Any] = {}
-        self._weights: list[BufferPool] = [BufferPool(d.torch_device) for d in self.devices]
+        self._weights: list[BufferPool] = self.make_pools()
         self._setup_done = False
         self._edges_this_call = set()
         self._free_after = self._last_uses()
@@ -100,8 +103,18 @@ class PlacedExecutor:
         self._graphs: Any = None
 
     # -- bookkeeping -----------------------------------------------------------------------------------------------
+    def make_pools(self) -> list[BufferPool]:
+        """One pool per device; devices of one memory domain share the same pool object."""
+        by_domain: dict[int, BufferPool] = {}
+        return [by_domain.setdefault(dom, BufferPool(d.torch_device)) for d, dom in zip(self.devices, self.domains)]
+
     def _last_uses(self) -> dict[int, list[tuple[int, str]]]:
-        """Step index after which each (device, temporary buffer) is no longer needed."""
+        """Step index after which each (device, temporary buffer) is no longer needed.
+
+        Buffers of a memory domain shared by several devices (streams) are kept to the end of the call: freeing one
+        while another stream may still use it would let the allocator hand its memory out again.
+        """
+        shared = {dom for dom in self.domains if self.domains.count(dom) > 1}
         last: dict[tuple[int, str], int] = {}
         temps = {b.name for b in self.program.buffers.values() if b.kind == BufferKind.TEMP}
         outputs = {o.buffer for o in self.program.outputs if isinstance(o, TensorArg)}
@@ -109,12 +122,12 @@ class PlacedExecutor:
             if isinstance(step, LaunchStep):
                 for b in launch_buffers(self.program.launches[step.launch]):
                     last[(step.device, b)] = i
-            else:
+            elif isinstance(step, CopyStep):
                 last[(step.src, step.buffer)] = i
                 last[(step.dst, step.buffer)] = i
         out: dict[int, list[tuple[int, str]]] = {}
         for (dev, b), i in last.items():
-            if b in temps and not (dev == self.home and b in outputs):
+            if b in temps and not (dev == self.home and b in outputs) and self.domains[dev] not in shared:
                 out.setdefault(i, []).append((dev, b))
         return out
 
@@ -141,7 +154,7 @@ class PlacedExecutor:
             from torch_tessera.runtime.graphs import run_with_graphs
 
             return run_with_graphs(self, inputs)
-        pools = [BufferPool(d.torch_device) for d in self.devices]
+        pools = self.make_pools()
         for p, w in zip(pools, self._weights):
             p.storages.update(w.storages)
         home_pool = pools[self.home]
@@ -158,6 +171,8 @@ class PlacedExecutor:
         for i, step in enumerate(self.schedule.steps):
             if isinstance(step, LaunchStep):
                 self._launch(step, pools)
+            elif isinstance(step, SyncStep):
+                self._sync(step)
             else:
                 ev = self._copy(step, pools)
                 if ev is not None:
@@ -212,6 +227,12 @@ class PlacedExecutor:
                 if spec.buffer in self._fresh[launch.index]:  # rebound every run (graph capture allocates anew)
                     pool.bind(spec.buffer, t)
         self.launches_executed += 1
+
+    def _sync(self, step: SyncStep) -> None:
+        """Order device ``dst``'s stream after the work queued on device ``src``'s stream (shared memory)."""
+        src, dst = self.streams[step.src], self.streams[step.dst]
+        if src is not None and dst is not None and src is not dst:
+            dst.wait_stream(src)
 
     def _copy(self, step: CopyStep, pools: list[BufferPool]) -> Any:
         src_pool, dst_pool = pools[step.src], pools[step.dst]

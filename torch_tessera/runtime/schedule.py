@@ -46,7 +46,20 @@ class CopyStep:
         return self.end - self.start
 
 
-Step = LaunchStep | CopyStep
+@dataclass(frozen=True)
+class SyncStep:
+    """Make device ``dst``'s stream wait for everything queued so far on device ``src``'s stream.
+
+    Used instead of a copy when both devices share memory (SM partitions of one GPU): the consumer reads the
+    producer's bytes in place, so every dependency that crosses the two devices (RAW, WAR and WAW) is an event wait.
+    """
+
+    src: int
+    dst: int
+    edge: tuple[int, int]
+
+
+Step = LaunchStep | CopyStep | SyncStep
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,8 @@ class Schedule:
         return [s for s in self.steps if isinstance(s, CopyStep) and s.purpose == purpose]
 
 
-def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int = 0) -> Schedule:
+def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int = 0,
+                   domains: Sequence[int] | None = None) -> Schedule:
     """Steps that run ``program`` with each launch on ``placement[launch]``, computing what one device would.
 
     Device ``home`` holds the caller's tensors. Every RAW edge cut by the placement becomes one copy of exactly the
@@ -81,6 +95,8 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
         dag: its dependency DAG (RAW ranges per edge).
         placement: device index of every launch.
         home: the caller's device.
+        domains: memory domain of each device (devices in one domain share storages: SM partitions of one GPU);
+            default: every device its own. Dependencies within a domain across devices become :class:`SyncStep`.
 
     Raises:
         ValueError: a launch has no device in ``placement``.
@@ -89,6 +105,8 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
     if missing:
         raise ValueError(f"placement has no device for launches {missing[:10]}")
     g = dag.graph
+    n_dev = max(list(placement.values()) + [home]) + 1
+    dom = list(domains) if domains is not None else list(range(max(n_dev, home + 1)))
     readers: dict[str, set[int]] = {}
     for n, d in g.nodes(data=True):
         for b in d["reads"]:
@@ -97,7 +115,8 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
     per_call: list[Step] = []
     for name in dict.fromkeys(a.buffer for a in program.inputs if isinstance(a, TensorArg)):
         buf = program.buffers[name]
-        for dev in sorted(readers.get(name, set()) - {home}):
+        targets = {min(d for d in readers.get(name, set()) if dom[d] == k) for k in {dom[d] for d in readers.get(name, set())}}
+        for dev in sorted(t for t in targets if dom[t] != dom[home]):
             step = CopyStep(home, dev, name, 0, buf.nbytes, "weights" if buf.kind == BufferKind.PARAMETER else "input")
             (setup if buf.kind == BufferKind.PARAMETER else per_call).append(step)
     cut: list[tuple[int, int]] = []
@@ -105,16 +124,24 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
         v = launch.index
         for u in sorted(g.predecessors(v)):
             d = g.edges[u, v]
-            if "RAW" in d["kinds"] and placement[u] != placement[v] and d["ranges"]:
+            pu, pv = placement[u], placement[v]
+            if pu == pv:
+                continue
+            if dom[pu] == dom[pv]:
+                per_call.append(SyncStep(pu, pv, (u, v)))
+                if "RAW" in d["kinds"] and d["ranges"]:
+                    cut.append((u, v))
+            elif "RAW" in d["kinds"] and d["ranges"]:
                 cut.append((u, v))
                 for b, s, e in d["ranges"]:
-                    per_call.append(CopyStep(placement[u], placement[v], b, s, e, "cut", (u, v)))
+                    per_call.append(CopyStep(pu, pv, b, s, e, "cut", (u, v)))
         per_call.append(LaunchStep(v, placement[v]))
-    per_call.extend(_gathers(program, dag, placement, home))
+    per_call.extend(_gathers(program, dag, placement, home, dom))
     return Schedule(tuple(setup), tuple(per_call), dict(placement), tuple(cut))
 
 
-def _gathers(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int) -> list[CopyStep]:
+def _gathers(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int,
+             dom: Sequence[int]) -> list[CopyStep]:
     """Copies bringing the last-written bytes of outputs and state buffers back to ``home``."""
     histories: dict[str, StorageHistory] = {}
     for launch in program.launches:
@@ -136,7 +163,7 @@ def _gathers(program: KernelProgram, dag: DependencyGraph, placement: Mapping[in
             continue
         for s, e in merge_ranges(spans):
             for writer, got in sorted(h.read(s, e, sink).items()):
-                if placement[writer] != home:
+                if dom[placement[writer]] != dom[home]:
                     for gs, ge in merge_ranges(got):
                         out.append(CopyStep(placement[writer], home, name, gs, ge, "gather"))
     return out
