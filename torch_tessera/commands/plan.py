@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--synthetic-layers", type=int, metavar="N",
                      help="plan a synthetic N-layer transformer (prefill + decode) instead of a model")
     parser.add_argument("--devices", required=True, help="comma-separated devices, e.g. sim:a100,sim:l40s")
+    parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size (default full)")
     parser.add_argument("--policy", default="throughput", choices=["throughput", "latency"])
     parser.add_argument("--micro-batches", type=int, default=2, help="micro-batches in flight (throughput)")
     parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
@@ -90,9 +91,19 @@ def _synthetic_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
 
 
 def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
-    """Lower ``args.model`` (prefill and decode graphs) and cost it on ``args.devices``. Wired by the lead."""
-    raise ConfigError("tessera plan --model: model lowering is not wired into this command yet; "
-                      "use --synthetic-layers N meanwhile")
+    """Lower ``args.model`` without weights (prefill and decode graphs for LLMs) and cost it on ``args.devices``."""
+    from torch_tessera.backend.workload import model_workload
+    from torch_tessera.runtime.devices import parse_devices
+
+    name = MODEL_ALIASES.get(args.model, args.model)
+    specs = parse_devices(args.devices, assume_gpu="h200")
+    mw = model_workload(name, specs, size=args.size, mean_output_tokens=args.output_tokens)
+    print(f"lowered, analysed and costed {args.model} ({args.size}) in {mw.seconds:.1f} s")
+    return mw.workload, mw.topology
+
+
+#: Names users type for registry models.
+MODEL_ALIASES = {"llama-3.1-8b": "llama", "mixtral-8x7b": "moe", "mamba-2.8b": "mamba", "sd3.5-medium": "dit"}
 
 
 def run(args: argparse.Namespace) -> int:

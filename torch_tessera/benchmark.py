@@ -1,0 +1,157 @@
+"""The main job behind ``tessera bench``: every baseline and tessera's plans on the same model, in one process.
+
+Two parts:
+
+* **check** (:func:`check_plans`): the tiny model compiled once with the tessera backend on CPU virtual devices; every
+  plan's placement (computed by the scheduler from the costs of the simulated pair) is run and compared with eager
+  PyTorch, and its cut edges are counted. This proves each plan computes the right thing.
+* **simulate** (:func:`simulate_plans`): the full-size model lowered without weights; each plan's predicted throughput
+  on the device pair (roofline costs, modelled links), throughput per dollar from the dated price table, and the
+  zero-communication bound (the best cycle any placement reaches when transfers are free). Predictions, not
+  measurements: the output says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from torch_tessera.runtime.costs import Topology
+from torch_tessera.runtime.devices import DeviceSpec
+
+log = logging.getLogger(__name__)
+
+#: Plans the bench compares, in display order (``tessera`` is the throughput policy).
+PLAN_NAMES = ("homo-L", "homo-R", "request-dist", "pd", "af", "layer", "tessera")
+#: Per-program placements that can be run on the tiny model (request-dist and pd are homo-L/homo-R per program).
+CHECKABLE = ("homo-L", "homo-R", "af", "layer", "throughput", "latency")
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One plan run on CPU virtual devices against eager."""
+
+    plan: str
+    launches_per_device: tuple[int, ...]
+    cut_edges: int
+    transfers: int
+    max_abs_error: float
+    equal: bool
+
+
+def check_plans(model: str, devices: Sequence[str], plan_specs: Sequence[DeviceSpec],
+                progress: Any = None) -> list[CheckRow]:
+    """Run every checkable plan of the tiny ``model`` on CPU virtual ``devices``; compare each with eager."""
+    from torch_tessera.backend import tessera_backend
+    from torch_tessera.backend.pipeline import place
+    from torch_tessera.models import build_model
+    from torch_tessera.runtime.schedule import cut_edge_count
+
+    module, inputs = build_model(model, "tiny")
+    eager = copy.deepcopy(module)
+    holder: list = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
+        fn = tessera_backend(gm, example_inputs, options={"devices": tuple(devices), "policy": "home",
+                                                           "fallback": "raise"})
+        holder.append(fn)
+        return fn
+
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend=backend, dynamic=False)
+    rows = []
+    with torch.no_grad():
+        want = eager(*inputs)
+        compiled(*inputs)
+        runner = holder[0].tessera_executors[0]
+        for name in CHECKABLE:
+            placement, _ = place(runner.program, runner.dag, plan_specs, name)
+            runner.set_placement(placement)
+            got = compiled(*inputs)
+            err = float((got.float() - want.float()).abs().max())
+            try:
+                torch.testing.assert_close(got, want)
+                ok = True
+            except AssertionError:
+                ok = False
+            counts = tuple(sum(1 for d in placement.values() if d == i) for i in range(len(devices)))
+            rows.append(CheckRow(name if name != "throughput" else "tessera", counts,
+                                 cut_edge_count(runner.dag, placement), runner.executor.cut_edges_transferred, err, ok))
+            if progress is not None:
+                progress.update(1)
+    return rows
+
+
+@dataclass(frozen=True)
+class SimRow:
+    """One plan's predicted performance on the simulated pair."""
+
+    plan: str
+    applies: bool
+    reason: str
+    cycle_s: float
+    output_per_s: float
+    price_per_hour: float
+    output_per_dollar_hour: float
+    vs_bound: float
+    speedup_vs_best_baseline: float
+    memory_gb: tuple[float, ...]
+
+
+def _price(spec: DeviceSpec) -> float:
+    return float(spec.price_per_hour)
+
+
+def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float = 129.0,
+                   progress: Any = None) -> tuple[list[SimRow], dict]:
+    """Predicted throughput of every plan of the full-size ``model`` on ``specs`` (see module docstring)."""
+    from torch_tessera.backend.workload import model_workload
+    from torch_tessera.errors import InfeasiblePlanError
+    from torch_tessera.scheduler import NotApplicableError, Plan, plan
+
+    mw = model_workload(model, specs, size="full", mean_output_tokens=output_tokens)
+    if progress is not None:
+        progress.update(1)
+    free = Topology(mw.topology.devices, np.full_like(mw.topology.bandwidth, 1e30),
+                    np.zeros_like(mw.topology.latency), mw.topology.memory, "free transfers")
+    bound_plan = plan(mw.workload, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * len(specs))
+    bound_cycle = bound_plan.cycle_seconds
+    plans: dict[str, Any] = {}
+    for name in PLAN_NAMES:
+        policy = "throughput" if name == "tessera" else name
+        try:
+            plans[name] = plan(mw.workload, None, mw.topology, policy=policy, cache_dir=False)
+        except (NotApplicableError, InfeasiblePlanError) as e:
+            plans[name] = e
+        if progress is not None:
+            progress.update(1)
+    rows = []
+    best_baseline = max((p.throughput_per_s for n, p in plans.items() if n != "tessera" and isinstance(p, Plan)),
+                        default=float("nan"))
+    for name, p in plans.items():
+        if not isinstance(p, Plan):
+            rows.append(SimRow(name, False, str(p).split("\n")[0][:120], math.nan, math.nan, math.nan, math.nan,
+                               math.nan, math.nan, ()))
+            continue
+        used = [g for g in range(len(specs)) if p.kernels_on(g) or g in p.replicas]
+        price = sum(_price(specs[g]) for g in used)
+        out_s = mw.output_per_step * p.throughput_per_s
+        rows.append(SimRow(name, True, "", p.cycle_seconds, out_s, price, out_s * 3600 / price if price else math.nan,
+                           bound_cycle / p.cycle_seconds if p.cycle_seconds else math.nan,
+                           p.throughput_per_s / best_baseline if best_baseline == best_baseline else math.nan,
+                           tuple(round(m / 1e9, 2) for m in p.memory_bytes)))
+    meta = {"model": model, "devices": [s.name for s in specs], "unit": mw.unit, "output_tokens": output_tokens,
+            "zero_communication_bound_cycle_s": bound_cycle,
+            "zero_communication_bound_output_per_s": mw.output_per_step / bound_cycle if bound_cycle else math.nan,
+            "lower_and_cost_seconds": mw.seconds, "prices": {s.name: (s.price_per_hour, s.price_source) for s in specs}}
+    return rows, meta
+
+
+def rows_as_dicts(rows: Sequence[Any]) -> list[dict]:
+    return [asdict(r) for r in rows]

@@ -1,0 +1,98 @@
+"""``tessera bench``: every baseline and tessera on one model, checked against eager and compared.
+
+With no arguments (a machine without a GPU): the tiny Llama runs on two CPU virtual devices under every plan, each
+checked against eager PyTorch, and the full-size Llama-3.1-8B's throughput is predicted for every plan on the paper's
+A100 + L40S pair (simulated from datasheet figures). Writes ``bench.json`` and ``bench.png`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+HELP = "compare tessera with every baseline on a model: checked on CPU, predicted on a device pair"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="llama", help="registry model (default llama)")
+    parser.add_argument("--devices", default="sim:a100,sim:l40s",
+                        help="device pair to predict for (default: the paper's sim:a100,sim:l40s)")
+    parser.add_argument("--check-devices", default="cpu:0,cpu:1", help="CPU virtual devices for the eager check")
+    parser.add_argument("--output-tokens", type=float, default=129.0, help="mean output tokens per request")
+    parser.add_argument("--no-check", action="store_true", help="skip the CPU check")
+    parser.add_argument("--no-simulate", action="store_true", help="skip the full-size prediction")
+    parser.add_argument("--out", default="tessera_out", help="directory for bench.json and bench.png")
+
+
+def _fmt(x: float, unit: str = "") -> str:
+    if x != x:
+        return "-"
+    return f"{x:,.1f}{unit}" if abs(x) >= 10 else f"{x:.3g}{unit}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from torch_tessera.benchmark import CHECKABLE, PLAN_NAMES, check_plans, rows_as_dicts, simulate_plans
+    from torch_tessera.models import get_model
+    from torch_tessera.runtime.devices import parse_devices
+
+    get_model(args.model)  # unknown names fail here, listing the registry
+    specs = parse_devices(args.devices, assume_gpu="h200")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result: dict = {"model": args.model, "devices": args.devices}
+    status = 0
+    if not args.no_check:
+        with tqdm(total=len(CHECKABLE), desc=f"check {args.model} (tiny) on {args.check_devices}", unit="plan") as bar:
+            check = check_plans(args.model, args.check_devices.split(","), specs, bar)
+        print(f"\nEvery plan on {args.check_devices} (tiny {args.model}) against eager PyTorch:")
+        print(f"{'plan':10s} {'launches/device':>16s} {'cut edges':>9s} {'transfers':>9s} {'max |err|':>10s}  result")
+        for r in check:
+            print(f"{r.plan:10s} {'/'.join(map(str, r.launches_per_device)):>16s} {r.cut_edges:>9d} "
+                  f"{r.transfers:>9d} {r.max_abs_error:>10.2e}  {'equal' if r.equal else 'DIFFERENT'}")
+        print("(request-dist and pd run homo-L / homo-R placements per program; both are checked above.)")
+        result["check"] = rows_as_dicts(check)
+        status |= 0 if all(r.equal for r in check) else 1
+    if not args.no_simulate:
+        with tqdm(total=len(PLAN_NAMES) + 1, desc=f"plan {args.model} (full) on {args.devices}", unit="step") as bar:
+            rows, meta = simulate_plans(args.model, specs, args.output_tokens, bar)
+        unit = {"tokens": "tok/s", "images": "img/s", "rows": "rows/s"}[meta["unit"]]
+        print(f"\nPREDICTED (simulated from datasheet figures, not measured): {args.model} full size on {args.devices}")
+        print(f"zero-communication bound: {_fmt(meta['zero_communication_bound_output_per_s'])} {unit}")
+        print(f"{'plan':13s} {unit:>10s} {'per $/h':>9s} {'vs bound':>9s} {'vs best baseline':>17s}  memory GB/device")
+        for r in rows:
+            if not r.applies:
+                print(f"{r.plan:13s} {'n/a':>10s}  {r.reason}")
+                continue
+            print(f"{r.plan:13s} {_fmt(r.output_per_s):>10s} {_fmt(r.output_per_dollar_hour):>9s} "
+                  f"{100 * r.vs_bound:>8.1f}% {_fmt(r.speedup_vs_best_baseline, 'x'):>17s}  {r.memory_gb}")
+        print("prices: " + "; ".join(f"{k} {v[0]:g}/h ({v[1]})" for k, v in meta["prices"].items()))
+        result["simulated"] = {"meta": meta, "rows": rows_as_dicts(rows)}
+        _chart(rows, meta, unit, out_dir / "bench.png")
+        print(f"bar chart: {out_dir / 'bench.png'}")
+    (out_dir / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+    print(f"results: {out_dir / 'bench.json'}")
+    return status
+
+
+def _chart(rows, meta, unit: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.applies]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar([r.plan for r in ok], [r.output_per_s for r in ok], color=["#888"] * (len(ok) - 1) + ["#d62728"])
+    bound = meta["zero_communication_bound_output_per_s"]
+    if bound == bound and not math.isinf(bound):
+        ax.axhline(bound, linestyle="--", color="k", label="zero-communication bound")
+        ax.legend()
+    ax.set_ylabel(unit + " (predicted)")
+    ax.set_title(f"{meta['model']} on {' + '.join(meta['devices'])} (simulated)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
