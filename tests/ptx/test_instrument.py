@@ -183,3 +183,51 @@ def test_ptxas_accepts_instrumented_triton_kernels(target, tmp_path):
                               timeout=60)
         assert proc.returncode == 0, f"{source.name} sm_{target}: {proc.stderr}"
         assert access_from_ptx(inst.ptx).params[:-1] == access_from_ptx(compiled.ptx).params
+
+
+class FakeDriver:
+    """Stands in for cuda-python on CPU: checks the packed arguments against the instrumented PTX's params."""
+
+    def __init__(self, fail: bool) -> None:
+        self.fail, self.launches, self._params = fail, 0, {}
+
+    def load(self, ptx, name):
+        self._params[name] = parse_ptx(ptx).params
+        return name, 0
+
+    def launch(self, fn, grid, block, shared, values, stream):
+        import ctypes
+
+        params = self._params[fn]
+        assert len(values) == len(params)
+        assert [ctypes.sizeof(v) * 8 for v in values] == [p.width for p in params]
+        assert all(g > 0 for g in grid) and block[0] % 32 == 0
+        self.launches += 1
+        if self.fail:
+            from bench.gpu_ptx_extents import DriverError
+
+            raise DriverError("fake driver: no GPU here")
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["launch-fails", "launch-noop"])
+def test_gpu_extents_bench_plumbing_on_cpu(fail, tmp_path):
+    import json
+
+    import torch
+
+    from bench.gpu_ptx_extents import run
+
+    driver = FakeDriver(fail)
+    res = run(tmp_path, ["mlp"], limit=10, budget_s=60, device=torch.device("cpu"), driver=driver, target=90)
+    rows = res["launches"]
+    assert driver.launches == len(rows) >= 2 and all(r["model"] == "mlp" for r in rows)
+    if fail:  # each failure is reported and the original kernel keeps the program correct
+        assert all("fake driver" in r["error"] for r in rows) and res["models"]["mlp"]["output_matches_eager"]
+        assert res["summary"]["launch_failures"] == len(rows)
+    else:  # nothing executed: every parameter is reported with its static mode and no observation
+        params = [p for r in rows for p in r["params"]]
+        assert params and all(p["observed_extent"] is None and p["mode_sound"] and p["extent_sound"] for p in params)
+        assert {p["static"] for p in params} >= {"R", "W"} or {p["static"] for p in params} >= {"R", "RW"}
+    saved = json.loads((tmp_path / "ptx_extents.json").read_text())
+    assert saved["summary"] == res["summary"]
+    assert "| mlp |" in (tmp_path / "ptx_extents.md").read_text()
