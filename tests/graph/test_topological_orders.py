@@ -32,7 +32,8 @@ from torch_tessera.errors import TesseraError
 from torch_tessera.graph import DependencyGraph, build_dependency_graph
 from torch_tessera.lowering import lower
 from torch_tessera.ptx import analyze_program
-from torch_tessera.runtime.executor import BufferPool, ProgramExecutor
+from torch_tessera.lowering.program import BufferKind, TensorArg
+from torch_tessera.runtime.executor import BufferPool, KernelLauncher, ProgramExecutor, launch_buffers
 from torch_tessera.runtime.placed import POISON
 
 DRAWS = 200  # random topological orders drawn per model
@@ -118,10 +119,19 @@ def _composite(parts: dict[str, tuple[Any, tuple]]) -> tuple[Any, tuple]:
     return composite, tuple(x for n in COMPOSITE for x in parts[n][1])
 
 
+def shared_temp(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One temporary (the GEMM output) read by two kernels that no edge orders: in an order that runs the later one
+    first, the temporary must stay alive until the other has run (freeing it after its last use in *program* order
+    would be wrong)."""
+    y = x @ w
+    return y.sum(0), y.amax(1)
+
+
 def _models() -> dict[str, tuple[Any, tuple]]:
     torch.manual_seed(SEED)
     models = {name: (fn, inputs) for name, fn, inputs in zoo()}
     models["zoo_composite"] = _composite(models)
+    models["shared_temp"] = (shared_temp, (torch.randn(8, 16), torch.randn(16, 32)))
     return models
 
 
@@ -241,3 +251,47 @@ def test_random_topological_orders_equal_eager(name):
         len(orders) * len(g.program.launches) for g in model.graphs]  # every launch of every order ran
     print(f"\n{name}: {len(orders)} distinct topological orders over {[len(g.program.launches) for g in model.graphs]} "
           f"launches equal eager")
+
+
+@pytest.mark.parametrize("name", ["shared_temp", "moe", "zoo_composite"])
+def test_temporaries_live_from_first_to_last_use_in_the_order_run(name):
+    model = lowered(name)
+    graph = model.graphs[0]
+    program = graph.program
+    rng = random.Random(7)
+    order = next(o for o in (random_topological_order(graph.dag.graph, rng) for _ in range(100)) if o != sorted(o))
+    events: list[tuple[str, Any]] = []
+    allocate, free, launch = BufferPool.allocate, BufferPool.free, KernelLauncher.launch
+
+    def logged_allocate(pool, buffer, nbytes):
+        events.append(("alloc", buffer))
+        allocate(pool, buffer, nbytes)
+
+    def logged_free(pool, buffer):
+        events.append(("free", buffer))
+        free(pool, buffer)
+
+    def logged_launch(launcher, lau, pool, stream=None):
+        events.append(("launch", lau.index))
+        return launch(launcher, lau, pool, stream)
+
+    with mock.patch.object(BufferPool, "allocate", logged_allocate), \
+            mock.patch.object(BufferPool, "free", logged_free), \
+            mock.patch.object(KernelLauncher, "launch", logged_launch), torch.no_grad():
+        graph.executor.run(graph.inputs, order)
+    assert [i for kind, i in events if kind == "launch"] == order
+    temps = {b for b, buf in program.buffers.items() if buf.kind == BufferKind.TEMP}
+    outputs = {o.buffer for o in program.outputs if isinstance(o, TensorArg)}
+    allocated = [b for kind, b in events if kind == "alloc"]
+    freed = [b for kind, b in events if kind == "free"]
+    assert len(allocated) == len(set(allocated)), "a temporary was freed before a later use and allocated again"
+    assert set(freed) <= temps - outputs and len(freed) == len(set(freed))
+    assert set(freed) >= set(allocated) - outputs  # every temporary it allocated is released
+    position = {i: k for k, i in enumerate(order)}
+    for k, (kind, buffer) in enumerate(events):
+        if kind != "free":
+            continue
+        users = [position[e[1]] for e in events[:k] if e[0] == "launch" and buffer in launch_buffers(
+            program.launches[e[1]])]
+        later = [e[1] for e in events[k:] if e[0] == "launch" and buffer in launch_buffers(program.launches[e[1]])]
+        assert users and not later, f"{buffer} freed before launches {later} that use it"
