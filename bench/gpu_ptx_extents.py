@@ -81,6 +81,8 @@ class Driver:
                      "cuCtxSetCurrent")
         attr = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         self.max_shared = int(self._ok(cu.cuDeviceGetAttribute(attr, dev), "cuDeviceGetAttribute"))
+        major, minor = torch.cuda.get_device_capability(device)
+        self.arch = f"sm_{major}{minor}" + ("a" if major == 9 else "")  # Triton targets sm_90a on Hopper
         self.modules: list[Any] = []
 
     def _ok(self, result: Any, call: str) -> Any:
@@ -93,9 +95,15 @@ class Driver:
 
     def load(self, ptx: str, name: str) -> tuple[Any, int]:
         """``(function, dynamic shared bytes to launch with)``: all the opt-in shared memory the static part leaves
-        (Triton's dynamic shared size is not in the PTX; more than needed is harmless)."""
+        (Triton's dynamic shared size is not in the PTX; more than needed is harmless).
+
+        The PTX is assembled by Triton's bundled ``ptxas`` (the toolchain Triton itself uses; its error message names
+        the bad line) when it is found, else JIT-compiled by the driver.
+        """
         cu = self.cu
-        image = ctypes.create_string_buffer(ptx.encode())  # NUL-terminated; passed by address
+        cubin = assemble(ptx, self.arch)
+        data = cubin if cubin is not None else ptx.encode()
+        image = ctypes.create_string_buffer(data, len(data) + 1)  # NUL-terminated for PTX; passed by address
         module = self._ok(cu.cuModuleLoadData(ctypes.addressof(image)), f"cuModuleLoadData({name})")
         self.modules.append(module)
         fn = self._ok(cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
@@ -116,6 +124,40 @@ class Driver:
         for m in self.modules:
             self.cu.cuModuleUnload(m)
         self.modules.clear()
+
+
+def ptxas_path() -> str | None:
+    """Triton's bundled ``ptxas`` (``triton/backends/nvidia/bin/ptxas``), else one on ``PATH``."""
+    import shutil
+
+    try:
+        import triton.backends.nvidia as nvidia
+    except ImportError:
+        return shutil.which("ptxas")
+    path = Path(nvidia.__file__).parent / "bin" / "ptxas"
+    return str(path) if path.exists() else shutil.which("ptxas")
+
+
+def assemble(ptx: str, arch: str) -> bytes | None:
+    """cubin of ``ptx`` for ``arch`` (e.g. ``sm_90a``) by ptxas, or ``None`` when no ptxas is found.
+
+    Raises:
+        DriverError: ptxas rejected the PTX (the message carries its error output).
+    """
+    import subprocess
+    import tempfile
+
+    tool = ptxas_path()
+    if tool is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
+        src.write_text(ptx)
+        proc = subprocess.run([tool, f"-arch={arch}", str(src), "-o", str(out)], capture_output=True, text=True,
+                              timeout=120, check=False)
+        if proc.returncode != 0:
+            raise DriverError(f"ptxas -arch={arch} rejected the instrumented PTX: {proc.stderr.strip()[:800]}")
+        return out.read_bytes()
 
 
 def _handle(obj: Any) -> int:
@@ -226,14 +268,17 @@ def _mode(reads: bool, writes: bool, atomic: bool) -> str:
 
 
 def _diff_check(before: dict, pool, views: list[ViewSpan], modes: dict) -> list[dict]:
-    """Per storage: the bytes that changed, and whether they lie inside the static write extents."""
+    """Per storage: the range of bytes the launch changed, and how many changed bytes lie outside every static write
+    extent (view span of a parameter the analysis says is written) on that storage."""
     out = []
     for buffer, old in before.items():
-        changed = byte_diff(old, pool.storages[buffer])
-        writers = [v for v in views if v.buffer == buffer and modes.get(v.param, (1, 1, 1))[1]]
-        inside = changed is None or any(v.start <= changed[0] and changed[1] <= v.end for v in writers)
-        out.append(dict(buffer=buffer, changed=list(changed) if changed else None,
-                        static_writers=[v.param for v in writers], inside_static_write_extent=inside))
+        changed = old != pool.storages[buffer]
+        span = byte_diff(old, pool.storages[buffer])
+        writers = [v for v in views if v.buffer == buffer and modes.get(v.param, (True, True, True))[1]]
+        for v in writers:
+            changed[v.start:v.end] = False
+        out.append(dict(buffer=buffer, changed=list(span) if span else None, static_writers=[v.param for v in writers],
+                        changed_outside_static_writes=int(changed.sum())))
     return out
 
 
@@ -283,7 +328,7 @@ def summarize(rows: list[dict]) -> dict:
         "mode_exact": sum(p["mode_exact"] for p in params),
         "extent_sound": sum(p["extent_sound"] for p in params),
         "stray_accesses": sum(len(r.get("stray", [])) for r in rows),
-        "diff_outside_static_writes": sum(not d["inside_static_write_extent"] for r in rows
+        "diff_outside_static_writes": sum(d["changed_outside_static_writes"] for r in rows
                                           for d in r.get("changed_bytes", [])),
         "median_coverage": _median([p["coverage"] for p in params if p["observed_extent"] is not None]),
     }
@@ -304,7 +349,7 @@ def markdown(res: dict) -> str:
              f"exact: {s['mode_exact']}/{s['params']}",
              f"- static extent (view span) sound: {s['extent_sound']}/{s['params']}; median coverage of the span "
              f"by observed [min, max): {s['median_coverage']}",
-             f"- stray accesses (in no view): {s['stray_accesses']}; changed bytes outside static write extents: "
+             f"- stray accesses (in no view): {s['stray_accesses']}; bytes changed outside static write extents: "
              f"{s['diff_outside_static_writes']}", "",
              "| model | output = eager |", "| --- | --- |"]
     for m, info in res["models"].items():
@@ -334,8 +379,8 @@ def run(out: Path, models: list[str] | None, limit: int, budget_s: float, device
     t0 = time.perf_counter()
     torch.manual_seed(0)
     res: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
-                           "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-                           "target": target, "models": {}, "launches": []}
+                           "torch": torch.__version__, "triton": triton.__version__,
+                           "python": platform.python_version(), "target": target, "models": {}, "launches": []}
     for name, fn, inputs in zoo():
         if models and name not in models:
             continue
@@ -362,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="folder for ptx_extents.json and ptx_extents.md")
     ap.add_argument("--models", default="", help="comma-separated corpus models (default: all)")
     ap.add_argument("--max-launches", type=int, default=40, help="instrumented Triton launches per model")
-    ap.add_argument("--budget-s", type=float, default=140.0, help="start no new model after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=120.0, help="start no new model after this many seconds")
     ap.add_argument("--device", default="cuda:0")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():

@@ -203,6 +203,10 @@ class FakeDriver:
         assert [ctypes.sizeof(v) * 8 for v in values] == [p.width for p in params]
         assert all(g > 0 for g in grid) and block[0] % 32 == 0
         self.launches += 1
+        if not self.fail:  # on CPU the pointers are host addresses: record site 0 at the first param's address
+            trace, first = values[-1].value, values[0].value
+            ctypes.c_uint64.from_address(trace).value = first
+            ctypes.c_uint64.from_address(trace + 8).value = first
         if self.fail:
             from bench.gpu_ptx_extents import DriverError
 
@@ -224,10 +228,23 @@ def test_gpu_extents_bench_plumbing_on_cpu(fail, tmp_path):
     if fail:  # each failure is reported and the original kernel keeps the program correct
         assert all("fake driver" in r["error"] for r in rows) and res["models"]["mlp"]["output_matches_eager"]
         assert res["summary"]["launch_failures"] == len(rows)
-    else:  # nothing executed: every parameter is reported with its static mode and no observation
-        params = [p for r in rows for p in r["params"]]
-        assert params and all(p["observed_extent"] is None and p["mode_sound"] and p["extent_sound"] for p in params)
-        assert {p["static"] for p in params} >= {"R", "W"} or {p["static"] for p in params} >= {"R", "RW"}
+    else:  # only site 0 "ran", at the first parameter's view start: the report turns it into a relative extent
+        for r in rows:
+            first, rest = r["params"][0], r["params"][1:]
+            start = first["static_extent"][0]
+            assert r["executed_sites"] == 1 and first["observed_extent"][0] == start and first["extent_sound"]
+            assert all(p["observed_extent"] is None for p in rest) and not r["stray"]
+            assert all(d["changed"] is None for d in r["changed_bytes"])  # the fake wrote no data
     saved = json.loads((tmp_path / "ptx_extents.json").read_text())
     assert saved["summary"] == res["summary"]
     assert "| mlp |" in (tmp_path / "ptx_extents.md").read_text()
+
+
+def test_gpu_extents_bench_assembles_instrumented_ptx_with_triton_ptxas():
+    from bench.gpu_ptx_extents import DriverError, assemble, ptxas_path
+
+    if ptxas_path() is None:
+        pytest.skip("no ptxas")
+    assert assemble(instrument_ptx(MIXED).ptx, "sm_90a")[:4] == b"\x7fELF"
+    with pytest.raises(DriverError, match="ptxas"):
+        assemble(MIXED.replace("red.global.add.f32", "red.global.add.f99"), "sm_90a")
