@@ -31,8 +31,8 @@ from tests.ptx.zoo import zoo
 from torch_tessera.errors import TesseraError
 from torch_tessera.graph import DependencyGraph, build_dependency_graph
 from torch_tessera.lowering import lower
-from torch_tessera.ptx import analyze_program
 from torch_tessera.lowering.program import BufferKind, TensorArg
+from torch_tessera.ptx import analyze_program
 from torch_tessera.runtime.executor import BufferPool, KernelLauncher, ProgramExecutor, launch_buffers
 from torch_tessera.runtime.placed import POISON
 
