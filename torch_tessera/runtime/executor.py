@@ -170,15 +170,31 @@ class ProgramExecutor:
         self.launches_executed = 0
         self.calls = 0
         self._fresh = fresh_extern_outputs(program)
+        self._program_order = tuple(launch.index for launch in program.launches)
+        self._free_after = self._last_uses(self._program_order)
+
+    def _last_uses(self, order: Sequence[int]) -> dict[int, list[str]]:
+        """Launch index after which each temporary (not an output) is no longer needed, when run in ``order``."""
+        program = self.program
         out_buffers = {a.buffer for a in program.outputs if isinstance(a, TensorArg)}
         last_use: dict[str, int] = {}
-        for launch in program.launches:
-            for b in launch_buffers(launch):
-                last_use[b] = launch.index
-        self._free_after: dict[int, list[str]] = {}
+        for i in order:
+            for b in launch_buffers(program.launches[i]):
+                last_use[b] = i
+        free_after: dict[int, list[str]] = {}
         for b, i in last_use.items():
             if program.buffers[b].kind == BufferKind.TEMP and b not in out_buffers:
-                self._free_after.setdefault(i, []).append(b)
+                free_after.setdefault(i, []).append(b)
+        return free_after
+
+    def _checked_order(self, order: Sequence[int]) -> tuple[int, ...]:
+        order = tuple(int(i) for i in order)
+        if sorted(order) != list(self._program_order):
+            raise TesseraError(
+                f"launch order must be a permutation of the program's {len(self._program_order)} launch indices "
+                f"(0..{len(self._program_order) - 1}), got {len(order)} indices; pass every launch exactly once"
+            )
+        return order
 
     def __call__(self, args: list) -> list:
         inputs = list(args)
@@ -186,9 +202,25 @@ class ProgramExecutor:
             args.clear()  # Inductor's calling convention: the callee owns (and clears) the argument list
         return self.run(inputs)
 
-    def run(self, inputs: Sequence[Any]) -> list:
-        """Run the program on ``inputs`` (the graph inputs, in order) and return its outputs."""
+    def run(self, inputs: Sequence[Any], order: Sequence[int] | None = None) -> list:
+        """Run the program on ``inputs`` (the graph inputs, in order) and return its outputs.
+
+        Args:
+            inputs: the graph inputs, in the program's input order.
+            order: launch indices in the order to run them (a permutation of ``range(len(program.launches))``);
+                ``None`` runs them in program order. Any topological order of the program's dependency DAG gives the
+                same result; temporaries are allocated at their first use and freed after their last use in this
+                order. The executor does not check the order against the DAG.
+
+        Raises:
+            TesseraError: wrong number or kind of inputs, or ``order`` is not a permutation of the launch indices.
+        """
         program = self.program
+        if order is None:
+            order, free_after = self._program_order, self._free_after
+        else:
+            order = self._checked_order(order)
+            free_after = self._last_uses(order)
         if len(inputs) != len(program.inputs):
             raise TesseraError(f"program expects {len(program.inputs)} inputs, got {len(inputs)}")
         device = torch.device(program.device)
@@ -204,7 +236,8 @@ class ProgramExecutor:
                     )
                 if spec.buffer not in pool:
                     pool.bind(spec.buffer, value)
-        for launch in program.launches:
+        for index in order:
+            launch = program.launches[index]
             for b in launch_buffers(launch):
                 if b not in pool and b not in self._fresh.get(launch.index, ()):
                     pool.allocate(b, program.buffers[b].nbytes)
@@ -215,7 +248,7 @@ class ProgramExecutor:
                     if spec.buffer in self._fresh[launch.index] and spec.buffer not in pool:
                         pool.bind(spec.buffer, t)
             self.launches_executed += 1
-            for b in self._free_after.get(launch.index, ()):
+            for b in free_after.get(launch.index, ()):
                 pool.free(b)
         for o in program.outputs:
             if isinstance(o, TensorArg) and o.buffer not in pool:  # an output no launch touches (e.g. empty)
