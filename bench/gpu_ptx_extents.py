@@ -156,6 +156,8 @@ def assemble(ptx: str, arch: str) -> bytes | None:
         proc = subprocess.run([tool, f"-arch={arch}", str(src), "-o", str(out)], capture_output=True, text=True,
                               timeout=120, check=False)
         if proc.returncode != 0:
+            if "Unsupported .version" in proc.stderr:
+                return None  # this ptxas is older than the PTX ISA Triton emitted: let the driver JIT it
             raise DriverError(f"ptxas -arch={arch} rejected the instrumented PTX: {proc.stderr.strip()[:800]}")
         return out.read_bytes()
 

@@ -29,9 +29,16 @@ log = logging.getLogger(__name__)
 __all__ = ["lower", "CapturedGraph", "KernelProgram", "launch_writes"]
 
 
+def _cpu_scalar(x: torch.Tensor) -> bool:
+    return x.device.type == "cpu" and x.dim() == 0
+
+
 def graph_device_type(example_inputs: Sequence[Any]) -> str:
-    """Device type (``"cpu"``/``"cuda"``) of a graph's tensor inputs; raises if they mix device types."""
-    types = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+    """Device type (``"cpu"``/``"cuda"``) of a graph's tensor inputs (0-dim CPU tensors, which Inductor reads as
+    scalars, do not count); raises if they mix device types."""
+    types = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor) and not _cpu_scalar(x)}
+    if not types:
+        types = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     if len(types) > 1:
         raise LoweringError(f"graph inputs live on several device types {sorted(types)}; tessera lowers one at a time")
     return types.pop() if types else "cpu"
