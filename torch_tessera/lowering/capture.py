@@ -260,7 +260,8 @@ def capture_program(
 
     outputs = tuple(rec.view(o) if isinstance(o, torch.Tensor) else ScalarArg(o) for o in result)
     buffers = _classify_state(rec.buffers, rec.launches)
-    device = next((str(x.device) for x in fake_inputs if isinstance(x, torch.Tensor)), rec.device)
+    device = next((str(x.device) for x in fake_inputs if isinstance(x, torch.Tensor)
+                   and not (x.device.type == "cpu" and x.dim() == 0)), rec.device)
     program = KernelProgram(buffers, tuple(inputs), tuple(rec.launches), outputs, dict(rec.kernels), device)
     log.info(
         "captured %d launches (%d Triton, %d extern) over %d buffers",
