@@ -67,6 +67,7 @@ def _segments(executor: Any) -> list[Any]:
 def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
     program = executor.program
     devices = executor.devices
+    torch.cuda.synchronize()
     executor.streams = [d.new_stream() for d in devices]  # capture needs non-default streams
     pools = executor.make_pools()
     home = pools[executor.home]
@@ -157,6 +158,7 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
                     break
     if state is None:
         state = executor._graphs = _capture(executor, inputs)
+        executor._join_caller()
     else:
         main = executor.streams[executor.home]
         main.wait_stream(torch.cuda.current_stream(executor.devices[executor.home].torch_device))

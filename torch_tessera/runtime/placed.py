@@ -150,6 +150,7 @@ class PlacedExecutor:
         program = self.program
         if len(inputs) != len(program.inputs):
             raise TesseraError(f"program expects {len(program.inputs)} inputs, got {len(inputs)}")
+        self._join_caller()
         if self.cuda_graphs:
             from torch_tessera.runtime.graphs import run_with_graphs
 
@@ -227,6 +228,15 @@ class PlacedExecutor:
                 if spec.buffer in self._fresh[launch.index]:  # rebound every run (graph capture allocates anew)
                     pool.bind(spec.buffer, t)
         self.launches_executed += 1
+
+    def _join_caller(self) -> None:
+        """Every device stream waits for the caller's current stream: the inputs (token ids, a KV cache the caller
+        just wrote) may still be in flight there."""
+        for dev, stream in zip(self.devices, self.streams):
+            if stream is not None and dev.torch_device.type == "cuda":
+                caller = torch.cuda.current_stream(dev.torch_device)
+                if stream is not caller and stream.cuda_stream != caller.cuda_stream:
+                    stream.wait_stream(caller)
 
     def _sync(self, step: SyncStep) -> None:
         """Order device ``dst``'s stream after the work queued on device ``src``'s stream (shared memory)."""
