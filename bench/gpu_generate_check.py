@@ -79,9 +79,10 @@ def main() -> int:
         return out.sequences, logits, wall
 
     ref_seq = ref_logits = None
-    cases = [("eager", None), ("inductor", "inductor"),
-             ("tessera", {"devices": args.devices, "policy": args.policy}),
-             ("tessera +graphs", {"devices": args.devices, "policy": args.policy, "cuda_graphs": True})]
+    cases = [("eager", None), ("inductor", "inductor")]
+    for pol in args.policy.split(","):
+        cases += [(f"tessera {pol}", {"devices": args.devices, "policy": pol}),
+                  (f"tessera {pol} +graphs", {"devices": args.devices, "policy": pol, "cuda_graphs": True})]
     for name, how in cases:
         try:
             torch._dynamo.reset()

@@ -164,6 +164,9 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
         main.wait_stream(torch.cuda.current_stream(executor.devices[executor.home].torch_device))
         with torch.cuda.stream(main):
             _copy_inputs(program, state.pools[executor.home], inputs, state.static_inputs)
+        for s in executor.streams:  # every device reads the static inputs only after they are copied in
+            if s is not main:
+                s.wait_stream(main)
     if check_addresses:
         for (i, b), ptr in state.addresses.items():
             if state.pools[i].storages[b].data_ptr() != ptr:
