@@ -24,7 +24,12 @@ from torch_tessera.models import llama_config
 PROMPT, NEW_TOKENS = 8, 32
 
 
-def test_generate_static_cache_equals_eager():
+import pytest
+
+
+@pytest.mark.parametrize("options", [{}, {"devices": "cpu:0,cpu:1", "policy": "random", "seed": 3}],
+                         ids=["single-device", "random-placement-two-virtual-devices"])
+def test_generate_static_cache_equals_eager(options):
     from transformers import LlamaForCausalLM
 
     config = llama_config("tiny")
@@ -36,7 +41,9 @@ def test_generate_static_cache_equals_eager():
     kwargs = dict(max_new_tokens=NEW_TOKENS, do_sample=False, cache_implementation="static", disable_compile=True)
 
     torch._dynamo.reset()
-    backend = RecordingBackend()  # the tessera backend, fallback="raise"
+    if options and TEST_DEVICE != "cpu":
+        pytest.skip("CPU virtual devices only")
+    backend = RecordingBackend(**options)  # the tessera backend, fallback="raise"
     model.forward = torch.compile(model.forward, backend=backend, dynamic=False)
     with torch.no_grad():
         want = eager.generate(ids, **kwargs)

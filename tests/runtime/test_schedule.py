@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tests.conftest import RecordingBackend
@@ -43,3 +44,21 @@ def test_shared_memory_waits_instead_of_copying():
         if isinstance(step, SyncStep):
             later = [s.launch for s in sched.steps[i:] if isinstance(s, LaunchStep)]
             assert later[0] == step.edge[1]
+
+
+@pytest.mark.parametrize("options", [{}, {"devices": "cpu:0,cpu:1", "policy": "random", "seed": 1}])
+def test_inputs_at_other_storage_offsets(options):
+    """Dynamo reuses a graph for a view at another storage offset (``input_ids[:, -1:]`` of a growing sequence,
+    a slice of a batch): the executors must read the caller's elements, not those at the recorded offset."""
+
+    def f(x, w):
+        return torch.relu(x @ w) * 2
+
+    big, w = torch.randn(20, 8), torch.randn(8, 8)
+    torch._dynamo.reset()
+    backend = RecordingBackend(**options)
+    compiled = torch.compile(f, backend=backend, dynamic=False)
+    for i in range(3):
+        x = big[i * 4:(i + 1) * 4]
+        torch.testing.assert_close(compiled(x, w), f(x, w))
+    assert len(backend.compiled) == 1  # one graph served all three offsets

@@ -36,10 +36,11 @@ class BufferPool:
         self.storages: dict[str, torch.Tensor] = {}
         self._typed: dict[tuple[str, torch.dtype], torch.Tensor] = {}
 
-    def bind(self, name: str, t: torch.Tensor) -> None:
-        """Bind buffer ``name`` to the storage of tensor ``t``."""
+    def bind(self, name: str, t: torch.Tensor, shift: int = 0) -> None:
+        """Bind buffer ``name`` to the storage of tensor ``t``, starting ``shift`` bytes into it."""
         flat = torch.empty(0, dtype=torch.uint8, device=t.device)
-        flat.set_(t.untyped_storage(), 0, (t.untyped_storage().nbytes(),), (1,))
+        nbytes = t.untyped_storage().nbytes()
+        flat.set_(t.untyped_storage(), shift, (nbytes - shift,), (1,))
         self.storages[name] = flat
         self._typed = {k: v for k, v in self._typed.items() if k[0] != name}
 
@@ -61,9 +62,39 @@ class BufferPool:
             flat = self.storages[arg.buffer]
             item = arg.itemsize
             usable = flat.numel() - flat.numel() % item
+            if flat.storage_offset() % item:
+                raise TesseraError(f"buffer {arg.buffer} is bound {flat.storage_offset()} bytes into its storage, "
+                                   f"not a multiple of {arg.dtype}'s {item} bytes")
             typed = flat[:usable].view(arg.dtype)
             self._typed[key] = typed
-        return torch.as_strided(typed, arg.size, arg.stride, arg.offset)
+        # as_strided's offset is absolute in the storage: add where this pool's view of the buffer starts
+        return torch.as_strided(typed, arg.size, arg.stride, typed.storage_offset() + arg.offset)
+
+
+def bind_input(pool: BufferPool, spec: TensorArg, value: Any, index: int) -> None:
+    """Bind graph input ``value`` so that the program's views of buffer ``spec.buffer`` address its elements.
+
+    The program was recorded with the input at storage offset ``spec.offset``; callers often pass views at other
+    offsets (``input_ids[:, -1:]`` of a growing sequence, a slice of a batch). The buffer is then bound to the
+    caller's storage shifted by the difference, so every recorded view (relative to the storage) moves with it.
+
+    Raises:
+        TesseraError: the input is not a tensor, or sits before the recorded offset in a storage too small to shift.
+    """
+    if not isinstance(value, torch.Tensor):
+        raise TesseraError(f"input {index} ({spec.buffer}) should be a tensor, got {type(value).__name__}")
+    if tuple(value.shape) != spec.size or tuple(value.stride()) != spec.stride:
+        raise TesseraError(
+            f"input {index} ({spec.buffer}) has shape {tuple(value.shape)} and strides {tuple(value.stride())}; the "
+            f"program was lowered for {spec.size} / {spec.stride}: recompile for this shape"
+        )
+    shift = (value.storage_offset() - spec.offset) * value.element_size()
+    if shift < 0 or value.untyped_storage().nbytes() - shift < spec.byte_span[1]:
+        raise TesseraError(
+            f"input {index} ({spec.buffer}) has storage offset {value.storage_offset()}, the program was lowered for "
+            f"{spec.offset} and its storage cannot be shifted to match; pass a contiguous copy (x.clone())"
+        )
+    pool.bind(spec.buffer, value, shift)
 
 
 def _tensor_args(value: Any) -> list[TensorArg]:
@@ -226,16 +257,8 @@ class ProgramExecutor:
         device = torch.device(program.device)
         pool = BufferPool(device)
         for i, (spec, value) in enumerate(zip(program.inputs, inputs)):
-            if isinstance(spec, TensorArg):
-                if not isinstance(value, torch.Tensor):
-                    raise TesseraError(f"input {i} ({spec.buffer}) should be a tensor, got {type(value).__name__}")
-                if value.storage_offset() != spec.offset:
-                    raise TesseraError(
-                        f"input {i} ({spec.buffer}) has storage offset {value.storage_offset()}, the program was "
-                        f"lowered for {spec.offset}; recompile for this input layout"
-                    )
-                if spec.buffer not in pool:
-                    pool.bind(spec.buffer, value)
+            if isinstance(spec, TensorArg) and spec.buffer not in pool:
+                bind_input(pool, spec, value, i)
         for index in order:
             launch = program.launches[index]
             for b in launch_buffers(launch):

@@ -25,7 +25,7 @@ import torch
 
 from torch_tessera.errors import TesseraError
 from torch_tessera.lowering.program import BufferKind, TensorArg
-from torch_tessera.runtime.executor import BufferPool, launch_buffers
+from torch_tessera.runtime.executor import BufferPool, bind_input, launch_buffers
 from torch_tessera.runtime.schedule import CopyStep, LaunchStep, SyncStep
 
 log = logging.getLogger(__name__)
@@ -81,8 +81,8 @@ def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
             home.allocate(spec.buffer, program.buffers[spec.buffer].nbytes)
             static_inputs[spec.buffer] = home.storages[spec.buffer]
         else:
-            home.bind(spec.buffer, value)
-            bound[spec.buffer] = value.untyped_storage().data_ptr()
+            bind_input(home, spec, value, len(bound))
+            bound[spec.buffer] = value.data_ptr()
     _copy_inputs(program, home, inputs, static_inputs)
     for step in executor.schedule.setup:
         executor._copy(step, pools)
@@ -122,11 +122,11 @@ def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
 
 
 def _copy_inputs(program: Any, home: BufferPool, inputs: Sequence[Any], static: dict[str, torch.Tensor]) -> None:
+    """Copy each INPUT-kind input into its static storage, at the place the recorded view says (the caller's view
+    may sit at another storage offset each call)."""
     for spec, value in zip(program.inputs, inputs):
         if isinstance(spec, TensorArg) and spec.buffer in static:
-            src = torch.empty(0, dtype=torch.uint8, device=value.device)
-            src.set_(value.untyped_storage(), 0, (value.untyped_storage().nbytes(),), (1,))
-            static[spec.buffer].copy_(src, non_blocking=True)
+            home.view(spec).copy_(value, non_blocking=True)
 
 
 def _run_item(executor: Any, item: Any, pools: list[BufferPool], capture: bool) -> Any:
@@ -152,7 +152,7 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
     if state is not None:
         for spec, value in zip(program.inputs, inputs):
             if isinstance(spec, TensorArg) and spec.buffer in state.bound_ptrs:
-                if value.untyped_storage().data_ptr() != state.bound_ptrs[spec.buffer]:
+                if value.data_ptr() != state.bound_ptrs[spec.buffer]:
                     log.info("input %s moved since capture; capturing again", spec.buffer)
                     state = None
                     break

@@ -21,7 +21,13 @@ from torch.utils._pytree import tree_flatten
 from torch_tessera.errors import DeviceOutOfMemoryError, TesseraError, TransferTimeout
 from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.lowering.program import BufferKind, ExternLaunch, KernelProgram, TensorArg
-from torch_tessera.runtime.executor import BufferPool, KernelLauncher, fresh_extern_outputs, launch_buffers
+from torch_tessera.runtime.executor import (
+    BufferPool,
+    KernelLauncher,
+    bind_input,
+    fresh_extern_outputs,
+    launch_buffers,
+)
 from torch_tessera.runtime.schedule import CopyStep, LaunchStep, Schedule, SyncStep, build_schedule
 
 log = logging.getLogger(__name__)
@@ -159,9 +165,9 @@ class PlacedExecutor:
         for p, w in zip(pools, self._weights):
             p.storages.update(w.storages)
         home_pool = pools[self.home]
-        for spec, value in zip(program.inputs, inputs):
+        for i, (spec, value) in enumerate(zip(program.inputs, inputs)):
             if isinstance(spec, TensorArg) and spec.buffer not in home_pool:
-                home_pool.bind(spec.buffer, value)
+                bind_input(home_pool, spec, value, i)
         if not self._setup_done:
             for step in self.schedule.setup:
                 self._copy(step, pools)

@@ -59,6 +59,16 @@ class TesseraRunner:
     def placement(self) -> Mapping[int, int]:
         return self.executor.schedule.placement
 
+    @property
+    def calls(self) -> int:
+        """Calls of the current executor (reset by :meth:`set_placement`)."""
+        return self.executor.calls
+
+    @property
+    def launches_executed(self) -> int:
+        """Launches run by the current executor (reset by :meth:`set_placement`)."""
+        return self.executor.launches_executed
+
 
 def pinned_groups(dag: DependencyGraph) -> dict[int, int]:
     """Launches the access analysis is unsure of, each mapped to the neighbour whose device it must share."""
