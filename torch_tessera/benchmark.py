@@ -98,7 +98,7 @@ class SimRow:
     cycle_s: float
     output_per_s: float
     price_per_hour: float
-    output_per_dollar_hour: float
+    output_per_s_per_price: float
     vs_bound: float
     speedup_vs_best_baseline: float
     memory_gb: tuple[float, ...]
@@ -109,13 +109,16 @@ def _price(spec: DeviceSpec) -> float:
 
 
 def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float = 129.0,
-                   progress: Any = None) -> tuple[list[SimRow], dict]:
-    """Predicted throughput of every plan of the full-size ``model`` on ``specs`` (see module docstring)."""
+                   progress: Any = None, size: str = "full") -> tuple[list[SimRow], dict]:
+    """Predicted throughput of every plan of ``model`` (``size``, default full) on ``specs`` (see module docstring).
+
+    ``output_per_s_per_price`` is throughput per unit of the price table (output/s per relative $/h).
+    """
     from torch_tessera.backend.workload import model_workload
     from torch_tessera.errors import InfeasiblePlanError
     from torch_tessera.scheduler import NotApplicableError, Plan, plan
 
-    mw = model_workload(model, specs, size="full", mean_output_tokens=output_tokens)
+    mw = model_workload(model, specs, size=size, mean_output_tokens=output_tokens)
     if progress is not None:
         progress.update(1)
     free = Topology(mw.topology.devices, np.full_like(mw.topology.bandwidth, 1e30),
@@ -142,11 +145,11 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
         used = [g for g in range(len(specs)) if p.kernels_on(g) or g in p.replicas]
         price = sum(_price(specs[g]) for g in used)
         out_s = mw.output_per_step * p.throughput_per_s
-        rows.append(SimRow(name, True, "", p.cycle_seconds, out_s, price, out_s * 3600 / price if price else math.nan,
+        rows.append(SimRow(name, True, "", p.cycle_seconds, out_s, price, out_s / price if price else math.nan,
                            bound_cycle / p.cycle_seconds if p.cycle_seconds else math.nan,
                            p.throughput_per_s / best_baseline if best_baseline == best_baseline else math.nan,
                            tuple(round(m / 1e9, 2) for m in p.memory_bytes)))
-    meta = {"model": model, "devices": [s.name for s in specs], "unit": mw.unit, "output_tokens": output_tokens,
+    meta = {"model": model, "size": size, "devices": [s.name for s in specs], "unit": mw.unit, "output_tokens": output_tokens,
             "zero_communication_bound_cycle_s": bound_cycle,
             "zero_communication_bound_output_per_s": mw.output_per_step / bound_cycle if bound_cycle else math.nan,
             "lower_and_cost_seconds": mw.seconds, "prices": {s.name: (s.price_per_hour, s.price_source) for s in specs}}

@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-tokens", type=float, default=129.0, help="mean output tokens per request")
     parser.add_argument("--no-check", action="store_true", help="skip the CPU check")
     parser.add_argument("--no-simulate", action="store_true", help="skip the full-size prediction")
+    parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size to predict for")
     parser.add_argument("--out", default="tessera_out", help="directory for bench.json and bench.png")
 
 
@@ -57,17 +58,20 @@ def run(args: argparse.Namespace) -> int:
         result["check"] = rows_as_dicts(check)
         status |= 0 if all(r.equal for r in check) else 1
     if not args.no_simulate:
-        with tqdm(total=len(PLAN_NAMES) + 1, desc=f"plan {args.model} (full) on {args.devices}", unit="step") as bar:
-            rows, meta = simulate_plans(args.model, specs, args.output_tokens, bar)
+        with tqdm(total=len(PLAN_NAMES) + 1, desc=f"plan {args.model} ({args.size}) on {args.devices}",
+                  unit="step") as bar:
+            rows, meta = simulate_plans(args.model, specs, args.output_tokens, bar, size=args.size)
         unit = {"tokens": "tok/s", "images": "img/s", "rows": "rows/s"}[meta["unit"]]
-        print(f"\nPREDICTED (simulated from datasheet figures, not measured): {args.model} full size on {args.devices}")
+        print(f"\nPREDICTED (simulated from datasheet figures, not measured): {args.model} {args.size} size on "
+              f"{args.devices}")
         print(f"zero-communication bound: {_fmt(meta['zero_communication_bound_output_per_s'])} {unit}")
-        print(f"{'plan':13s} {unit:>10s} {'per $/h':>9s} {'vs bound':>9s} {'vs best baseline':>17s}  memory GB/device")
+        print(f"{'plan':13s} {unit:>10s} {unit + ' per $/h':>14s} {'vs bound':>9s} {'vs best baseline':>17s}  "
+              "memory GB/device")
         for r in rows:
             if not r.applies:
                 print(f"{r.plan:13s} {'n/a':>10s}  {r.reason}")
                 continue
-            print(f"{r.plan:13s} {_fmt(r.output_per_s):>10s} {_fmt(r.output_per_dollar_hour):>9s} "
+            print(f"{r.plan:13s} {_fmt(r.output_per_s):>10s} {_fmt(r.output_per_s_per_price):>14s} "
                   f"{100 * r.vs_bound:>8.1f}% {_fmt(r.speedup_vs_best_baseline, 'x'):>17s}  {r.memory_gb}")
         print("prices: " + "; ".join(f"{k} {v[0]:g}/h ({v[1]})" for k, v in meta["prices"].items()))
         result["simulated"] = {"meta": meta, "rows": rows_as_dicts(rows)}

@@ -23,7 +23,7 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 #: Views with more contiguous runs than this are summarised by their envelope (see :func:`view_byte_ranges`).
-MAX_RUNS = 4096
+MAX_RUNS = 64
 
 
 def view_byte_ranges(offset: int, size: tuple[int, ...], stride: tuple[int, ...], itemsize: int,

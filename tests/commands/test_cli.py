@@ -1,0 +1,55 @@
+"""The command line: the main job on small sizes, plan, inspect, and errors a user can cause."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torch_tessera.cli import main
+
+
+def test_bench_checks_every_plan_and_predicts(tmp_path, capsys):
+    rc = main(["bench", "--size", "tiny", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    result = json.loads((tmp_path / "bench.json").read_text())
+    check = {r["plan"]: r for r in result["check"]}
+    assert set(check) == {"homo-L", "homo-R", "af", "layer", "tessera", "latency"}
+    assert all(r["equal"] for r in check.values())
+    assert all(r["transfers"] == r["cut_edges"] for r in check.values())
+    assert check["af"]["cut_edges"] > 0  # attention on one device, the rest on the other
+    sim = {r["plan"]: r for r in result["simulated"]["rows"]}
+    assert set(sim) == {"homo-L", "homo-R", "request-dist", "pd", "af", "layer", "tessera"}
+    best_baseline = max(r["output_per_s"] for n, r in sim.items() if n != "tessera" and r["applies"])
+    assert sim["tessera"]["output_per_s"] >= best_baseline * (1 - 1e-9)  # never behind a baseline placement
+    assert all(r["vs_bound"] <= 1 + 1e-9 for r in sim.values() if r["applies"])  # the bound bounds them
+    assert "PREDICTED" in out and (tmp_path / "bench.png").stat().st_size > 0
+
+
+def test_plan_model_tiny_writes_gantt(tmp_path, capsys):
+    png = tmp_path / "plan.png"
+    rc = main(["plan", "--model", "llama", "--size", "tiny", "--devices", "sim:a100,sim:l40s", "--no-cache",
+               "--gantt", str(png)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "Plan 'throughput'" in out and "layer" in out and png.stat().st_size > 0
+
+
+def test_unknown_model_lists_registry(capsys):
+    assert main(["bench", "--model", "lama", "--no-check", "--no-simulate"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model 'lama'" in err and "llama" in err and "mamba" in err
+
+
+def test_bad_device_string_shows_forms(capsys):
+    assert main(["plan", "--model", "llama", "--size", "tiny", "--devices", "gpu0,sim:l40s"]) == 2
+    err = capsys.readouterr().err
+    assert "gpu0" in err and "cuda:N" in err
+
+
+@pytest.mark.parametrize("model", ["mlp"])
+def test_inspect(model, capsys):
+    assert main(["inspect", "--model", model]) == 0
+    out = capsys.readouterr().out
+    assert "extern" in out and "triton" in out and "equals eager" in out
