@@ -3,7 +3,6 @@ sizes are the published architectures and fit one 141 GB H200 in bf16."""
 
 from __future__ import annotations
 
-import logging
 
 import pytest
 import torch
@@ -14,7 +13,6 @@ from torch_tessera.models import REGISTRY, build_model, build_module, get_model,
 
 #: The only reason a tiny model's graph may fall back to Inductor: the lowering gap that
 #: tests/models/test_lowering_gaps.py reproduces (a graph Inductor compiles to no kernels at all).
-KNOWN_GAP = "'function' object has no attribute 'current_callable'"
 
 
 def _assert_ran_program(backend) -> None:
@@ -43,14 +41,12 @@ def _ops(backend) -> set[str]:
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_tiny_model_equals_eager(name, caplog):
+def test_tiny_model_equals_eager(name):
     model, inputs = build_model(name, "tiny")
-    with caplog.at_level(logging.WARNING, logger="torch_tessera"):
-        # fallback="inductor" only so that the known gap does not stop the run; any other fallback fails below.
-        backend = compile_and_compare(model, inputs, fallback="inductor")
-    fallbacks = [r.getMessage() for r in caplog.records if "could not lower" in r.getMessage()]
-    assert all(KNOWN_GAP in m for m in fallbacks), fallbacks
-    assert len(backend.executors) == len(backend.compiled) - len(fallbacks)
+    backend = compile_and_compare(model, inputs)  # fallback="raise": every graph is lowered by tessera
+    assert all(hasattr(fn, "tessera_executors") for fn in backend.compiled)
+    # a graph with nothing to launch (Qwen2-VL's dtype cast before a graph break) has no program; all others do
+    assert len(backend.compiled) - 1 <= len(backend.executors) <= len(backend.compiled)
     _assert_ran_program(backend)
     ops = _ops(backend)
     for fragment, present in SIGNATURE_OPS[name].items():
