@@ -36,6 +36,7 @@ class ModelWorkload:
         output_per_step: output units (tokens, images) one pipeline step produces.
         unit: ``"tokens"``, ``"images"`` or ``"rows"``.
         seconds: wall time spent lowering, analysing and costing.
+        programs: the lowered programs, in the workload's order (to cost them again on other devices).
     """
 
     workload: object
@@ -43,6 +44,19 @@ class ModelWorkload:
     output_per_step: float
     unit: str
     seconds: float
+    programs: tuple = ()
+
+    def on_devices(self, specs: Sequence[DeviceSpec]) -> "ModelWorkload":
+        """The same programs costed on other devices (no lowering again)."""
+        from dataclasses import replace
+
+        from torch_tessera.scheduler import Workload
+
+        progs = self.workload.programs
+        tables = [estimate(p, specs)[0] for p in self.programs]
+        topo = estimate(self.programs[0], specs)[1]
+        wl = Workload(tuple(replace(wp, costs=t) for wp, t in zip(progs, tables)), tie_state=self.workload.tie_state)
+        return replace(self, workload=wl, topology=topo)
 
 
 def _build_fn(name: str, size: str, batch: int, seq: int):
@@ -89,6 +103,7 @@ def model_workload(
         dcost, _ = estimate(decode, specs)
         wl = Workload.llm(pdag, pcost, ddag, dcost, mean_output_tokens / decode_batch)
         out, unit = mean_output_tokens, "tokens"
+        programs = (prefill, decode)
     else:
         b = batch or spec.default_shape[size][0]
         program = lower_without_weights(_build_fn(name, size, b, 0)).program
@@ -97,4 +112,5 @@ def model_workload(
         wl = Workload.single(dag, cost)
         unit = spec.output_unit
         out = b / spec.forwards_per_output
-    return ModelWorkload(wl, topo, float(out), unit, time.perf_counter() - t0)
+        programs = (program,)
+    return ModelWorkload(wl, topo, float(out), unit, time.perf_counter() - t0, programs)
