@@ -27,7 +27,7 @@ def main() -> int:
     from torch_tessera.runtime.devices import parse_devices
     from torch_tessera.scheduler import plan
 
-    pairs = {2: "sim:a100,sim:l40s", 4: "sim:a100,sim:a100,sim:l40s,sim:l40s"}
+    pairs = {2: "sim:a100,sim:l40s", 4: "sim:a100,sim:l40s,sim:h100,sim:rtxpro6000"}
     rows = []
     for model in args.models.split(","):
         t0 = time.perf_counter()
