@@ -19,24 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from torch_tessera.backend.recording import RecordingBackend  # noqa: E402
+
 NEW = 32
-
-
-class Recording:
-    def __init__(self, **options):
-        self.options = {"fallback": "raise", **options}
-        self.compiled = []
-
-    def __call__(self, gm, example_inputs):
-        from torch_tessera.backend import tessera_backend
-
-        fn = tessera_backend(gm, example_inputs, options=self.options)
-        self.compiled.append(fn)
-        return fn
-
-    @property
-    def executors(self):
-        return [e for fn in self.compiled for e in getattr(fn, "tessera_executors", [])]
 
 
 def main() -> int:
@@ -92,7 +77,7 @@ def main() -> int:
             elif how == "inductor":
                 fwd = torch.compile(orig_forward, backend="inductor", dynamic=False)
             else:
-                rec = Recording(**how)
+                rec = RecordingBackend(**how)
                 fwd = torch.compile(orig_forward, backend=rec, dynamic=False)
             seq, logits, wall = run(name, fwd)
             row = {"seconds_per_generate": wall, "ms_per_token": wall * 1e3 / NEW}

@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from torch_tessera.backend.recording import RecordingBackend  # noqa: E402
+
 
 def build(layers: int, seq: int, batch: int):
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -38,26 +40,6 @@ def build(layers: int, seq: int, batch: int):
     model = LlamaForCausalLM(cfg).to(torch.bfloat16).cuda().eval()
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
     return CausalLMLogits(model).eval(), ids
-
-
-class RecordingBackend:
-    """The tessera backend, keeping the runners it installs (tests/conftest.py has the same for tests; importing
-    it here would set TRITON_INTERPRET for the CPU test suite)."""
-
-    def __init__(self, **options):
-        self.options = {"fallback": "raise", **options}
-        self.compiled = []
-
-    def __call__(self, gm, example_inputs):
-        from torch_tessera.backend import tessera_backend
-
-        fn = tessera_backend(gm, example_inputs, options=self.options)
-        self.compiled.append(fn)
-        return fn
-
-    @property
-    def executors(self):
-        return [e for fn in self.compiled for e in getattr(fn, "tessera_executors", [])]
 
 
 def timed(fn, repeats: int) -> float:

@@ -16,28 +16,7 @@ import pytest
 import torch
 
 import torch_tessera  # noqa: F401  (registers the backend)
-from torch_tessera.backend import tessera_backend
-
-
-class RecordingBackend:
-    """A backend that calls the tessera backend and records what it returns (one entry per Dynamo graph)."""
-
-    def __init__(self, **options: Any) -> None:
-        self.options = {"fallback": "raise", **options}
-        self.compiled: list[Any] = []
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        fn = tessera_backend(gm, example_inputs, options=self.options)
-        self.compiled.append(fn)
-        return fn
-
-    @property
-    def executors(self) -> list:
-        return [e for fn in self.compiled for e in getattr(fn, "tessera_executors", [])]
-
-    @property
-    def programs(self) -> list:
-        return [e.program for e in self.executors]
+from torch_tessera.backend.recording import RecordingBackend  # noqa: F401  (re-exported for tests)
 
 
 def compile_and_compare(model: torch.nn.Module, inputs: tuple, calls: int = 1, **options: Any) -> RecordingBackend:

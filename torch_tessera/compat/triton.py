@@ -225,17 +225,21 @@ def _patch_languages() -> Any:
     return _patch_lang(namespace["_probe"])
 
 
-def _fast_interpreted_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-    """``InterpretedFunction.__call__`` (a device-function call) without re-patching the language each call."""
+def _run_rewritten(fn: Any, args: tuple, kwargs: dict) -> Any:
+    """Call an interpreter-rewritten device function, wrapping errors as ``InterpretedFunction.__call__`` does."""
     from triton.runtime.interpreter import InterpreterError
 
-    fn = self.rewrite()
     try:
         return fn(*args, **kwargs)
     except InterpreterError:
         raise
     except Exception as e:  # noqa: BLE001 - same wrapping as InterpretedFunction.__call__
         raise InterpreterError(repr(e)) from e
+
+
+def _fast_interpreted_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``InterpretedFunction.__call__`` (a device-function call) without re-patching the language each call."""
+    return _run_rewritten(self.rewrite(), args, kwargs)
 
 
 def _interpreted_device_call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -245,17 +249,12 @@ def _interpreted_device_call(self: Any, *args: Any, **kwargs: Any) -> Any:
     hold the same module), so we call the rewritten function directly; ``InterpretedFunction.__call__`` would patch
     the language again on every call (most of the interpreter's time) and never restore it.
     """
-    from triton.runtime.interpreter import InterpretedFunction, InterpreterError
+    from triton.runtime.interpreter import InterpretedFunction
 
     fn = _interpreted.get(id(self))
     if fn is None:
         fn = _interpreted[id(self)] = InterpretedFunction(self.fn).rewrite()
-    try:
-        return fn(*args, **kwargs)
-    except InterpreterError:
-        raise
-    except Exception as e:  # noqa: BLE001 - same wrapping as InterpretedFunction.__call__
-        raise InterpreterError(repr(e)) from e
+    return _run_rewritten(fn, args, kwargs)
 
 
 @contextlib.contextmanager
