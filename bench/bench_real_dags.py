@@ -22,6 +22,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="llama,moe,mamba")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--prefill-tokens", type=int, default=1024, help="prompt length of the prefill program")
     args = ap.parse_args()
     from torch_tessera.backend.workload import model_workload
     from torch_tessera.runtime.devices import parse_devices
@@ -31,12 +32,13 @@ def main() -> int:
     rows = []
     for model in args.models.split(","):
         t0 = time.perf_counter()
-        base = model_workload(model, parse_devices(pairs[2]), size="full")
+        base = model_workload(model, parse_devices(pairs[2]), size="full", prefill_tokens=args.prefill_tokens)
         lower_s = time.perf_counter() - t0
         for n, devs in pairs.items():
             mw = base if n == 2 else base.on_devices(parse_devices(devs))
             kernels = sum(p.dag.num_kernels for p in mw.workload.programs)
-            row = {"model": model, "devices": n, "kernels": kernels, "lower_s": round(lower_s, 1)}
+            row = {"model": model, "devices": n, "kernels": kernels, "lower_s": round(lower_s, 1),
+                   "prefill_tokens": args.prefill_tokens}
             for policy in ("throughput", "latency"):
                 t0 = time.perf_counter()
                 p = plan(mw.workload, None, mw.topology, policy=policy, cache_dir=False)
