@@ -45,3 +45,20 @@ class UnsupportedModelError(TesseraError, KeyError):
 class DeviceOutOfMemoryError(TesseraError):
     """A device ran out of memory while running a plan. The message names the device, the plan's estimate and the
     memory actually in use."""
+
+
+class PTXCompileError(TesseraError):
+    """Triton could not compile a kernel to PTX, or its PTX parameters do not match the kernel's signature."""
+
+
+class TargetDisagreementError(TesseraError):
+    """The access summaries of one kernel compiled for two GPU targets differ (a bug in the analysis or in Triton)."""
+
+
+class NotApplicableError(TesseraError):
+    """A baseline does not apply to this workload (e.g. ``pd`` on a single program). Benchmarks show it as n/a."""
+
+
+class EngineProtocolError(TesseraError):
+    """An engine broke the :class:`Engine` contract (a wrong number of tokens, a negative time, a request decoded
+    before its prefill or after its release). The message names the engine call and the request."""

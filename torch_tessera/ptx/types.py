@@ -11,15 +11,11 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from torch_tessera.errors import TesseraError
+from torch_tessera.errors import PTXCompileError, TargetDisagreementError  # noqa: F401  (re-exported)
 
 
-class PTXCompileError(TesseraError):
-    """Triton could not compile a kernel to PTX, or its PTX parameters do not match the kernel's signature."""
 
 
-class TargetDisagreementError(TesseraError):
-    """The access summaries of one kernel compiled for two GPU targets differ (a bug in the analysis or in Triton)."""
 
 
 class AccessMode(str, enum.Enum):

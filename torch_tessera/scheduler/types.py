@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from torch_tessera.errors import TesseraError
+from torch_tessera.errors import NotApplicableError  # noqa: F401  (re-exported)
 from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.runtime.costs import CostTable
 
@@ -15,8 +15,6 @@ from torch_tessera.runtime.costs import CostTable
 OBJECTIVES = ("cycle", "latency")
 
 
-class NotApplicableError(TesseraError):
-    """A baseline does not apply to this workload (e.g. ``pd`` on a single program). Benchmarks show it as n/a."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
-from torch_tessera.errors import ConfigError, TesseraError
+from torch_tessera.errors import EngineProtocolError, ConfigError  # noqa: F401  (re-exported)
 
 
 PREFILL = "prefill"
@@ -31,9 +31,6 @@ DECODE = "decode"
 SIM_VOCAB = 128_256
 
 
-class EngineProtocolError(TesseraError):
-    """An engine broke the :class:`Engine` contract (a wrong number of tokens, a negative time, a request decoded
-    before its prefill or after its release). The message names the engine call and the request."""
 
 
 @dataclass(frozen=True)
