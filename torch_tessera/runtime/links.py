@@ -199,7 +199,6 @@ def _measure_pair(a: Device, b: Device, sizes: Sequence[int], repeats: int) -> L
             with a.guard():
                 stream = torch.cuda.current_stream(a.torch_device)
                 results[size] = _time_cuda(lambda: dst.copy_(src, non_blocking=True), stream, reps)
-        del src, dst
     latency = results[min(results)]
     return LinkMeasurement(a.name, b.name, method, latency, results)
 
