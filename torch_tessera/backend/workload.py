@@ -53,8 +53,11 @@ class ModelWorkload:
         from torch_tessera.scheduler import Workload
 
         progs = self.workload.programs
-        tables = [estimate(p, specs)[0] for p in self.programs]
-        topo = estimate(self.programs[0], specs)[1]
+        from torch_tessera.runtime.costmodel import estimate_costs
+        from torch_tessera.runtime.links import build_topology
+
+        tables = [estimate_costs(p, list(specs)) for p in self.programs]
+        topo = build_topology(list(specs))
         wl = Workload(tuple(replace(wp, costs=t) for wp, t in zip(progs, tables)), tie_state=self.workload.tie_state)
         return replace(self, workload=wl, topology=topo)
 

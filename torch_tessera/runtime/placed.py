@@ -187,8 +187,7 @@ class PlacedExecutor:
             for dev, b in self._free_after.get(i, ()):
                 pools[dev].free(b)
         self._wait(events)
-        self.cut_edges_transferred = len({s.edge for s in self.schedule.steps if isinstance(s, CopyStep)
-                                          and s.purpose == "cut"} & self._edges_this_call)
+        self.cut_edges_transferred = len(self._edges_this_call)  # only cut copies carry an edge
         for o in program.outputs:
             if isinstance(o, TensorArg) and o.buffer not in home_pool:
                 self._ensure(home_pool, self.home, o.buffer)
