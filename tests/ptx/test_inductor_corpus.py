@@ -9,16 +9,13 @@ appear exactly when Inductor says it emitted an atomic add. The summaries of bot
 import re
 
 import pytest
-from torch._dynamo.exc import BackendCompilerFailed
 
-from torch_tessera.errors import LoweringError
 from torch_tessera.graph import build_dependency_graph
 from torch_tessera.ptx import AccessMode, analyze_program
 from tests.ptx.zoo import lower_fn, zoo
 
 CHECKED: dict[str, int] = {}
 MODELS = {name: (fn, inputs) for name, fn, inputs in zoo()}
-KNOWN_LOWERING_BUGS: dict[str, str] = {}
 
 
 def role_disagreements(launch, access, source) -> list[str]:
@@ -42,9 +39,7 @@ def role_disagreements(launch, access, source) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("model", [
-    pytest.param(m, marks=pytest.mark.xfail(raises=(LoweringError, BackendCompilerFailed), reason=KNOWN_LOWERING_BUGS[m], strict=False))
-    if m in KNOWN_LOWERING_BUGS else m for m in MODELS])
+@pytest.mark.parametrize("model", list(MODELS))
 def test_ptx_summary_agrees_with_inductor_roles(model):
     fn, inputs = MODELS[model]
     programs = lower_fn(fn, *inputs)
