@@ -84,6 +84,7 @@ def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
             bind_input(home, spec, value, len(bound))
             bound[spec.buffer] = value.data_ptr()
     _copy_inputs(program, home, inputs, static_inputs)
+    torch.cuda.synchronize()  # the warm-up below runs on other streams: the static inputs must have landed
     for step in executor.schedule.setup:
         executor._copy(step, pools)
     fresh_all = set().union(*executor._fresh.values()) if executor._fresh else set()
