@@ -173,7 +173,7 @@ def _child(args, name: str, out: Path) -> dict:
            "--prompt", str(args.prompt), "--devices", args.devices, "--policy", args.policy, "--only", name]
     if args.deterministic:
         cmd.append("--deterministic")
-    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", TORCH_LOGS=os.environ.get("TORCH_LOGS", ""))
+    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     f = out / f"generate_{name.replace(' ', '_').replace('+', '')}.json"
     if f.exists():

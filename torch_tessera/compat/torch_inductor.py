@@ -293,6 +293,23 @@ def load_kernel_module(source: str, name: str) -> Any:
     return getattr(module, name)
 
 
+_KERNEL_DIR: list = []
+
+
+def _kernel_dir() -> Any:
+    """A folder for the kernel modules this process loads per device (removed at exit)."""
+    if not _KERNEL_DIR:
+        import atexit
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        d = Path(tempfile.mkdtemp(prefix="tessera_kernels_"))
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
+        _KERNEL_DIR.append(d)
+    return _KERNEL_DIR[0]
+
+
 def load_kernel_for_device(source: str, name: str, device_index: int | None) -> Any:
     """A fresh ``CachingAutotuner`` for kernel ``name`` from its module source, bound to CUDA device ``device_index``.
 
@@ -300,11 +317,18 @@ def load_kernel_for_device(source: str, name: str, device_index: int | None) -> 
     source in a new module namespace (``PyCodeCache`` would return the cached module) and point the autotuner's
     device properties at ``device_index`` before it compiles.
     """
-    import types
+    import hashlib
+    import importlib.util
 
-    module = types.ModuleType(f"tessera_kernel_{name}_{device_index}")
-    module.__file__ = f"<tessera kernel {name} for device {device_index}>"
-    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - Inductor-generated kernel source
+    # Triton's @jit reads the function's source with ``inspect`` (triton 3.6: "@jit functions should be defined in a
+    # Python file"), so the module must come from a real file: one per (source, device), in a per-process folder.
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    path = _kernel_dir() / f"tessera_{name}_{digest}_dev{device_index}.py"
+    if not path.exists():
+        path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # Inductor-generated kernel source
     autotuner = getattr(module, name)
     props = getattr(autotuner, "device_props", None)
     if device_index is not None and props is not None and getattr(props, "index", None) != device_index:

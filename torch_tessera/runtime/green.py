@@ -150,6 +150,9 @@ def _ensure_context(device_index: int) -> None:
     torch.empty(1, device=torch.device("cuda", device_index))  # makes torch's primary context current there
 
 
+_REMAINDER_CONTEXTS: list = []
+
+
 def _partition_cuda_python(device_index: int, sms: int, reserve_sms: int) -> tuple[GreenPartition, GreenPartition | None]:
     _ensure_context(device_index)
     _check(_drv.cuInit(0), "cuInit")
@@ -167,9 +170,17 @@ def _partition_cuda_python(device_index: int, sms: int, reserve_sms: int) -> tup
             # the remaining SMs is refused with CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION)
             parts.append((reserve_sms, remaining))
         else:
-            more, _, _ = _check(_drv.cuDevSmResourceSplitByCount(1, remaining, 0, reserve_sms // 8 * 8 or 8),
+            # A split's outputs cannot be split again directly (CUDA driver API docs, cuDevSmResourceSplitByCount):
+            # make a green context of the remainder first and split the SM resource it reports.
+            rdesc = _check(_drv.cuDevResourceGenerateDesc([remaining], 1), "cuDevResourceGenerateDesc(remainder)")
+            rctx = _check(_drv.cuGreenCtxCreate(rdesc, dev, _drv.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM),
+                          "cuGreenCtxCreate(remainder)")
+            rres = _check(_drv.cuGreenCtxGetDevResource(rctx, _drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM),
+                          "cuGreenCtxGetDevResource(remainder)")
+            more, _, _ = _check(_drv.cuDevSmResourceSplitByCount(1, rres, 0, reserve_sms // 8 * 8 or 8),
                                   f"cuDevSmResourceSplitByCount({reserve_sms} streamer SMs)")
             parts.append((reserve_sms, more[0]))
+            _REMAINDER_CONTEXTS.append(rctx)  # kept alive while resources split from it are in use
     made = []
     for requested, resource in parts:
         desc = _check(_drv.cuDevResourceGenerateDesc([resource], 1), "cuDevResourceGenerateDesc")
