@@ -55,6 +55,28 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def kernel_profile(fn, calls: int = 5) -> dict:
+    """GPU time per kernel name over ``calls`` calls (torch.profiler), the 15 largest, and the wall time per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+            torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / calls
+    rows = []
+    for e in prof.key_averages():
+        dev_us = getattr(e, "self_device_time_total", None)
+        if dev_us is None:
+            dev_us = getattr(e, "self_cuda_time_total", 0)
+        if dev_us > 0:
+            rows.append((e.key, e.count, dev_us / calls))
+    rows.sort(key=lambda r: -r[2])
+    return {"top": rows[:15], "total_us": sum(r[2] for r in rows), "wall_ms": wall * 1e3}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -63,6 +85,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--devices", default="cuda:0,cuda:0@72sm")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--profile", action="store_true",
+                    help="also write the top GPU kernels of 5 calls of 'home +graphs' and of reduce-overhead")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -118,6 +142,11 @@ def main() -> int:
                 res["errors"][name] = traceback.format_exc()
                 print(res["errors"][name], file=sys.stderr)
         res["rows"] = rows
+        if args.profile:
+            runner_g.set_placement(placements["home"])
+            compiled_g(ids)
+            res["profile"] = {"home +graphs": kernel_profile(lambda: compiled_g(ids)),
+                              "reduce-overhead": kernel_profile(lambda: ro(ids))}
         res["eager_ms"], res["inductor_ms"], res["reduce_overhead_ms"] = t_eager * 1e3, t_inductor * 1e3, t_ro * 1e3
         res["first_call_cosine"] = torch.nn.functional.cosine_similarity(got.flatten(), ref.flatten(), dim=0).item()
         for r in rows:
@@ -135,6 +164,10 @@ def main() -> int:
     for r in rows:
         lines.append(f"| {r['placement']} | {r['cuts']} | {r['cut_bytes']} | {r['cosine']:.6f} | "
                      f"{r['argmax_agreement']:.4f} | {r['ms']:.2f} | {r.get('us_per_cut_edge', float('nan')):.1f} |")
+    for name, prof in res.get("profile", {}).items():
+        lines += ["", f"top GPU time of 5 calls, {name}: total {prof['total_us']:.0f} us, "
+                      f"wall {prof['wall_ms']:.2f} ms", "", "| kernel | calls | us |", "| --- | --- | --- |"]
+        lines += [f"| {k[:90]} | {c} | {t:.0f} |" for k, c, t in prof["top"]]
     (out / "runtime.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if not res["errors"] else 1

@@ -332,7 +332,9 @@ def load_kernel_for_device(source: str, name: str, device_index: int | None) -> 
     autotuner = getattr(module, name)
     props = getattr(autotuner, "device_props", None)
     if device_index is not None and props is not None and getattr(props, "index", None) != device_index:
-        new_props = dataclasses.replace(props, index=device_index)
+        # torch 2.13: a dataclass; torch 2.11: a NamedTuple
+        new_props = (dataclasses.replace(props, index=device_index) if dataclasses.is_dataclass(props)
+                     else props._replace(index=device_index))
         autotuner.device_props = new_props
         autotuner.triton_meta["device"] = new_props
     return autotuner
