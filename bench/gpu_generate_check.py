@@ -170,7 +170,7 @@ def _child(args, name: str, out: Path) -> dict:
     import subprocess
 
     cmd = [sys.executable, __file__, "--out", str(out), "--layers", str(args.layers), "--batch", str(args.batch),
-           "--prompt", str(args.prompt), "--devices", args.devices, "--policy", args.policy, "--only", name]
+           "--prompt", str(args.prompt), "--devices", args.devices, "--policy", args.policy, "--only", name, "--graphs"]
     if args.deterministic:
         cmd.append("--deterministic")
     env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
