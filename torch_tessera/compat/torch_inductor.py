@@ -323,7 +323,7 @@ def load_kernel_for_device(source: str, name: str, device_index: int | None) -> 
     # Triton's @jit reads the function's source with ``inspect`` (triton 3.6: "@jit functions should be defined in a
     # Python file"), so the module must come from a real file: one per (source, device), in a per-process folder.
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    path = _kernel_dir() / f"tessera_{name}_{digest}_dev{device_index}.py"
+    path = _kernel_dir() / f"k{digest}_dev{device_index}.py"  # Inductor's kernel names outgrow NAME_MAX
     if not path.exists():
         path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -336,5 +336,7 @@ def load_kernel_for_device(source: str, name: str, device_index: int | None) -> 
         new_props = (dataclasses.replace(props, index=device_index) if dataclasses.is_dataclass(props)
                      else props._replace(index=device_index))
         autotuner.device_props = new_props
-        autotuner.triton_meta["device"] = new_props
+        # triton_meta["device"] is the device index (torch 2.11, 2.13) or, in some versions, the properties
+        old = autotuner.triton_meta.get("device")
+        autotuner.triton_meta["device"] = device_index if isinstance(old, int) else new_props
     return autotuner

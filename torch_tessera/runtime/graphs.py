@@ -49,6 +49,11 @@ class GraphState:
     static_inputs: dict[str, torch.Tensor]  # INPUT buffers: static storage the caller's data is copied into
     bound_ptrs: dict[str, int]  # PARAMETER / STATE buffers bound to the caller's storages: address at capture
     addresses: dict[tuple[int, str], int] = field(default_factory=dict)
+    # per-call fast path, precomputed at capture: (input index, address) of bound inputs, (input index, static view)
+    # of copied inputs, and the devices whose streams do any work
+    bound_list: list[tuple[int, int]] = field(default_factory=list)
+    copy_list: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+    used_devices: list[int] = field(default_factory=list)
 
 
 def _segments(executor: Any) -> list[Any]:
@@ -116,6 +121,20 @@ def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
     torch.cuda.synchronize()
     state = GraphState(pools, items, static_inputs, bound)
     state.addresses = {(i, b): t.data_ptr() for i, p in enumerate(pools) for b, t in p.storages.items()}
+    seen: set[str] = set()
+    for k, (spec, value) in enumerate(zip(program.inputs, inputs)):
+        if isinstance(spec, TensorArg) and spec.buffer in bound and spec.buffer not in seen:
+            seen.add(spec.buffer)
+            state.bound_list.append((k, value.data_ptr()))
+        elif isinstance(spec, TensorArg) and spec.buffer in static_inputs:
+            state.copy_list.append((k, home.view(spec)))
+    used = {executor.home}
+    for item in items:
+        if isinstance(item, Segment):
+            used.add(item.device)
+        elif isinstance(item, CopyStep):
+            used.update((item.src, item.dst))
+    state.used_devices = sorted(used)
     executor.captures += 1
     log.info("captured %d CUDA graphs (%d copies between them)", sum(isinstance(x, Segment) for x in items),
              sum(isinstance(x, CopyStep) for x in items))
@@ -146,17 +165,25 @@ def _run_item(executor: Any, item: Any, pools: list[BufferPool], capture: bool) 
     return executor._copy(item, pools)
 
 
+def _bound_inputs_unmoved(state: GraphState, inputs: Sequence[Any]) -> bool:
+    """Whether every input bound at capture still has its capture-time address (one C++ call where torch has it)."""
+    if not state.bound_list:
+        return True
+    idx = [k for k, _ in state.bound_list]
+    ptrs = [p for _, p in state.bound_list]
+    fast = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+    if fast is not None:
+        return bool(fast(list(inputs), ptrs, idx))
+    return all(inputs[k].data_ptr() == p for k, p in state.bound_list)
+
+
 def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool = False) -> list:
     """One call of a placed executor with CUDA graphs (see the module docstring)."""
     program = executor.program
     state: GraphState | None = executor._graphs
-    if state is not None:
-        for spec, value in zip(program.inputs, inputs):
-            if isinstance(spec, TensorArg) and spec.buffer in state.bound_ptrs:
-                if value.data_ptr() != state.bound_ptrs[spec.buffer]:
-                    log.info("input %s moved since capture; capturing again", spec.buffer)
-                    state = None
-                    break
+    if state is not None and not _bound_inputs_unmoved(state, inputs):
+        log.info("an input bound at capture (weights, state) moved; capturing again")
+        state = None
     if state is None:
         state = executor._graphs = _capture(executor, inputs)
         executor._join_caller()
@@ -164,10 +191,11 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
         main = executor.streams[executor.home]
         main.wait_stream(torch.cuda.current_stream(executor.devices[executor.home].torch_device))
         with torch.cuda.stream(main):
-            _copy_inputs(program, state.pools[executor.home], inputs, state.static_inputs)
-        for s in executor.streams:  # every device reads the static inputs only after they are copied in
-            if s is not main:
-                s.wait_stream(main)
+            for k, static in state.copy_list:
+                static.copy_(inputs[k], non_blocking=True)
+        for d in state.used_devices:  # every device reads the static inputs only after they are copied in
+            if d != executor.home and executor.streams[d] is not main:
+                executor.streams[d].wait_stream(main)
     if check_addresses:
         for (i, b), ptr in state.addresses.items():
             if state.pools[i].storages[b].data_ptr() != ptr:
@@ -178,7 +206,7 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
         ev = _run_item(executor, item, state.pools, capture=False)
         if ev is not None:
             events.append((item, ev))
-    executor._wait(events)
+    executor._wait(events, [executor.streams[d] for d in state.used_devices])
     executor.calls += 1
     home = state.pools[executor.home]
     return [home.view(o) if isinstance(o, TensorArg) else o.value for o in program.outputs]

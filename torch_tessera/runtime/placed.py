@@ -156,11 +156,11 @@ class PlacedExecutor:
         program = self.program
         if len(inputs) != len(program.inputs):
             raise TesseraError(f"program expects {len(program.inputs)} inputs, got {len(inputs)}")
-        self._join_caller()
-        if self.cuda_graphs:
+        if self.cuda_graphs:  # joins the caller's stream itself (only the home device's: inputs live there)
             from torch_tessera.runtime.graphs import run_with_graphs
 
             return run_with_graphs(self, inputs)
+        self._join_caller()
         pools = self.make_pools()
         for p, w in zip(pools, self._weights):
             p.storages.update(w.storages)
@@ -280,8 +280,9 @@ class PlacedExecutor:
             dst_stream.wait_event(done)
         return done
 
-    def _wait(self, events: list[tuple[CopyStep, Any]]) -> None:
-        """Wait for this call's copies and compute streams; name the first transfer that does not finish in time."""
+    def _wait(self, events: list[tuple[CopyStep, Any]], streams: Sequence[Any] | None = None) -> None:
+        """Wait for this call's copies and compute streams (``streams``, default all); name the first transfer that
+        does not finish in time."""
         if not any(self._is_cuda):
             return
         deadline = time.monotonic() + self.timeout_s
@@ -294,7 +295,7 @@ class PlacedExecutor:
                         f"{f' for edge {step.edge}' if step.edge else ''} did not complete within {self.timeout_s} s"
                     )
                 time.sleep(20e-6)
-        for s in self.streams:
+        for s in (self.streams if streams is None else streams):
             if s is not None:
                 s.synchronize()
 
