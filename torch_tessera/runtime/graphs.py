@@ -169,11 +169,13 @@ def _bound_inputs_unmoved(state: GraphState, inputs: Sequence[Any]) -> bool:
     """Whether every input bound at capture still has its capture-time address (one C++ call where torch has it)."""
     if not state.bound_list:
         return True
-    idx = [k for k, _ in state.bound_list]
-    ptrs = [p for _, p in state.bound_list]
-    fast = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+    fast = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # CUDA builds (as in cudagraph_trees)
     if fast is not None:
-        return bool(fast(list(inputs), ptrs, idx))
+        # its pointer list is indexed by input position (None elsewhere), not by position in ``indices``
+        ptrs: list = [None] * len(inputs)
+        for k, p in state.bound_list:
+            ptrs[k] = p
+        return bool(fast(list(inputs), ptrs, [k for k, _ in state.bound_list]))
     return all(inputs[k].data_ptr() == p for k, p in state.bound_list)
 
 
