@@ -54,6 +54,7 @@ class GraphState:
     bound_list: list[tuple[int, int]] = field(default_factory=list)
     copy_list: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     used_devices: list[int] = field(default_factory=list)
+    fast_check: Any = None  # (pointers by input position, indices) for torch._C._tensors_data_ptrs_at_indices_equal
 
 
 def _segments(executor: Any) -> list[Any]:
@@ -172,10 +173,12 @@ def _bound_inputs_unmoved(state: GraphState, inputs: Sequence[Any]) -> bool:
     fast = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # CUDA builds (as in cudagraph_trees)
     if fast is not None:
         # its pointer list is indexed by input position (None elsewhere), not by position in ``indices``
-        ptrs: list = [None] * len(inputs)
-        for k, p in state.bound_list:
-            ptrs[k] = p
-        return bool(fast(list(inputs), ptrs, [k for k, _ in state.bound_list]))
+        if state.fast_check is None:
+            ptrs: list = [None] * len(inputs)
+            for k, p in state.bound_list:
+                ptrs[k] = p
+            state.fast_check = (ptrs, [k for k, _ in state.bound_list])
+        return bool(fast(list(inputs), *state.fast_check))
     return all(inputs[k].data_ptr() == p for k, p in state.bound_list)
 
 
