@@ -27,8 +27,24 @@ from torch_tessera.runtime.devices import DeviceSpec
 
 log = logging.getLogger(__name__)
 
-#: Plans the bench compares, in display order (``tessera`` is the throughput policy).
+#: Plans the bench compares on a pair, in display order (``tessera`` is the throughput policy).
 PLAN_NAMES = ("homo-L", "homo-R", "request-dist", "pd", "af", "layer", "tessera")
+
+
+def checkable(num_devices: int) -> tuple[str, ...]:
+    """Placements :func:`check_plans` runs on ``num_devices`` CPU devices (:data:`CHECKABLE` on a pair)."""
+    from torch_tessera.scheduler import available_baselines
+
+    homos = [b for b in available_baselines(num_devices) if b.startswith("homo-")]
+    return tuple(homos) + CHECKABLE[2:]
+
+
+def plan_names(num_devices: int) -> tuple[str, ...]:
+    """Plans the bench compares on ``num_devices`` devices: :data:`PLAN_NAMES` on a pair; with more devices one
+    ``homo-<i>`` per device (``homo-L``/``homo-R`` name a pair's two) and the same others."""
+    from torch_tessera.scheduler import available_baselines
+
+    return tuple(available_baselines(num_devices)) + ("tessera",)
 #: Per-program placements that can be run on the tiny model (request-dist and pd are homo-L/homo-R per program).
 CHECKABLE = ("homo-L", "homo-R", "af", "layer", "throughput", "latency")
 
@@ -47,7 +63,16 @@ class CheckRow:
 
 def check_plans(model: str, devices: Sequence[str], plan_specs: Sequence[DeviceSpec],
                 progress: Any = None) -> list[CheckRow]:
-    """Run every checkable plan of the tiny ``model`` on CPU virtual ``devices``; compare each with eager."""
+    """Run every checkable plan of the tiny ``model`` on CPU virtual ``devices``; compare each with eager.
+
+    Raises:
+        ConfigError: ``devices`` and ``plan_specs`` differ in number (a plan for 4 devices runs on 4 CPU devices).
+    """
+    from torch_tessera.errors import ConfigError
+
+    if len(devices) != len(plan_specs):
+        raise ConfigError(f"{len(plan_specs)} planned devices but {len(devices)} CPU check devices {list(devices)}; "
+                          f"pass --check-devices with {len(plan_specs)} devices (cpu:0,...)")
     from torch_tessera.backend import tessera_backend
     from torch_tessera.backend.pipeline import place
     from torch_tessera.models import build_model
@@ -70,7 +95,7 @@ def check_plans(model: str, devices: Sequence[str], plan_specs: Sequence[DeviceS
         want = eager(*inputs)
         compiled(*inputs)
         runner = holder[0].tessera_executors[0]
-        for name in CHECKABLE:
+        for name in checkable(len(devices)):
             placement, _ = place(runner.program, runner.dag, plan_specs, name)
             runner.set_placement(placement)
             got = compiled(*inputs)
@@ -126,7 +151,7 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
     bound_plan = plan(mw.workload, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * len(specs))
     bound_cycle = bound_plan.cycle_seconds
     plans: dict[str, Any] = {}
-    for name in PLAN_NAMES:
+    for name in plan_names(len(specs)):
         policy = "throughput" if name == "tessera" else name
         try:
             plans[name] = plan(mw.workload, None, mw.topology, policy=policy, cache_dir=False)

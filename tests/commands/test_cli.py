@@ -36,6 +36,29 @@ def test_plan_model_tiny_writes_gantt(tmp_path, capsys):
     assert "Plan 'throughput'" in out and "layer" in out and png.stat().st_size > 0
 
 
+FOUR_H200 = "cuda:0,cuda:1,cuda:2@72sm,cuda:3@72sm"  # issue 7's machine; planned here for an assumed H200
+
+
+def test_bench_and_plan_on_four_devices(tmp_path, capsys):
+    rc = main(["bench", "--size", "tiny", "--no-check", "--devices", FOUR_H200, "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    sim = {r["plan"]: r for r in json.loads((tmp_path / "bench.json").read_text())["simulated"]["rows"]}
+    assert set(sim) == {"homo-0", "homo-1", "homo-2", "homo-3", "request-dist", "pd", "af", "layer", "tessera"}
+    assert all(sim[f"homo-{i}"]["applies"] for i in range(4))
+    # request-dist (four replicas, throughput added up) is not a placement of one copy, so it may win on a tiny model
+    best_single = max(r["output_per_s"] for n, r in sim.items() if n not in ("tessera", "request-dist") and r["applies"])
+    assert sim["tessera"]["output_per_s"] >= best_single * (1 - 1e-9)
+    # the partitions are priced at their SM share of a whole H200
+    prices = json.loads((tmp_path / "bench.json").read_text())["simulated"]["meta"]["prices"]
+    assert prices["cuda:2@72sm"][0] == pytest.approx(prices["cuda:0"][0] * 72 / 132)
+    png = tmp_path / "plan4.png"
+    rc = main(["plan", "--model", "llama", "--size", "tiny", "--devices", FOUR_H200, "--no-cache", "--gantt", str(png)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "homo-3" in out and png.stat().st_size > 0
+
+
 def test_unknown_model_lists_registry(capsys):
     assert main(["bench", "--model", "lama", "--no-check", "--no-simulate"]) == 2
     err = capsys.readouterr().err

@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="llama", help="registry model (default llama)")
     parser.add_argument("--devices", default="sim:a100,sim:l40s",
                         help="device pair to predict for (default: the paper's sim:a100,sim:l40s)")
-    parser.add_argument("--check-devices", default="cpu:0,cpu:1", help="CPU virtual devices for the eager check")
+    parser.add_argument("--check-devices", default=None,
+                        help="CPU virtual devices for the eager check (default: cpu:0..cpu:N-1, one per device)")
     parser.add_argument("--output-tokens", type=float, default=129.0, help="mean output tokens per request")
     parser.add_argument("--no-check", action="store_true", help="skip the CPU check")
     parser.add_argument("--no-simulate", action="store_true", help="skip the full-size prediction")
@@ -36,7 +37,7 @@ def _fmt(x: float, unit: str = "") -> str:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from torch_tessera.benchmark import CHECKABLE, PLAN_NAMES, check_plans, rows_as_dicts, simulate_plans
+    from torch_tessera.benchmark import check_plans, checkable, plan_names, rows_as_dicts, simulate_plans
     from torch_tessera.models import get_model
     from torch_tessera.runtime.devices import parse_devices
 
@@ -46,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict = {"model": args.model, "devices": args.devices}
     status = 0
+    if args.check_devices is None:
+        args.check_devices = ",".join(f"cpu:{i}" for i in range(len(specs)))
     if not args.no_check:
-        with tqdm(total=len(CHECKABLE), desc=f"check {args.model} (tiny) on {args.check_devices}", unit="plan") as bar:
+        with tqdm(total=len(checkable(len(specs))), desc=f"check {args.model} (tiny) on {args.check_devices}", unit="plan") as bar:
             check = check_plans(args.model, args.check_devices.split(","), specs, bar)
         print(f"\nEvery plan on {args.check_devices} (tiny {args.model}) against eager PyTorch:")
         print(f"{'plan':10s} {'launches/device':>16s} {'cut edges':>9s} {'transfers':>9s} {'max |err|':>10s}  result")
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         result["check"] = rows_as_dicts(check)
         status |= 0 if all(r.equal for r in check) else 1
     if not args.no_simulate:
-        with tqdm(total=len(PLAN_NAMES) + 1, desc=f"plan {args.model} ({args.size}) on {args.devices}",
+        with tqdm(total=len(plan_names(len(specs))) + 1, desc=f"plan {args.model} ({args.size}) on {args.devices}",
                   unit="step") as bar:
             rows, meta = simulate_plans(args.model, specs, args.output_tokens, bar, size=args.size)
         unit = {"tokens": "tok/s", "images": "img/s", "rows": "rows/s"}[meta["unit"]]

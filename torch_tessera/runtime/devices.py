@@ -263,6 +263,16 @@ def partition_bandwidth(bandwidth: float, total_sms: int, sms: int, throttle_sms
     return own if own + other <= bandwidth else bandwidth * own / (own + other)
 
 
+#: Measured share of the whole GPU's peaks that an SM partition keeps, used instead of the model above where measured:
+#: (catalog key, granted SMs) -> (bf16 GEMM share, copy bandwidth share). Source: docs/BENCHMARKS.md "Measured peaks"
+#: (2026-11-29, one H200, green contexts, no streamer): whole 814 TFLOP/s / 4242 GB/s, 72 SMs 485 / 3818, 24 SMs
+#: 167 / 1756.
+MEASURED_PARTITION_SHARE: dict[tuple[str, int], tuple[float, float]] = {
+    ("h200", 72): (485 / 814, 3818 / 4242),
+    ("h200", 24): (167 / 814, 1756 / 4242),
+}
+
+
 @dataclass(frozen=True)
 class _Hardware:
     model: str
@@ -305,9 +315,16 @@ def _gpu_spec(name: str, kind: DeviceKind, index: int | None, hw: _Hardware, req
                 f"{name}: {sms} SMs for the partition plus {req.throttle} for the streamer exceed the GPU's "
                 f"{hw.total_sms} SMs; lower the throttle to at most {hw.total_sms - sms}"
             )
-        bf16, fp32 = bf16 * sms / hw.total_sms, fp32 * sms / hw.total_sms
-        bw = partition_bandwidth(bw, hw.total_sms, sms, req.throttle)
-        src += f"; partition model: {sms}/{hw.total_sms} SMs" + (f", throttle {req.throttle} SMs" if req.throttle else "")
+        measured = MEASURED_PARTITION_SHARE.get((e.key, sms)) if e and not req.throttle else None
+        if measured:
+            bf16, fp32, bw = bf16 * measured[0], fp32 * measured[0], bw * measured[1]
+            src += (f"; partition {sms}/{hw.total_sms} SMs: measured shares {measured[0]:.3f} of peak FLOP/s, "
+                    f"{measured[1]:.3f} of bandwidth (MEASURED_PARTITION_SHARE)")
+        else:
+            bf16, fp32 = bf16 * sms / hw.total_sms, fp32 * sms / hw.total_sms
+            bw = partition_bandwidth(bw, hw.total_sms, sms, req.throttle)
+            src += (f"; partition model: {sms}/{hw.total_sms} SMs"
+                    + (f", throttle {req.throttle} SMs" if req.throttle else ""))
         price = prices.partition_price(price, sms, hw.total_sms)
         if kind is DeviceKind.CUDA:
             kind = DeviceKind.PARTITION

@@ -84,32 +84,53 @@ def aggregate(pb: Problem, label: np.ndarray) -> Blocks:
                   res_holders=[np.array(k, dtype=np.int64) for k in merged])
 
 
+def layer_units(pb: Problem) -> list[int | None]:
+    """Layer *unit* of each kernel: its ``layer`` attribute, or for a kernel without one that sits between two
+    layered kernels of its program (Inductor fuses the residual add and the next RMSNorm into one kernel whose
+    provenance spans two layers) the layer of the nearest preceding layered kernel; ``None`` before a program's first
+    layer and after its last (embedding, final norm, head), so that the last layer keeps the shape of the others."""
+    unit: list[int | None] = [None] * pb.n
+    for p in range(len(pb.programs)):
+        ks = pb.program_slice(p).tolist()
+        labelled = [i for i, k in enumerate(ks) if pb.layer[k] is not None]
+        if not labelled:
+            continue
+        cur = None
+        for i in range(labelled[0], labelled[-1] + 1):
+            k = ks[i]
+            if pb.layer[k] is not None:
+                cur = pb.layer[k]
+            unit[k] = cur
+    return unit
+
+
 def tie_layers(pb: Problem) -> tuple[np.ndarray, int]:
     """Tie the decisions of repeated layers with identical structure.
 
-    A layer's structure is its kernels in program order (name, op class) and its internal data edges (positions and
-    bytes); layers come from the ``layer`` node attribute (FX/Inductor provenance). Groups pinned to a device are never
-    tied, so tying cannot break a pin.
+    Layers are the units of :func:`layer_units` (FX/Inductor provenance, unlabelled kernels joining the preceding
+    layer). A unit's structure is its kernels' op classes in program order and its internal data edges (positions and
+    bytes); kernel names are not compared (Inductor names the same fused RMSNorm differently in different layers).
+    Tying is only used as a relaxation (counts, least cost over a class) or a restriction that is scored exactly, so
+    members need not cost the same. Groups pinned to a device are never tied, so tying cannot break a pin.
 
     Returns:
         ``(label, tied_layers)``: a partition coarsening ``pb.group``, and how many layers were tied to another.
     """
     G = int(pb.group.max()) + 1 if pb.n else 0
     uf = _UnionFind(G)
-    for g in range(G):  # keep group ids as the partition's base
-        uf.parent[g] = g
+    units = layer_units(pb)
     members: dict[tuple[int, int], list[int]] = {}
     for k in range(pb.n):
-        if pb.layer[k] is not None:
-            members.setdefault((int(pb.prog[k]), int(pb.layer[k])), []).append(k)
+        if units[k] is not None:
+            members.setdefault((int(pb.prog[k]), int(units[k])), []).append(k)
     pos = {k: i for ks in members.values() for i, k in enumerate(ks)}
     internal: dict[tuple[int, int], list[tuple[int, int, float]]] = {key: [] for key in members}
     for s, t, b in zip(pb.esrc.tolist(), pb.edst.tolist(), pb.ebytes.tolist()):
-        if b > 0 and pb.layer[s] is not None and pb.layer[s] == pb.layer[t] and pb.prog[s] == pb.prog[t]:
-            internal[(int(pb.prog[s]), int(pb.layer[s]))].append((pos[s], pos[t], b))
+        if b > 0 and units[s] is not None and units[s] == units[t] and pb.prog[s] == pb.prog[t]:
+            internal[(int(pb.prog[s]), int(units[s]))].append((pos[s], pos[t], b))
     by_sig: dict[tuple, list[tuple[int, int]]] = {}
     for key, ks in members.items():
-        sig = (key[0], tuple((pb.names[k], pb.op_class[k]) for k in ks), tuple(sorted(internal[key])))
+        sig = (key[0], tuple(pb.op_class[k] for k in ks), tuple(sorted(internal[key])))
         by_sig.setdefault(sig, []).append(key)
     tied = 0
     for keys in by_sig.values():
@@ -138,9 +159,17 @@ def block_cycle(blocks: Blocks, bplace: np.ndarray) -> float:
     return float(max(dev.max(), link.max()))
 
 
+def memory_binds(pb: Problem, blocks: Blocks) -> bool:
+    """Whether some placement could break a memory budget: ``False`` when every resident buffer together with the
+    activation reserve fits on each device (then no placement can overflow and memory checks can be skipped)."""
+    if np.isinf(pb.budgets).all():
+        return False
+    return bool(np.any(float(blocks.res_bytes.sum()) + pb.reserve > pb.budgets * (1 + 1e-9)))
+
+
 def block_memory_ok(pb: Problem, blocks: Blocks, bplace: np.ndarray) -> bool:
     """Whether a block placement fits the budgets (resident bytes + activation reserve on every used device)."""
-    if np.isinf(pb.budgets).all():
+    if not memory_binds(pb, blocks):
         return True
     used = np.zeros(pb.D)
     for nb, h in zip(blocks.res_bytes, blocks.res_holders):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torch_tessera.scheduler.blocks import Blocks
+from torch_tessera.scheduler.blocks import Blocks, layer_units
 from torch_tessera.scheduler.milp import EPS, MilpResult, _Model, _result
 from torch_tessera.scheduler.problem import Problem
 
@@ -45,9 +45,13 @@ class Classes:
     fsrc: np.ndarray  # [F] edge classes
     fdst: np.ndarray
     fk: np.ndarray  # [F] instances
-    fmarg: np.ndarray  # [F] margins valid (each group at most once as source and once as target)
+    fnsrc: np.ndarray  # [F] distinct source groups of the instances
+    fndst: np.ndarray  # [F] distinct target groups
+    fmsrc: np.ndarray  # [F] most instances sharing one source group (a broadcast: RoPE tables read by every layer)
+    fmdst: np.ndarray  # [F] most instances sharing one target group
     fcoef: np.ndarray  # [F, D, D] least instance load per link
     res: list[tuple[float, int, list[tuple[int, float, int]]]]  # (bytes, count, [(class, slack, max holders)])
+    unit: np.ndarray  # [G] layer unit of each group (blocks.layer_units of its first kernel; -1: none)
 
     @property
     def C(self) -> int:
@@ -78,12 +82,28 @@ def build_classes(pb: Problem, groups: Blocks, group_label: np.ndarray) -> Class
     fcoef = np.full((F, D, D), np.inf)
     np.minimum.at(fcoef, inv, groups.coef)
     fk = np.bincount(inv, minlength=F)
-    # margins hold when no group is the source (or the target) of two instances of one edge class
-    distinct_src = np.bincount(np.unique(inv * G + groups.esrc) // max(G, 1), minlength=F)
-    distinct_dst = np.bincount(np.unique(inv * G + groups.edst) // max(G, 1), minlength=F)
-    fmarg = (distinct_src == fk) & (distinct_dst == fk)
-    return Classes(of, members, L, cost, pinned, uniq // max(C, 1), uniq % max(C, 1), fk, fmarg, fcoef,
-                   _families(groups, of, L))
+    ends = []
+    for end in (groups.esrc, groups.edst):  # distinct end groups per edge class, and most instances sharing one
+        pair, mult = np.unique(inv * G + end, return_counts=True)
+        fam = pair // max(G, 1)
+        most = np.zeros(F, np.int64)
+        np.maximum.at(most, fam, mult)
+        ends += [np.bincount(fam, minlength=F), most]
+    units = layer_units(pb)
+    unit = np.array([-1 if units[k] is None else units[k] for k in first.tolist()], dtype=np.int64)
+    return Classes(of, members, L, cost, pinned, uniq // max(C, 1), uniq % max(C, 1), fk, ends[0], ends[2],
+                   ends[1], ends[3], fcoef, _families(groups, of, L), unit)
+
+
+def split_by_cost(groups: Blocks, group_label: np.ndarray, rtol: float = 1e-6) -> np.ndarray:
+    """Refine a partition of the groups so that each class's members cost the same on every device (within
+    ``rtol``). The counts MILP charges a class its least member cost; a class whose members differ (the first repeated
+    layer also reads the embedding, Inductor fuses one layer's norm differently) would make its bound loose."""
+    if groups.B == 0:
+        return group_label
+    key = np.round(np.log(np.maximum(groups.cost, 1e-30)) / max(rtol, 1e-12)).astype(np.int64)
+    _, lab = np.unique(np.c_[group_label, key], axis=0, return_inverse=True)
+    return lab.ravel().astype(np.int64)
 
 
 def _families(groups: Blocks, of: np.ndarray, L: np.ndarray) -> list[tuple[float, int, list[tuple[int, float, int]]]]:
@@ -137,15 +157,19 @@ def solve_counts(pb: Problem, cls: Classes, forbidden: np.ndarray, time_limit: f
         mv = m.vars(F * D * D, lb=0.0, ub=np.inf, cost=(EPS / D) * (coef * off).ravel()).reshape(F, D, D)
         m.rows_coo(np.repeat(np.arange(F), D * D), mv.ravel(), np.ones(F * D * D), cls.fk.astype(float),
                    cls.fk.astype(float), F)
-        for side, cl in ((0, cls.fsrc), (1, cls.fdst)):
-            # margin rows: n - slack <= sum m <= n   (as  0 <= n - sum m <= slack)
-            slack = np.where(cls.fmarg, cls.L[cl] - cls.fk, np.inf).astype(float)
+        for side, cl, ends, most in ((0, cls.fsrc, cls.fnsrc, cls.fmsrc), (1, cls.fdst, cls.fndst, cls.fmdst)):
+            # margin rows: the instances leaving device g come from the class's groups on g, each sending at most
+            # `most`; at least n - (L - distinct ends) of those groups send one:
+            #   n - (L - ends) <= sum m <= most * n      (one row  0 <= n - sum m <= L - ends  when most == 1)
+            slack = (cls.L[cl] - ends).astype(float)
+            one = most == 1
             for g in range(D):
                 flows = mv[:, g, :] if side == 0 else mv[:, :, g]
                 r = np.r_[np.arange(F), np.repeat(np.arange(F), D)]
                 c = np.r_[n[cl, g], flows.ravel()]
-                v = np.r_[np.ones(F), -np.ones(F * D)]
-                m.rows_coo(r, c, v, 0.0, slack, F)
+                m.rows_coo(r, c, np.r_[most.astype(float), -np.ones(F * D)], 0.0, np.where(one, slack, np.inf), F)
+                if not one.all():
+                    m.rows_coo(r, c, np.r_[np.ones(F), -np.ones(F * D)], -np.inf, np.where(one, np.inf, slack), F)
         P = [(a, b) for a in range(D) for b in range(D) if a != b]
         r = np.r_[np.tile(np.arange(len(P)), F), np.arange(len(P))]
         c = np.r_[np.stack([mv[:, a, b] for a, b in P], 1).ravel(), np.full(len(P), T)]
@@ -207,22 +231,58 @@ def _memory_rows(m: _Model, pb: Problem, cls: Classes, n: np.ndarray, forbidden:
         m.rows_coo(np.zeros(Q, np.int64), w[:, g], np.array([b / 1e9 for b, _, _ in cls.res]), -np.inf, cap[g], 1)
 
 
-def realize(pb: Problem, groups: Blocks, cls: Classes, counts: np.ndarray, score) -> np.ndarray:
-    """Group placement from counts: each class's groups (layer order, or reversed) filled device by device, in the
-    device order (of all orders, up to 24) and direction that ``score(group_placement)`` likes best."""
+def unit_orders(units: np.ndarray) -> dict[str, np.ndarray]:
+    """Rank of each layer unit in the orders the realisation fills layers in: forward, backward, from both ends
+    inward (the middle layers last) and from the middle outward. Consecutive layers stay a few ranks apart in each,
+    so the fill keeps inter-layer edges mostly uncut; the end-first orders put a class's minority device in the
+    middle, away from the untied first and last layers.
+
+    Args:
+        units: ``[U]`` distinct unit indices (layer numbers), ascending.
+
+    Returns:
+        order name -> ``[max(units) + 1]`` rank of each unit index (entries of absent indices are unused).
+    """
+    U = len(units)
+    ends = np.empty(U, np.int64)
+    ends[0::2] = np.arange((U + 1) // 2)
+    ends[1::2] = np.arange(U - 1, (U + 1) // 2 - 1, -1)[:U // 2]
+    out = {}
+    for name, seq in (("forward", np.arange(U)), ("backward", np.arange(U)[::-1]), ("ends-in", ends),
+                      ("middle-out", ends[::-1])):
+        rank = np.zeros(int(units.max()) + 1 if U else 0, np.int64)
+        rank[units[seq]] = np.arange(U)
+        out[name] = rank
+    return out
+
+
+def realize(pb: Problem, groups: Blocks, cls: Classes, counts: np.ndarray, cycle, ok=None) -> np.ndarray:
+    """Group placement from counts: every class's members filled device by device (``counts[c, g]`` members on
+    device ``g``), all classes with the same device order and the same order of layer units (:func:`unit_orders`), so
+    that the members of one layer get nested device ranges and within-layer edges cross only where counts differ.
+
+    Of all device orders (up to 24) and unit orders, returns the one with the least ``cycle(group_placement)`` among
+    those ``ok(group_placement)`` accepts (memory); the best by cycle if none is accepted."""
     D = pb.D
-    orders = list(itertools.permutations(range(D))) if D <= 4 else [tuple(range(D))]
-    best = None
-    for order, flip in itertools.product(orders, (False, True)):
-        gp = np.zeros(groups.B, dtype=np.int64)
-        for c, mem in enumerate(cls.members):
-            seq = np.repeat(np.array(order), counts[c, list(order)])
-            seq = seq[:len(mem)] if len(seq) >= len(mem) else np.r_[seq, np.full(len(mem) - len(seq), order[0])]
-            gp[mem] = seq[::-1] if flip else seq
-        s = score(gp)
-        if best is None or s < best[0]:
-            best = (s, gp)
-    return best[1]
+    dorders = list(itertools.permutations(range(D))) if D <= 4 else [tuple(range(D))]
+    known = cls.unit >= 0
+    ranks = unit_orders(np.unique(cls.unit[known])) if known.any() else {"forward": np.zeros(0, np.int64)}
+    cands = []
+    for uname, rank in ranks.items():
+        key = np.where(known, rank[np.maximum(cls.unit, 0)] if len(rank) else 0, -1)
+        ordered = [mem[np.argsort(key[mem], kind="stable")] for mem in cls.members]
+        for dorder in dorders:
+            gp = np.zeros(groups.B, dtype=np.int64)
+            for c, mem in enumerate(ordered):
+                seq = np.repeat(np.array(dorder), counts[c, list(dorder)])
+                seq = seq[:len(mem)] if len(seq) >= len(mem) else np.r_[seq, np.full(len(mem) - len(seq), dorder[0])]
+                gp[mem] = seq
+            cands.append((cycle(gp), gp))
+    cands.sort(key=lambda x: x[0])
+    for _, gp in cands:
+        if ok is None or ok(gp):
+            return gp
+    return cands[0][1]
 
 
 def _loads_key(groups: Blocks, gp: np.ndarray) -> tuple[float, float]:

@@ -18,7 +18,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
-from torch_tessera.scheduler.blocks import Blocks, block_memory_ok
+from torch_tessera.scheduler.blocks import Blocks, block_memory_ok, memory_binds
 from torch_tessera.scheduler.problem import Problem
 
 
@@ -40,7 +40,7 @@ def greedy_cycle(pb: Problem, blocks: Blocks) -> np.ndarray:
         nbr[t].append((e, s, False))
     place = np.full(B, -1, dtype=np.int64)
     dev, link = np.zeros(D), np.zeros((D, D))
-    limited = not np.isinf(pb.budgets).all()
+    limited = memory_binds(pb, blocks)
     for b in np.argsort(first, kind="stable").tolist():
         best = None
         for g in _allowed(blocks, b, D):
@@ -79,7 +79,7 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
     movable[:, blocks.forbidden] = False
     pin = blocks.pinned >= 0
     movable[pin] = False
-    limited = not np.isinf(pb.budgets).all()
+    limited = memory_binds(pb, blocks)
     g_ar = np.arange(D)
     for _ in range(max_iters):
         if time.perf_counter() > deadline:

@@ -108,7 +108,8 @@ def _buf(buffers: dict[str, Buffer], name: str, kind: BufferKind, nbytes: int) -
 
 def transformer_dag(layers: int = 2, tokens: int = 64, hidden: int = 1024, ffn: int = 2816, context: int = 1024,
                     dtype_bytes: int = 2, kv_hidden: int | None = None, vocab: int = 32000,
-                    unsure_every: int = 0) -> DependencyGraph:
+                    unsure_every: int = 0, rope_tables: bool = False,
+                    unlabelled_boundary: bool = False) -> DependencyGraph:
     """A decoder-only transformer's kernel DAG: 11 kernels per layer plus embedding, final norm and LM head.
 
     Args:
@@ -119,6 +120,10 @@ def transformer_dag(layers: int = 2, tokens: int = 64, hidden: int = 1024, ffn: 
         dtype_bytes: bytes per element.
         kv_hidden: width of K (and of V); defaults to ``hidden // 4`` (grouped-query attention).
         unsure_every: mark every N-th ``silu_mul`` kernel unsure (0: none).
+        rope_tables: add a kernel before the layers whose output every layer's ``rope_kv_write`` reads (as the
+            RoPE cos/sin tables of real models: one producer, an edge into every layer).
+        unlabelled_boundary: leave each layer's last ``add`` without a layer index (as Inductor's fused residual
+            add + next RMSNorm, whose provenance spans two layers).
 
     Returns:
         The DAG; KV caches are STATE buffers named ``kv.<layer>`` (shared by name between prefill and decode DAGs).
@@ -132,6 +137,10 @@ def transformer_dag(layers: int = 2, tokens: int = 64, hidden: int = 1024, ffn: 
     w_emb = _buf(b, "embed.weight", BufferKind.PARAMETER, vocab * hidden * e)
     x = act("x.0", hidden)
     ks.append(SynthKernel("embedding", "other", [tok, w_emb], [x], 0.0))
+    rope = None
+    if rope_tables:
+        rope = _buf(b, "rope", BufferKind.TEMP, t * (hidden // 8) * 2 * e)
+        ks.append(SynthKernel("rope_tables", "elementwise", [tok], [rope], 4.0 * t * hidden // 8))
     for l in range(layers):
         p = f"layers.{l}."
         w = lambda n, size: _buf(b, p + n, BufferKind.PARAMETER, size * e)  # noqa: E731
@@ -149,7 +158,8 @@ def transformer_dag(layers: int = 2, tokens: int = 64, hidden: int = 1024, ffn: 
         ks += [
             SynthKernel("rmsnorm", "norm", [x, n1], [h], 4.0 * t * hidden, l),
             SynthKernel("mm_qkv", "gemm", [h, w_qkv], [qkv], 2.0 * t * hidden * (hidden + 2 * kvh), l),
-            SynthKernel("rope_kv_write", "elementwise", [qkv], [q, new_kv], 6.0 * t * hidden, l),
+            SynthKernel("rope_kv_write", "elementwise", [qkv] + ([rope] if rope else []), [q, new_kv],
+                        6.0 * t * hidden, l),
             SynthKernel("attention", "attention", [q, kv], [a], 4.0 * t * context * hidden, l),
             SynthKernel("mm_o", "gemm", [a, w_o], [o], 2.0 * t * hidden * hidden, l),
             SynthKernel("add", "elementwise", [x, o], [xm], 1.0 * t * hidden, l),
@@ -157,7 +167,7 @@ def transformer_dag(layers: int = 2, tokens: int = 64, hidden: int = 1024, ffn: 
             SynthKernel("mm_gate_up", "gemm", [h2, w_gu], [gu], 4.0 * t * hidden * ffn, l),
             SynthKernel("silu_mul", "elementwise", [gu], [s], 4.0 * t * ffn, l, unsure=unsure),
             SynthKernel("mm_down", "gemm", [s, w_d], [d], 2.0 * t * hidden * ffn, l),
-            SynthKernel("add", "elementwise", [xm, d], [xn], 1.0 * t * hidden, l),
+            SynthKernel("add", "elementwise", [xm, d], [xn], 1.0 * t * hidden, None if unlabelled_boundary else l),
         ]
         x = xn
     nf = _buf(b, "norm.weight", BufferKind.PARAMETER, hidden * e)
