@@ -251,3 +251,61 @@ def test_shared_memory_domain_frees_after_the_last_use_on_any_device():
     finally:
         BufferPool.free = free
     assert freed  # temporaries were freed (after their last use), not kept to the end
+
+
+class _FakeGraph:
+    """Stands in for ``torch.cuda.CUDAGraph`` on CPU: capture records the launches, replay runs them."""
+
+    capturing = None
+
+    def __init__(self):
+        self.calls = []
+
+    def replay(self):
+        for call in self.calls:
+            call()
+
+
+class _fake_capture:
+    def __init__(self, g, pool=None, stream=None):
+        self.g = g
+
+    def __enter__(self):
+        _FakeGraph.capturing = self.g
+
+    def __exit__(self, *exc):
+        _FakeGraph.capturing = None
+
+
+def test_graph_slots_logic_with_a_fake_graph(monkeypatch):
+    """The per-slot static pools, input copies, shared weights, output copies and slot reuse of the CUDA-graph path,
+    run on CPU with a stand-in graph that records launches at capture (without running them) and replays them."""
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", _fake_capture)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    torch.manual_seed(0)
+    model = MLP(32, 64).eval()
+    inputs = (torch.randn(8, 32),)
+    runner, template = _compile(model, inputs)
+    n = len(runner.program.launches)
+    for placement in ({i: i % 2 for i in range(n)}, random_placement(runner.dag, 2, 11), {i: 1 for i in range(n)}):
+        ex = PlacedExecutor(runner.program, runner.dag, placement, runner.devices, runner._kernel_objects)
+        ex.cuda_graphs = True
+        launch = ex._launch
+
+        def recording_launch(step, pools, lane=None, launch=launch):
+            if _FakeGraph.capturing is None:
+                return launch(step, pools, lane)
+            _FakeGraph.capturing.calls.append(lambda: launch(step, pools, lane))
+
+        ex._launch = recording_launch
+        for call in range(2):
+            xs = [(torch.randn(8, 32),) for _ in range(5)]
+            with torch.no_grad():
+                got = ex.run_pipelined([_substitute(template, inputs, x) for x in xs], slots=2)
+                for m, (x, g) in enumerate(zip(xs, got)):
+                    torch.testing.assert_close(g[0], model(*x), msg=lambda e: f"call {call}, micro-batch {m}: {e}")
+            assert ex.cut_edges_per_batch == [cut_edge_count(runner.dag, placement)] * 5
+        assert ex.captures == 2  # one per slot, reused by the second call and by later waves
+        assert ex.transfers["weights"] == len(ex.schedule.setup)  # placed once, shared by both slots

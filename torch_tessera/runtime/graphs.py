@@ -104,7 +104,8 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None) -> GraphSta
     for item in items:
         _run_item(executor, item, pools, capture=False, lane=lane)
     for s in streams:
-        s.synchronize()
+        if s is not None:
+            s.synchronize()
     mempools = {i: torch.cuda.graph_pool_handle() for i in set(executor.domains)}
     for item in items:
         if isinstance(item, Segment):
