@@ -55,6 +55,7 @@ class GraphState:
     copy_list: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     used_devices: list[int] = field(default_factory=list)
     fast_check: Any = None  # (pointers by input position, indices) for torch._C._tensors_data_ptrs_at_indices_equal
+    lane: Any = None  # the pipeline slot whose streams the graphs were captured on (None: the executor's streams)
 
 
 def _segments(executor: Any) -> list[Any]:
@@ -70,12 +71,19 @@ def _segments(executor: Any) -> list[Any]:
     return items
 
 
-def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
+def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None) -> GraphState:
+    """Static pools, a warm-up pass and one graph per segment; on ``lane``'s streams when given (a pipeline slot:
+    its pools share the weights the executor placed once instead of copying them again)."""
     program = executor.program
     devices = executor.devices
     torch.cuda.synchronize()
-    executor.streams = [d.new_stream() for d in devices]  # capture needs non-default streams
+    if lane is None:
+        executor.streams = [d.new_stream() for d in devices]  # capture needs non-default streams
+    streams = executor.streams if lane is None else lane.streams
     pools = executor.make_pools()
+    if lane is not None:
+        for p, w in zip(pools, executor._weights):
+            p.storages.update(w.storages)
     home = pools[executor.home]
     static_inputs: dict[str, torch.Tensor] = {}
     bound: dict[str, int] = {}
@@ -91,7 +99,7 @@ def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
             bound[spec.buffer] = value.data_ptr()
     _copy_inputs(program, home, inputs, static_inputs)
     torch.cuda.synchronize()  # the warm-up below runs on other streams: the static inputs must have landed
-    for step in executor.schedule.setup:
+    for step in executor.schedule.setup if lane is None else ():
         executor._copy(step, pools)
     fresh_all = set().union(*executor._fresh.values()) if executor._fresh else set()
     for i, d in enumerate(devices):
@@ -101,9 +109,10 @@ def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
     items = _segments(executor)
     # warm-up: one eager pass (compiles and autotunes kernels; fresh extern outputs get eager storages)
     for item in items:
-        _run_item(executor, item, pools, capture=False)
-    for s in executor.streams:
-        s.synchronize()
+        _run_item(executor, item, pools, capture=False, lane=lane)
+    for s in streams:
+        if s is not None:
+            s.synchronize()
     mempools = {i: torch.cuda.graph_pool_handle() for i in set(executor.domains)}
     for item in items:
         if isinstance(item, Segment):
@@ -111,16 +120,16 @@ def _capture(executor: Any, inputs: Sequence[Any]) -> GraphState:
             g = torch.cuda.CUDAGraph()
             with devices[item.device].guard():
                 with torch.cuda.graph(g, pool=mempools[executor.domains[item.device]],
-                                      stream=executor.streams[item.device]):
+                                      stream=streams[item.device]):
                     for step in item.steps:
-                        executor._launch(step, pools)
+                        executor._launch(step, pools, lane)
             item.graph = g
         elif isinstance(item, SyncStep):
-            executor._sync(item)
+            executor._sync(item, lane)
         else:
-            executor._copy(item, pools)
+            executor._copy(item, pools, lane)
     torch.cuda.synchronize()
-    state = GraphState(pools, items, static_inputs, bound)
+    state = GraphState(pools, items, static_inputs, bound, lane=lane)
     state.addresses = {(i, b): t.data_ptr() for i, p in enumerate(pools) for b, t in p.storages.items()}
     seen: set[str] = set()
     for k, (spec, value) in enumerate(zip(program.inputs, inputs)):
@@ -150,20 +159,31 @@ def _copy_inputs(program: Any, home: BufferPool, inputs: Sequence[Any], static: 
             home.view(spec).copy_(value, non_blocking=True)
 
 
-def _run_item(executor: Any, item: Any, pools: list[BufferPool], capture: bool) -> Any:
+def _run_item(executor: Any, item: Any, pools: list[BufferPool], capture: bool, lane: Any = None,
+              edges: set | None = None) -> Any:
     if isinstance(item, Segment):
         if item.graph is not None and not capture:
-            with executor.devices[item.device].guard(), torch.cuda.stream(executor.streams[item.device]):
+            stream = (executor.streams if lane is None else lane.streams)[item.device]
+            with executor.devices[item.device].guard(), torch.cuda.stream(stream):
                 item.graph.replay()
             executor.launches_executed += len(item.steps)
         else:
             for step in item.steps:
-                executor._launch(step, pools)
+                executor._launch(step, pools, lane)
         return None
     if isinstance(item, SyncStep):
-        executor._sync(item)
+        executor._sync(item, lane)
         return None
-    return executor._copy(item, pools)
+    return executor._copy(item, pools, lane, edges)
+
+
+def _moved(program: Any, state: GraphState, inputs: Sequence[Any]) -> str | None:
+    """The first weight or state input bound at capture that now arrives at another address, if any."""
+    for spec, value in zip(program.inputs, inputs):
+        if isinstance(spec, TensorArg) and spec.buffer in state.bound_ptrs:
+            if value.data_ptr() != state.bound_ptrs[spec.buffer]:
+                return spec.buffer
+    return None
 
 
 def _bound_inputs_unmoved(state: GraphState, inputs: Sequence[Any]) -> bool:
@@ -215,3 +235,57 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
     executor.calls += 1
     home = state.pools[executor.home]
     return [home.view(o) if isinstance(o, TensorArg) else o.value for o in program.outputs]
+
+
+def issue_wave_with_graphs(executor: Any, wave: Sequence[tuple[int, Sequence[Any]]], lanes: Sequence[Any],
+                           outputs: list[list], edges: list[set], events: list) -> None:
+    """Issue one wave of pipelined micro-batches with CUDA graphs (see :mod:`torch_tessera.runtime.pipelining`).
+
+    Micro-batch ``wave[k]`` runs on slot ``k``, which owns static pools and graphs captured on its streams
+    (``executor._slot_graphs[k]``, captured at the slot's first use and again when a weight or state input moves).
+    Before a slot is reused its streams wait for all its earlier work (static storages are overwritten), then the
+    micro-batch's INPUT tensors are copied into the slot's static storages. Segments replay and copies run chunk by
+    chunk, round-robin over the wave. Each micro-batch's outputs are copied out of the static storages on the slot's
+    home stream, so later micro-batches on the slot do not overwrite them.
+
+    Args:
+        executor: a :class:`PlacedExecutor` with ``cuda_graphs=True``.
+        wave: ``(micro-batch index, inputs)`` per slot.
+        lanes: the slots' streams (:class:`torch_tessera.runtime.pipelining.Lane`).
+        outputs / edges / events: filled per micro-batch index (outputs, cut edges copied) and with copy events.
+    """
+    from torch_tessera.runtime.pipelining import schedule_chunks
+
+    program, home = executor.program, executor.home
+    states: dict[int, GraphState] = executor.__dict__.setdefault("_slot_graphs", {})
+    flights = []
+    for k, (m, inputs) in enumerate(wave):
+        lane, state = lanes[k], states.get(k)
+        moved = _moved(program, state, inputs) if state is not None else None
+        if moved is not None:
+            log.info("slot %d: input %s moved since capture; capturing again", k, moved)
+        if state is None or moved is not None:
+            for d in executor.devices:  # earlier waves may still use the slot's old static storages
+                d.synchronize()
+            state = states[k] = _capture(executor, inputs, lane)
+            lane.join(executor.devices)
+        else:
+            lane.barrier()
+            main = lane.streams[home]
+            with torch.cuda.stream(main):
+                _copy_inputs(program, state.pools[home], inputs, state.static_inputs)
+            for s in lane.streams:
+                if s is not main:
+                    s.wait_stream(main)
+        flights.append((m, lane, state))
+    chunks = schedule_chunks(flights[0][2].items)
+    for start, end in chunks:
+        for m, lane, state in flights:
+            for item in state.items[start:end]:
+                ev = _run_item(executor, item, state.pools, capture=False, lane=lane, edges=edges[m])
+                if ev is not None:
+                    events.append((item, ev))
+    for m, lane, state in flights:
+        pool = state.pools[home]
+        with torch.cuda.stream(lane.streams[home]):
+            outputs[m] = [pool.view(o).clone() if isinstance(o, TensorArg) else o.value for o in program.outputs]

@@ -161,18 +161,8 @@ class PlacedExecutor:
 
             return run_with_graphs(self, inputs)
         self._join_caller()
-        pools = self.make_pools()
-        for p, w in zip(pools, self._weights):
-            p.storages.update(w.storages)
+        pools = self._bind_call(inputs)
         home_pool = pools[self.home]
-        for i, (spec, value) in enumerate(zip(program.inputs, inputs)):
-            if isinstance(spec, TensorArg) and spec.buffer not in home_pool:
-                bind_input(home_pool, spec, value, i)
-        if not self._setup_done:
-            for step in self.schedule.setup:
-                self._copy(step, pools)
-                self._weights[step.dst].storages[step.buffer] = pools[step.dst].storages[step.buffer]
-            self._setup_done = True
         events: list[tuple[CopyStep, Any]] = []
         self._edges_this_call: set = set()
         for i, step in enumerate(self.schedule.steps):
@@ -194,6 +184,42 @@ class PlacedExecutor:
         self.calls += 1
         return [home_pool.view(o) if isinstance(o, TensorArg) else o.value for o in program.outputs]
 
+    def run_pipelined(self, batches: Sequence[Sequence[Any]], slots: int = 2) -> list[list]:
+        """Run independent micro-batches through the program concurrently; see :mod:`torch_tessera.runtime.pipelining`.
+
+        Args:
+            batches: one input list per micro-batch (graph inputs in order, on the home device, as for :meth:`run`);
+                weights (PARAMETER inputs) must be the same tensors in every micro-batch.
+            slots: micro-batches in flight at once (each with its own streams and buffers); 1 = no pipelining.
+
+        Returns:
+            the outputs of each micro-batch, in order, equal to what :meth:`run` returns for its inputs.
+
+        Raises:
+            TesseraError: wrong inputs, micro-batches with different weights, or ``slots < 1``.
+            TransferTimeout: a transfer did not complete within ``timeout_s``.
+        """
+        from torch_tessera.runtime.pipelining import run_pipelined
+
+        return run_pipelined(self, batches, slots)
+
+    def _bind_call(self, inputs: Sequence[Any]) -> list[BufferPool]:
+        """Fresh pools for one call: weights placed on their devices (copied at the first call), inputs bound."""
+        program = self.program
+        pools = self.make_pools()
+        for p, w in zip(pools, self._weights):
+            p.storages.update(w.storages)
+        home_pool = pools[self.home]
+        for i, (spec, value) in enumerate(zip(program.inputs, inputs)):
+            if isinstance(spec, TensorArg) and spec.buffer not in home_pool:
+                bind_input(home_pool, spec, value, i)
+        if not self._setup_done:
+            for step in self.schedule.setup:
+                self._copy(step, pools)
+                self._weights[step.dst].storages[step.buffer] = pools[step.dst].storages[step.buffer]
+            self._setup_done = True
+        return pools
+
     def _ensure(self, pool: BufferPool, dev: int, name: str) -> None:
         if name in pool:
             return
@@ -214,14 +240,17 @@ class PlacedExecutor:
             f"{used / 1e9:.2f} GB were in use"
         )
 
-    def _launch(self, step: LaunchStep, pools: list[BufferPool]) -> None:
+    def _launch(self, step: LaunchStep, pools: list[BufferPool], lane: Any = None) -> None:
+        """Run one launch on its device's stream (``lane``'s stream for that device when given: a pipeline slot,
+        whose buffers are then allocated on that stream too)."""
         launch = self.program.launches[step.launch]
         pool = pools[step.device]
-        for b in launch_buffers(launch):
-            if b not in self._fresh.get(launch.index, ()):
-                self._ensure(pool, step.device, b)
+        stream = self.streams[step.device] if lane is None else lane.streams[step.device]
+        with _stream_ctx(None if lane is None else stream):
+            for b in launch_buffers(launch):
+                if b not in self._fresh.get(launch.index, ()):
+                    self._ensure(pool, step.device, b)
         dev = self.devices[step.device]
-        stream = self.streams[step.device]
         with dev.guard(), _stream_ctx(stream):
             try:
                 result = self.launchers[step.device].launch(launch, pool, stream)
@@ -243,31 +272,41 @@ class PlacedExecutor:
                 if stream is not caller and stream.cuda_stream != caller.cuda_stream:
                     stream.wait_stream(caller)
 
-    def _sync(self, step: SyncStep) -> None:
-        """Order device ``dst``'s stream after the work queued on device ``src``'s stream (shared memory)."""
-        src, dst = self.streams[step.src], self.streams[step.dst]
+    def _sync(self, step: SyncStep, lane: Any = None) -> None:
+        """Order device ``dst``'s stream after the work queued on device ``src``'s stream (shared memory); the
+        streams of pipeline slot ``lane`` when given."""
+        streams = self.streams if lane is None else lane.streams
+        src, dst = streams[step.src], streams[step.dst]
         if src is not None and dst is not None and src is not dst:
             dst.wait_stream(src)
 
-    def _copy(self, step: CopyStep, pools: list[BufferPool]) -> Any:
+    def _copy(self, step: CopyStep, pools: list[BufferPool], lane: Any = None, edges: set | None = None) -> Any:
+        """Copy one step's bytes; returns the copy's CUDA event (None on CPU).
+
+        With ``lane`` (a pipeline slot) the copy runs on the slot's copy stream for the link, ordered after and
+        before the slot's compute streams, and the destination is allocated on the slot's consumer stream; the cut
+        edge is counted in ``edges`` (default: this call's set).
+        """
         src_pool, dst_pool = pools[step.src], pools[step.dst]
         if step.buffer not in src_pool:
             raise TesseraError(
                 f"{step.purpose} copy of {step.buffer}[{step.start}:{step.end}] from {self.devices[step.src].name}: "
                 f"the buffer does not exist there (edge {step.edge}); the schedule is inconsistent"
             )
-        self._ensure(dst_pool, step.dst, step.buffer)
+        streams = self.streams if lane is None else lane.streams
+        with _stream_ctx(None if lane is None else streams[step.dst]):
+            self._ensure(dst_pool, step.dst, step.buffer)
         src = src_pool.storages[step.buffer][step.start:step.end]
         dst = dst_pool.storages[step.buffer][step.start:step.end]
         self.transfers[step.purpose] += 1
         if step.edge is not None:
-            self._edges_this_call.add(step.edge)
+            (self._edges_this_call if edges is None else edges).add(step.edge)
         self.bytes_moved[step.purpose] += step.nbytes
         if not (self._is_cuda[step.src] or self._is_cuda[step.dst]):
             dst.copy_(src)
             return None
-        copy_stream = self._copy_stream(step.src, step.dst)
-        src_stream, dst_stream = self.streams[step.src], self.streams[step.dst]
+        copy_stream = self._copy_stream(step.src, step.dst) if lane is None else lane.copy_stream(step.src, step.dst)
+        src_stream, dst_stream = streams[step.src], streams[step.dst]
         if src_stream is not None:
             copy_stream.wait_stream(src_stream)
         with _stream_ctx(copy_stream):
@@ -281,8 +320,8 @@ class PlacedExecutor:
         return done
 
     def _wait(self, events: list[tuple[CopyStep, Any]], streams: Sequence[Any] | None = None) -> None:
-        """Wait for this call's copies and compute streams (``streams``, default all); name the first transfer that
-        does not finish in time."""
+        """Wait for this call's copies and compute streams (``streams``, default the devices' streams); name the
+        first transfer that does not finish in time."""
         if not any(self._is_cuda):
             return
         deadline = time.monotonic() + self.timeout_s
@@ -295,7 +334,7 @@ class PlacedExecutor:
                         f"{f' for edge {step.edge}' if step.edge else ''} did not complete within {self.timeout_s} s"
                     )
                 time.sleep(20e-6)
-        for s in (self.streams if streams is None else streams):
+        for s in self.streams if streams is None else streams:
             if s is not None:
                 s.synchronize()
 
