@@ -34,22 +34,28 @@ def _kv_geometry():
     return c.num_hidden_layers, c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 4  # fp32 bytes
 
 
-def _attention_reads(program, name):
+def _reads(launch):
     from torch_tessera.lowering.capture import extern_accesses
     from torch_tessera.lowering.program import ExternLaunch
+
+    if isinstance(launch, ExternLaunch):
+        return extern_accesses(launch)[0]
+    return {a.buffer for n, a in launch.tensor_args.items() if n.startswith(("in_ptr", "in_out_ptr"))}
+
+
+def _attention_reads(program, name):
+    """Attention launches reading buffer ``name``, directly or through one intermediate launch's output (a GQA
+    ``repeat_kv`` copy of the cache is fused into an attention-named kernel by some Inductor versions, not others)."""
+    from torch_tessera.lowering.capture import launch_writes
     from torch_tessera.runtime.costmodel import KernelClass, classify
 
-    out = []
+    attention = [l for l in program.launches if classify(l) is KernelClass.ATTENTION]
+    direct = [l for l in attention if name in _reads(l)]
+    copies = set()
     for launch in program.launches:
-        if classify(launch) is not KernelClass.ATTENTION:
-            continue
-        if isinstance(launch, ExternLaunch):
-            reads = extern_accesses(launch)[0]
-        else:
-            reads = {a.buffer for n, a in launch.tensor_args.items() if n.startswith(("in_ptr", "in_out_ptr"))}
-        if name in reads:
-            out.append(launch)
-    return out
+        if name in _reads(launch):
+            copies |= launch_writes(launch) - {name}
+    return direct + [l for l in attention if l not in direct and _reads(l) & copies]
 
 
 def test_decode_reads_a_context_sized_kv_cache_marked_state_and_prefill_hands_it_over():
