@@ -102,6 +102,22 @@ def test_broadcast_view_counts_its_span():
     assert launch_features(l).nbytes == 4 + 2 * 4 * n
 
 
+def test_scatter_into_a_cache_moves_the_scattered_elements_not_the_cache():
+    # One decode token's K (64 sequences x 8 heads x 128) written into a [64, 8, 1088, 128] bf16 cache by an
+    # Inductor pointwise kernel whose iteration space is the token's elements.
+    new = 64 * 8 * 128
+    k = view("k", (64, 8, 1, 128))
+    cache = view("cache", (64, 8, 1088, 128))
+    pos = view("pos", (1,), torch.int64)
+    scatter = TritonLaunch(0, "triton_poi_fused_index_copy_0", ("in_ptr0", "in_ptr1", "out_ptr0", "xnumel"),
+                           (pos, k, cache, ScalarArg(new)), (new // 1024, 1, 1), {"XBLOCK": 1024}, (),
+                           Provenance(("aten.index_copy",)))
+    assert launch_features(scatter).nbytes == 8 + 2 * new + 2 * new
+    # A hand-written kernel (not Inductor's pointwise/reduction naming) keeps the whole views: nothing bounds it.
+    other = dataclasses.replace(scatter, kernel="my_scatter")
+    assert launch_features(other).nbytes == 8 + 2 * new + 2 * 64 * 8 * 1088 * 128
+
+
 def test_reduction_and_norm_classes():
     x, out = view("x", (64, 4096), torch.float32), view("z", (64,), torch.float32)
     red = TritonLaunch(0, "triton_red_fused_sum_0", ("in_ptr0", "out_ptr0", "xnumel", "r0_numel"),

@@ -4,9 +4,19 @@ LLM-family models get two programs, as they are served: a prefill of ``prefill_t
 decode step of ``decode_batch`` sequences, weighted so that one pipeline *step* is one request's work (one prefill,
 ``mean_output_tokens / decode_batch`` decode steps). Other models get one program (one forward of a batch).
 
-Known gap: the decode step is a forward of one token per sequence *without* a KV cache context (the attention over the
-cached context is not in the program), so decode attention is under-represented; planning with the static-cache
-decode graph is future work.
+KV context: for ``llama`` and ``moe`` both programs read and write a static KV cache of ``decode_context`` positions
+(:mod:`torch_tessera.static_cache`): the prefill writes its prompt's K/V into a one-sequence cache, the decode step
+writes one token per sequence and its attention reads the whole ``decode_batch x decode_context`` cache. The cache
+buffers are STATE in both programs under the same names, so each has one owning device per program and the prefill ->
+decode hand-over of the prompt's K/V is priced on the link when the owners differ. The default context is the mean
+context a decode step sees over a request's life: ``prefill_tokens + mean_output_tokens / 2`` (1024 + 64 = 1088 for
+the conversation workload's 1024-token prefill bucket and ~129 output tokens). A static cache's attention covers the
+whole cache (masked), so the prefill's attention is priced over ``decode_context`` keys with a mask rather than as
+causal attention over ``prefill_tokens`` keys: ~2x the FLOPs of causal attention, as ``transformers``' static cache
+does it in ``generate``.
+
+``mamba`` and ``qwen2-vl`` are planned with cacheless forwards (see :mod:`torch_tessera.static_cache` for why); their
+decode step lacks the SSM state (a constant, context-independent read) and the KV context respectively.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from torch_tessera.backend.pipeline import analyze, estimate
 from torch_tessera.lowering.fake import lower_without_weights
 from torch_tessera.runtime.costs import Topology
 from torch_tessera.runtime.devices import DeviceSpec
+from torch_tessera.static_cache import has_kv_cache
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +84,21 @@ def _build_fn(name: str, size: str, batch: int, seq: int):
     return build
 
 
+def _cached_build_fn(name: str, size: str, batch: int, tokens: int, context: int):
+    def build():
+        from torch_tessera.static_cache import build_static_cache_lm
+
+        dtype = torch.bfloat16 if size == "full" else torch.float32
+        return build_static_cache_lm(name, size, batch, tokens, context, device="meta", dtype=dtype)
+
+    return build
+
+
+def default_decode_context(prefill_tokens: int, mean_output_tokens: float) -> int:
+    """Mean KV context of a decode step over a request's life: ``prefill_tokens + round(mean_output_tokens / 2)``."""
+    return int(prefill_tokens + round(mean_output_tokens / 2))
+
+
 def model_workload(
     name: str,
     specs: Sequence[DeviceSpec],
@@ -81,6 +107,8 @@ def model_workload(
     decode_batch: int = 64,
     mean_output_tokens: float = 129.0,
     batch: int | None = None,
+    decode_context: int | None = None,
+    kv_cache: bool = True,
 ) -> ModelWorkload:
     """Lower ``name`` without weights, analyse and cost its program(s) on ``specs``.
 
@@ -92,6 +120,13 @@ def model_workload(
         decode_batch: sequences per decode step.
         mean_output_tokens: output tokens per request (median ~129 in the paper's trace).
         batch: batch of the single forward for non-LLM models (default: the registry's).
+        decode_context: KV cache positions per sequence (tokens) for models with a static cache (``llama``,
+            ``moe``); default :func:`default_decode_context`. Must be >= ``prefill_tokens``.
+        kv_cache: plan ``llama``/``moe`` with the static KV cache (default); ``False``: the cacheless forwards.
+
+    Raises:
+        ValueError: ``decode_context < prefill_tokens``.
+        LoweringError: export or Inductor failed on the model.
     """
     from torch_tessera.models import get_model
     from torch_tessera.scheduler import Workload
@@ -99,8 +134,17 @@ def model_workload(
     t0 = time.perf_counter()
     spec = get_model(name)
     if spec.prefill_decode:
-        prefill = lower_without_weights(_build_fn(name, size, 1, prefill_tokens)).program
-        decode = lower_without_weights(_build_fn(name, size, decode_batch, 1)).program
+        context = decode_context or default_decode_context(prefill_tokens, mean_output_tokens)
+        if context < prefill_tokens:
+            raise ValueError(f"decode_context={context} must be >= prefill_tokens={prefill_tokens}")
+        if kv_cache and has_kv_cache(name):
+            build_prefill = _cached_build_fn(name, size, 1, prefill_tokens, context)
+            build_decode = _cached_build_fn(name, size, decode_batch, 1, context)
+        else:
+            build_prefill = _build_fn(name, size, 1, prefill_tokens)
+            build_decode = _build_fn(name, size, decode_batch, 1)
+        prefill = lower_without_weights(build_prefill).program
+        decode = lower_without_weights(build_decode).program
         pdag, ddag = analyze(prefill), analyze(decode)
         pcost, topo = estimate(prefill, specs)
         dcost, _ = estimate(decode, specs)

@@ -86,7 +86,7 @@ def triton_access(launch: TritonLaunch, access: KernelAccess | None) -> LaunchAc
             out.add(arg, read, write)
             continue
         write = p.mode.writes or name in launch.mutated
-        if name in launch.mutated and not p.mode.writes:
+        if name in launch.mutated and not p.mode.writes and not _written_through_another(launch, by_name, name):
             log.warning("launch %d (%s): Inductor declares %s mutated but its PTX never writes it; keeping it as "
                         "written", launch.index, launch.kernel, name)
         # A data-dependent write (scatter, index_put) may leave bytes of the view untouched: treat it as
@@ -94,6 +94,14 @@ def triton_access(launch: TritonLaunch, access: KernelAccess | None) -> LaunchAc
         read = p.mode.reads or (write and p.data_dependent)
         out.add(arg, read, write, p.extent)
     return out.merged()
+
+
+def _written_through_another(launch: TritonLaunch, by_name: Mapping[str, Any], name: str) -> bool:
+    """Whether another parameter of ``launch`` bound to the same buffer is written (``x.add_(1)`` compiles to a kernel
+    reading ``in_ptr0`` and storing ``out_ptr0``, both ``x``; Inductor declares ``in_ptr0`` mutated)."""
+    buffer = launch.tensor_args[name].buffer
+    return any(a.buffer == buffer and n != name and n in by_name and by_name[n].mode.writes
+               for n, a in launch.tensor_args.items())
 
 
 def extern_access(launch: ExternLaunch) -> LaunchAccess:

@@ -19,6 +19,9 @@ REDUCTION_OPS = frozenset({"sum", "amax", "amin", "argmax", "argmin", "cumsum", 
 SOFTMAX_OPS = frozenset({"_softmax", "softmax", "_log_softmax", "log_softmax", "_safe_softmax"})
 _ATTENTION_PREFIXES = ("scaled_dot_product", "_scaled_dot_product", "_flash", "_efficient", "_cudnn_attention")
 _ATTENTION_MODULE_WORDS = ("attn", "attention")
+#: In-place writes of new K/V rows into a KV cache: attention when inside an attention module (the attention side owns
+#: the cache in attention/FFN disaggregation).
+CACHE_WRITE_OPS = frozenset({"index_copy", "index_copy_", "index_put", "index_put_"})
 
 
 def _bare(op: str) -> str:
@@ -38,7 +41,7 @@ def op_class(launch: Launch) -> str:
     if any(o.startswith(_ATTENTION_PREFIXES) for o in ops):
         return "attention"
     in_attention = any(w in p.lower() for p in launch.provenance.module_paths for w in _ATTENTION_MODULE_WORDS)
-    if ops & SOFTMAX_OPS and in_attention:
+    if ops & (SOFTMAX_OPS | CACHE_WRITE_OPS) and in_attention:
         return "attention"
     if ops & NORM_OPS or ("rsqrt" in ops and ops & {"var_mean", "mean", "var", "sum", "pow"}):
         return "norm"

@@ -2,9 +2,12 @@
 
 Per launch we count FLOPs and bytes moved (:func:`launch_features`):
 
-* Triton launches: bytes = the sum over distinct tensor arguments of the bytes each view can address (a broadcast view counts
-  its storage span, not its element count); FLOPs = elements processed (``xnumel * ynumel * r0_numel`` from the
-  numel arguments, else the largest view) times the number of ATen ops fused in (at least 1).
+* Triton launches: bytes = the sum over distinct tensor arguments of the bytes each view can address (a broadcast view
+  counts its storage span, not its element count), for Inductor's pointwise and reduction kernels (``triton_poi_``,
+  ``triton_per_``, ``triton_red_``) capped per tensor at the iteration space's elements times the item size (a
+  scatter of one token into a KV cache moves one token, not the cache); FLOPs = elements processed
+  (``xnumel * ynumel * r0_numel`` from the numel arguments, else the largest view) times the number of ATen ops fused
+  in (at least 1).
 * Extern launches: GEMMs ``2*M*N*K`` (``+ M*N`` for the bias of addmm/baddbmm, batched for bmm), attention
   ``2*B*H*L*S*(E + Ev)`` (halved when causal with L == S), convolution ``2 * out elements * C_in/groups * kernel``;
   anything else moves bytes only. Bytes = every distinct tensor view among arguments and outputs.
@@ -53,6 +56,9 @@ REDUCTION_OPS = {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin"
                  "_log_softmax", "log_softmax", "logsumexp", "var", "var_mean", "std", "prod", "cumsum", "any", "all"}
 REDUCTION_PARAMS = {"rnumel", "r0_numel", "r1_numel"}
 NUMEL_PARAMS = {"xnumel", "ynumel", "znumel"} | REDUCTION_PARAMS
+#: Inductor's pointwise / persistent-reduction / looped-reduction kernels: each index of their iteration space
+#: (the product of the numel parameters) loads or stores at most about one element of each tensor argument.
+ITERATION_BOUND_PREFIXES = ("triton_poi_", "triton_per_", "triton_red_")
 
 
 def op_name(qualified: str) -> str:
@@ -133,10 +139,15 @@ def _tensors(obj: Any) -> Iterable[TensorArg]:
 
 def _triton_features(launch: TritonLaunch, kclass: KernelClass) -> LaunchFeatures:
     tensors = distinct(launch.tensor_args.values())
-    nbytes = sum(view_bytes(t) for t in tensors)
     numels = [a.value for n, a in zip(launch.param_names, launch.args)
               if n in NUMEL_PARAMS and isinstance(getattr(a, "value", None), int)]
     elements = math.prod(numels) if numels else max((t.numel for t in tensors), default=0)
+    if numels and launch.kernel.startswith(ITERATION_BOUND_PREFIXES):
+        # One element per index of the iteration space and tensor: a scatter into a large buffer (the new token's
+        # K/V into a static KV cache) moves the scattered elements, not the whole buffer its pointer spans.
+        nbytes = sum(min(view_bytes(t), elements * t.itemsize) for t in tensors)
+    else:
+        nbytes = sum(view_bytes(t) for t in tensors)
     ops = max(1, len(launch.provenance.aten_ops))
     dtypes = {t.dtype for t in tensors}
     tensor_core = kclass in (KernelClass.GEMM, KernelClass.ATTENTION) and bool(dtypes & {torch.bfloat16, torch.float16})
