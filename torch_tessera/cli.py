@@ -10,7 +10,8 @@ import sys
 from torch_tessera.errors import TesseraError
 
 #: Subcommand name -> module under ``torch_tessera.commands``.
-COMMANDS = {"bench": "bench", "inspect": "inspect", "devices": "devices", "plan": "plan", "serve-bench": "serve_bench"}
+COMMANDS = {"bench": "bench", "inspect": "inspect", "devices": "devices", "plan": "plan", "serve-bench": "serve_bench",
+            "dist-run": "dist_run"}
 
 
 def build_parser() -> argparse.ArgumentParser:

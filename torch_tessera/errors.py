@@ -62,3 +62,25 @@ class NotApplicableError(TesseraError):
 class EngineProtocolError(TesseraError):
     """An engine broke the :class:`Engine` contract (a wrong number of tokens, a negative time, a request decoded
     before its prefill or after its release). The message names the engine call and the request."""
+
+
+class PeerFailureError(TransferTimeout):
+    """In a multi-process run (:mod:`torch_tessera.runtime.distributed`), a peer rank died or stopped answering while
+    this rank waited on a transfer with it. The message names this rank, the peer rank, the edge (buffer, byte range,
+    producer launch -> consumer launch, devices) and the timeout.
+
+    Attributes:
+        rank: the rank that raised.
+        peer: the rank that failed to send or receive.
+        edge: the DAG edge ``(producer, consumer)`` of a cut transfer, ``None`` for input and gather transfers.
+        buffer: the buffer being transferred.
+    """
+
+    def __init__(self, message: str, *, rank: int, peer: int, edge: tuple[int, int] | None, buffer: str) -> None:
+        super().__init__(message)
+        self.rank, self.peer, self.edge, self.buffer = rank, peer, edge, buffer
+
+
+class RendezvousError(TesseraError):
+    """The processes of a multi-process run could not meet (a rank never started, a wrong address or port), or they
+    built different programs or placements. The message names the ranks and the fix."""

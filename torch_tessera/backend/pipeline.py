@@ -25,12 +25,14 @@ def analyze(program: KernelProgram) -> DependencyGraph:
     return build_dependency_graph(program, analyze_program(program))
 
 
-def estimate(program: KernelProgram, specs: Sequence[DeviceSpec]) -> tuple[CostTable, Topology]:
-    """Kernel times on each device (roofline cost model) and the links between the devices (modelled)."""
+def estimate(program: KernelProgram, specs: Sequence[DeviceSpec],
+             hosts: Sequence[str] | None = None) -> tuple[CostTable, Topology]:
+    """Kernel times on each device (roofline cost model) and the links between the devices (modelled; pairs on
+    different ``hosts``, one name per device, are linked by the network)."""
     from torch_tessera.runtime.costmodel import estimate_costs
     from torch_tessera.runtime.links import build_topology
 
-    return estimate_costs(program, list(specs)), build_topology(list(specs))
+    return estimate_costs(program, list(specs)), build_topology(list(specs), hosts=hosts)
 
 
 def place(

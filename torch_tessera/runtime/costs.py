@@ -53,6 +53,9 @@ class Topology:
         latency: ``[D, D]`` seconds of fixed cost per transfer ``src -> dst`` (diagonal unused).
         memory: bytes each device may use for this model (weights, state, activations).
         source: where the link figures come from.
+        hosts: host name of every device (empty: all on one host). Pairs on different hosts are linked by the
+            network (see :func:`torch_tessera.runtime.links.build_topology`), which the bandwidth and latency already
+            reflect; this field says why.
     """
 
     devices: tuple[str, ...]
@@ -60,6 +63,11 @@ class Topology:
     latency: np.ndarray
     memory: tuple[int, ...] = field(default=())
     source: str = "unspecified"
+    hosts: tuple[str, ...] = field(default=())
+
+    def same_host(self, a: int, b: int) -> bool:
+        """Whether devices ``a`` and ``b`` share a host (always, when no hosts were given)."""
+        return not self.hosts or self.hosts[a] == self.hosts[b]
 
     def transfer_seconds(self, src: int, dst: int, nbytes: int) -> float:
         """Predicted time to move ``nbytes`` from device ``src`` to ``dst`` (0 when src == dst)."""

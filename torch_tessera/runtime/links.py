@@ -17,6 +17,15 @@ memory (two sequential copies: half the bandwidth, twice the latency). The paper
 (25-50 GB/s), the same order as PCIe 4/5 x16. Two partitions of one GPU copy device-to-device (read + write at the
 device's bandwidth). CPU virtual devices copy host memory (nominal 5 GB/s, 5 us).
 
+Hosts. When ``build_topology`` is given the host of every device, a pair on different hosts talks over the network
+(:data:`NETWORK_FIGURES`, default ``rdma400``) instead of the intra-host link:
+
+* ``rdma400``: one 400 Gb/s InfiniBand NDR / RoCE NIC per GPU (NVIDIA ConnectX-7 datasheet: 400 Gb/s = 50 GB/s per
+  direction) x 0.9 achievable; 10 us per hop (NIC one-way ~2 us plus NCCL's proxy thread and kernel launch; replace
+  it with the figure ``bench/gpu_distributed.py`` measures).
+* ``rdma200``: 200 Gb/s HDR / ConnectX-6 (25 GB/s per direction) x 0.9; 10 us.
+* ``tcp100``: 100 GbE without RDMA (gloo, NCCL's socket transport): 12.5 GB/s x 0.7; 30 us (kernel TCP stack).
+
 Measurement. Per ordered pair: the latency of a 4 KiB copy, and bandwidth for message sizes 4 KiB .. 1 GiB, with CUDA
 events on the source's stream (torch copies between GPUs on the source device's current stream). Peer copies when
 ``torch.cuda.can_device_access_peer``; pinned-host staging otherwise.
@@ -55,6 +64,11 @@ LINK_FIGURES: Mapping[str, LinkFigure] = {
     "nvlink3": LinkFigure(300e9 * 0.875, 8e-6, "NVLink 3 300 GB/s/dir (A100 datasheet) x 0.875"),
     "nvlink4": LinkFigure(450e9 * 0.875, 8e-6, "NVLink 4 450 GB/s/dir (H100/H200 datasheets) x 0.875 (measured H200)"),
     "nvlink5": LinkFigure(900e9 * 0.875, 8e-6, "NVLink 5 900 GB/s/dir (HGX B200 specifications) x 0.875"),
+}
+NETWORK_FIGURES: Mapping[str, LinkFigure] = {
+    "rdma400": LinkFigure(50e9 * 0.9, 10e-6, "400 Gb/s NDR/RoCE NIC, 50 GB/s/dir (ConnectX-7 datasheet) x 0.9"),
+    "rdma200": LinkFigure(25e9 * 0.9, 10e-6, "200 Gb/s HDR NIC, 25 GB/s/dir (ConnectX-6 datasheet) x 0.9"),
+    "tcp100": LinkFigure(12.5e9 * 0.7, 30e-6, "100 GbE TCP, 12.5 GB/s/dir (IEEE 802.3) x 0.7"),
 }
 HOST_COPY = LinkFigure(5e9, 5e-6, "CPU virtual devices: nominal host memcpy")
 _PCIE_OF = {"pcie4": "pcie4", "pcie5": "pcie5", "nvlink3": "pcie4", "nvlink4": "pcie5", "nvlink5": "pcie5"}
@@ -112,19 +126,42 @@ class LinkMeasurement:
         return size / self.seconds_by_size[size]
 
 
-def build_topology(devices: Sequence[DeviceSpec | str], measured: Sequence[LinkMeasurement] = ()) -> Topology:
+def build_topology(devices: Sequence[DeviceSpec | str], measured: Sequence[LinkMeasurement] = (),
+                   hosts: Sequence[str] | None = None, network: str | LinkFigure = "rdma400") -> Topology:
     """Links of every ordered pair: measured where ``measured`` has the pair, modelled otherwise.
 
     The memory of each device is its budget or capacity (``DeviceSpec.memory_bytes``).
+
+    Args:
+        devices: device specs or strings, in plan order.
+        measured: link measurements (by device names); they win over the model for pairs on one host.
+        hosts: host name of each device (same order); pairs on different hosts get the ``network`` link. ``None``:
+            every device on one host.
+        network: a :data:`NETWORK_FIGURES` key or a :class:`LinkFigure` (e.g. from a measurement).
+
+    Raises:
+        ConfigError: ``hosts`` has the wrong length, or ``network`` is not a known figure.
     """
+    from torch_tessera.errors import ConfigError
+
     specs = [parse_device(d) if isinstance(d, str) else d for d in devices]
     n = len(specs)
+    if hosts is not None and len(hosts) != n:
+        raise ConfigError(f"hosts gives {len(hosts)} host names for {n} devices; give one per device")
+    if isinstance(network, str):
+        if network not in NETWORK_FIGURES:
+            raise ConfigError(f"network {network!r} is not one of {sorted(NETWORK_FIGURES)}")
+        network = NETWORK_FIGURES[network]
     bw, lat = np.full((n, n), np.inf), np.zeros((n, n))
     got = {(m.src, m.dst): m for m in measured}
     sources = set()
     for i, a in enumerate(specs):
         for j, b in enumerate(specs):
             if i == j:
+                continue
+            if hosts is not None and hosts[i] != hosts[j]:
+                bw[i, j], lat[i, j] = network.bandwidth, network.latency
+                sources.add("across hosts: " + network.source)
                 continue
             m = got.get((a.name, b.name))
             if m is not None:
@@ -134,7 +171,8 @@ def build_topology(devices: Sequence[DeviceSpec | str], measured: Sequence[LinkM
                 bw[i, j], lat[i, j], why = model_link(a, b)
                 sources.add(why)
     return Topology(tuple(s.name for s in specs), bw, lat, tuple(s.memory_bytes for s in specs),
-                    source="; ".join(sorted(sources)) or "single device")
+                    source="; ".join(sorted(sources)) or "single device",
+                    hosts=tuple(hosts) if hosts is not None else ())
 
 
 # ---------------------------------------------------------------------------------------------------------- measuring

@@ -56,6 +56,11 @@ class TesseraRunner:
         return self.executor(args)
 
     @property
+    def kernel_objects(self) -> Mapping[str, Any]:
+        """The live kernel objects from lowering (usable on the home device)."""
+        return self._kernel_objects
+
+    @property
     def placement(self) -> Mapping[int, int]:
         return self.executor.schedule.placement
 

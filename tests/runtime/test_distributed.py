@@ -1,0 +1,135 @@
+"""The process-per-device runtime: two gloo ranks run a plan that cuts the tiny Llama and match eager; a rank that
+dies or stops answering ends the run on the other rank with :class:`PeerFailureError` within the timeout.
+
+Each test launches real processes (``torchrun``, or the same environment set by hand where a test must watch each
+rank on its own: torchrun stops every rank as soon as one fails).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import TEST_DEVICE
+from torch_tessera.runtime.costs import Topology
+from torch_tessera.runtime.links import NETWORK_FIGURES, build_topology
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    env.pop("TESSERA_TEST_DEVICE", None)
+    return env
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
+def test_two_gloo_ranks_run_the_tiny_llama_plan_and_match_eager(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "-m", "torch_tessera.cli", "dist-run", "--model", "llama",
+           "--size", "tiny", "--devices", "cpu:0,cpu:1", "--policy", "random", "--seed", "1", "--timeout", "60",
+           "--calls", "2", "--json", str(tmp_path / "rank{rank}.json")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["ok"], r0["failures"]
+    assert r0["equal_inprocess"]  # bit-identical to the in-process runtime on cpu:0,cpu:1
+    assert r0["max_abs_diff_eager"] < 1e-4
+    assert r0["cut_edges"] > 0 and r0["launches"] > 0 and r1["launches"] > 0  # both ranks compute
+    sent = {tuple(e) for r in (r0, r1) for e in r["cut_edges_sent"]}
+    received = {tuple(e) for r in (r0, r1) for e in r["cut_edges_received"]}
+    assert len(sent) == r0["cut_edges"] and sent == received  # every cut edge crossed once, nothing else
+    assert r0["launches"] + r1["launches"] == r0["total_launches"]
+    assert r0["messages"] < r0["ranges"]["cut"]  # ranges with one peer between two launches travel together
+
+
+def _launch_rank(rank: int, port: int, args: list[str], log: Path) -> subprocess.Popen:
+    env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+               WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    return subprocess.Popen([sys.executable, "-m", "torch_tessera.cli", "dist-run", *args], cwd=ROOT, env=env,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
+@pytest.mark.parametrize("mode", ["exit", "hang"])
+def test_a_failed_rank_ends_the_run_with_an_error_naming_it_within_the_timeout(tmp_path, mode):
+    timeout, margin = 4.0, 10.0
+    args = ["--model", "mlp", "--devices", "cpu:0,cpu:1", "--policy", "random", "--seed", "0", "--timeout",
+            str(timeout), "--calls", "1", "--no-inprocess", "--inject-failure", f"1:{mode}"]
+    port = _free_port()
+    logs = [tmp_path / "rank0.log", tmp_path / "rank1.log"]
+    procs = [_launch_rank(r, port, args, logs[r]) for r in (0, 1)]
+    try:
+        t_fault = None
+        deadline = time.monotonic() + 240
+        while procs[0].poll() is None and time.monotonic() < deadline:
+            if t_fault is None:
+                marks = [l for l in logs[1].read_text().splitlines() if l.startswith("DIST-RUN-FAULT")]
+                if marks:
+                    t_fault = float(marks[0].split()[1])
+            time.sleep(0.05)
+        t_end = time.time()
+        out0 = logs[0].read_text()
+        assert procs[0].returncode == 2, out0[-3000:] + logs[1].read_text()[-2000:]
+        assert t_fault is not None, logs[1].read_text()[-3000:]
+        error = next(l for l in out0.splitlines() if l.startswith("tessera dist-run: error:"))
+        assert "rank 0" in error and "rank 1 failed" in error, error
+        assert "launch" in error and "buffer" in error, error  # the edge: launches, kernels, buffer range
+        elapsed = t_end - t_fault
+        assert elapsed < timeout + margin, (elapsed, error)
+        if mode == "hang":
+            assert f"no answer within {timeout:g} s" in error, error
+            assert elapsed >= timeout - 0.5, elapsed
+        else:
+            assert "connection failed" in error, error
+            assert procs[1].wait(timeout=30) == 17
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_hosts_put_a_network_link_between_devices_on_different_hosts():
+    devices = ["sim:h200", "sim:h200", "sim:h200"]
+    one = build_topology(devices)
+    two = build_topology(devices, hosts=["a", "a", "b"])
+    net = NETWORK_FIGURES["rdma400"]
+    assert two.bandwidth[0, 1] == one.bandwidth[0, 1] > net.bandwidth  # same host: NVLink, as before
+    assert two.bandwidth[0, 2] == two.bandwidth[2, 1] == net.bandwidth
+    assert two.latency[1, 2] == net.latency
+    assert two.same_host(0, 1) and not two.same_host(1, 2) and one.same_host(0, 2)
+    assert two.transfer_seconds(0, 2, 64 << 20) > 5 * two.transfer_seconds(0, 1, 64 << 20)
+    assert "across hosts" in two.source and two.hosts == ("a", "a", "b")
+
+
+def test_the_scheduler_prices_cross_host_hops():
+    """A kernel chain where the second device is faster for half the kernels: a fast link lets the plan use it, a
+    slow network link makes the hops cost more than they save."""
+    from torch_tessera.scheduler import plan
+    from torch_tessera.scheduler.synthetic import roofline_costs, transformer_dag
+
+    dag = transformer_dag(layers=2, tokens=64, hidden=1024)
+    costs = roofline_costs(dag, ["big", "small"])
+    fast = Topology.uniform(costs.devices, 350e9, 20e-6)
+    slow = Topology(costs.devices, np.full((2, 2), 1e6), np.full((2, 2), 1e-3), hosts=("a", "b"))
+    p_fast = plan(dag, costs, fast, policy="latency", cache_dir=False, time_limit=5)
+    p_slow = plan(dag, costs, slow, policy="latency", cache_dir=False, time_limit=5)
+    assert p_slow.predicted_seconds >= p_fast.predicted_seconds
+    placement = next(iter(p_slow.placements.values()))
+    assert len(set(placement.values())) == 1  # across a 1 MB/s, 1 ms link nothing is worth cutting

@@ -1,0 +1,601 @@
+"""Process-per-device runtime: one process (rank) per device, cut edges sent through ``torch.distributed``.
+
+Rank ``r`` runs device ``r`` of a placement. Every rank builds the same :class:`Schedule` as the in-process
+:class:`~torch_tessera.runtime.placed.PlacedExecutor` (:func:`build_schedule`) and walks it in the same order, doing
+only its part: its own launches, and its end of every copy (``isend`` of exactly the producer's bytes, ``irecv`` of
+exactly the consumer's). Storages are flat ``uint8`` tensors, so a copy moves a byte range whatever the dtype.
+Consecutive copies between two launches go out as one ``batch_isend_irecv`` (one NCCL group). Because every rank walks
+the same global order and only waits on operations it posted earlier, the waits cannot form a cycle.
+
+Ordering: a receive is waited on just before the first local launch that touches its buffer; a send is waited on
+before a local launch writes its buffer, before the buffer is freed and at the end of the call. On CUDA (NCCL) a wait
+makes the compute stream wait for NCCL's stream, so the host keeps queuing work as in the in-process executor; on CPU
+(gloo) it blocks. At the end of a call every outstanding transfer is awaited.
+
+Failure: every wait on a peer is bounded by ``timeout_s`` (gloo: ``Work.wait(timeout)``; NCCL: polling
+``Work.is_completed()`` at the end of the call). A peer that died (connection reset) or stopped answering raises
+:class:`~torch_tessera.errors.PeerFailureError` naming this rank, the peer, the edge and the timeout; the process
+group's own timeout is set later than ours, as a backstop. Launch the ranks with ``torchrun`` (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` in the environment); ``tessera dist-run`` is the
+command-line entry point.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import os
+import socket
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+from torch.utils._pytree import tree_flatten
+
+from torch_tessera.errors import ConfigError, PeerFailureError, RendezvousError, TesseraError
+from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.lowering.program import BufferKind, ExternLaunch, KernelProgram, TensorArg
+from torch_tessera.runtime.executor import (
+    BufferPool,
+    KernelLauncher,
+    bind_input,
+    fresh_extern_outputs,
+    launch_buffers,
+)
+from torch_tessera.runtime.placed import POISON
+from torch_tessera.runtime.schedule import CopyStep, LaunchStep, Schedule, Step, build_schedule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """This process's place in a multi-process run.
+
+    Attributes:
+        rank: this process's rank, which is also its device index in placements.
+        world_size: number of ranks.
+        backend: ``"nccl"`` (CUDA devices) or ``"gloo"`` (CPU).
+        device: the torch device this rank computes on.
+        timeout_s: seconds any wait on a peer may take before :class:`PeerFailureError`.
+        control: a gloo group over all ranks for handshakes (``None``: the default group, already gloo).
+        hosts: host name of every rank (``socket.gethostname()``), in rank order.
+    """
+
+    rank: int
+    world_size: int
+    backend: str
+    device: torch.device
+    timeout_s: float
+    control: Any = None
+    hosts: tuple[str, ...] = ()
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise RendezvousError(
+            f"environment variable {name} is not set: launch every rank with torchrun "
+            f"(torchrun --nproc-per-node N -m torch_tessera.cli dist-run ...)"
+        )
+    return int(value)
+
+
+def init_distributed(device: str | torch.device | None = None, timeout_s: float = 30.0,
+                     backend: str | None = None) -> DistContext:
+    """Join the process group of a ``torchrun`` launch and return this rank's :class:`DistContext`.
+
+    Sets ``NCCL_NVLS_ENABLE=0`` unless already set (NVLink SHARP multicast is off on our machines), makes ``device``
+    the current CUDA device, initialises the default group (NCCL for CUDA, gloo for CPU) and a gloo control group,
+    and gathers every rank's host name.
+
+    Args:
+        device: this rank's device; default ``cuda:$LOCAL_RANK`` when CUDA is available, else ``cpu``.
+        timeout_s: seconds a wait on a peer may take (rendezvous included) before an error; the process group's own
+            timeout is set to ``max(2 * timeout_s, timeout_s + 30)``, a backstop behind ours.
+        backend: ``"nccl"`` or ``"gloo"``; default from the device type.
+
+    Raises:
+        RendezvousError: not launched by torchrun, or the ranks could not meet within the timeout.
+        ConfigError: a non-positive timeout, or NCCL asked for a CPU device.
+    """
+    if timeout_s <= 0:
+        raise ConfigError(f"timeout_s={timeout_s} must be positive (seconds)")
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    if device is None:
+        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
+    if backend == "nccl" and dev.type != "cuda":
+        raise ConfigError(f"backend nccl needs a CUDA device, rank {rank} was given {dev}")
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    backstop = datetime.timedelta(seconds=max(2 * timeout_s, timeout_s + 30))
+    try:
+        if not dist.is_initialized():
+            dist.init_process_group(backend, rank=rank, world_size=world, timeout=backstop)
+        control = dist.new_group(backend="gloo", timeout=backstop) if backend != "gloo" else None
+        hosts: list = [None] * world
+        dist.all_gather_object(hosts, socket.gethostname(), group=control)
+    except RuntimeError as e:
+        raise RendezvousError(
+            f"rank {rank} of {world} could not meet the others at {os.environ.get('MASTER_ADDR')}:"
+            f"{os.environ.get('MASTER_PORT')} ({type(e).__name__}: {e}); check that every rank started and the "
+            f"address is reachable"
+        ) from e
+    log.info("rank %d/%d joined (%s on %s, host %s)", rank, world, backend, dev, hosts[rank])
+    return DistContext(rank, world, backend, dev, float(timeout_s), control, tuple(hosts))
+
+
+def plan_fingerprint(program: KernelProgram, placement: Mapping[int, int]) -> str:
+    """A hash of what every rank must agree on: launches, their buffers, buffer sizes and the placement.
+
+    Device names are left out (each rank lowered the program on its own device).
+    """
+    h = hashlib.sha256()
+    for launch in program.launches:
+        name = getattr(launch, "kernel", None) or getattr(launch, "op", "")
+        h.update(f"{launch.index}:{name}:{sorted(launch_buffers(launch))};".encode())
+    for b in sorted(program.buffers.values(), key=lambda b: b.name):
+        h.update(f"{b.name}:{b.nbytes}:{b.kind.value};".encode())
+    h.update(repr(sorted(placement.items())).encode())
+    return h.hexdigest()[:16]
+
+
+def agree_on_plan(ctx: DistContext, program: KernelProgram, placement: Mapping[int, int] | None) -> dict[int, int]:
+    """Rank 0's placement, broadcast to every rank; then check every rank holds the same program.
+
+    Args:
+        ctx: this rank's context.
+        program: the program this rank lowered (every rank lowers the same model with the same seed).
+        placement: launch index -> device (= rank) index; only rank 0's is used (others may pass ``None``).
+
+    Returns:
+        Rank 0's placement.
+
+    Raises:
+        RendezvousError: a rank's program differs from rank 0's (different model, seed, shapes or torch version).
+    """
+    box = [dict(placement) if ctx.rank == 0 and placement is not None else None]
+    dist.broadcast_object_list(box, src=0, group=ctx.control)
+    if box[0] is None:
+        raise RendezvousError("rank 0 gave no placement to broadcast")
+    chosen = {int(k): int(v) for k, v in box[0].items()}
+    prints: list = [None] * ctx.world_size
+    dist.all_gather_object(prints, plan_fingerprint(program, chosen), group=ctx.control)
+    bad = [r for r, p in enumerate(prints) if p != prints[0]]
+    if bad:
+        raise RendezvousError(
+            f"ranks {bad} lowered a different program than rank 0 (fingerprints {prints}); every rank must build the "
+            f"same model with the same seed, input shapes and torch version"
+        )
+    return chosen
+
+
+@dataclass
+class _Pending:
+    """One posted message this rank takes part in.
+
+    Attributes:
+        steps: the copies it carries (several when packed into one staging buffer).
+        kind: ``"send"`` or ``"recv"``.
+        works: the ``Work`` handles to wait on.
+        buffers: the pool buffers the message still reads (send) or will write (recv); empty for a packed send,
+            whose bytes were copied into the staging buffer when it was posted.
+        unpack: for a packed receive, ``(staging slice, destination slice)`` pairs to copy once it has arrived.
+    """
+
+    steps: tuple[CopyStep, ...]
+    kind: str
+    works: tuple
+    buffers: frozenset
+    unpack: tuple = ()
+    done: bool = False
+
+    def touches(self, buffer: str, span: tuple[int, int] | None) -> bool:
+        if buffer not in self.buffers:
+            return False
+        return span is None or any(s.buffer == buffer and s.start < span[1] and span[0] < s.end for s in self.steps)
+
+
+@dataclass
+class TransferStats:
+    """What one rank moved.
+
+    Attributes:
+        ranges: byte ranges moved, by purpose (``cut``, ``input``, ``weights``, ``gather``).
+        messages: point-to-point operations posted (ranges with one peer between two launches share one).
+        bytes_sent: bytes sent, by purpose.
+        bytes_received: bytes received, by purpose.
+        batches: ``batch_isend_irecv`` calls (groups of more than one operation).
+        cut_edges_sent: distinct cut edges this rank sent in the last call.
+        cut_edges_received: distinct cut edges this rank received in the last call.
+    """
+
+    ranges: Counter = field(default_factory=Counter)
+    messages: int = 0
+    bytes_sent: Counter = field(default_factory=Counter)
+    bytes_received: Counter = field(default_factory=Counter)
+    batches: int = 0
+    cut_edges_sent: set = field(default_factory=set)
+    cut_edges_received: set = field(default_factory=set)
+
+
+class DistributedExecutor:
+    """This rank's part of a placed program: its launches, and its end of every transfer.
+
+    Every rank constructs it with the same program, DAG and placement (see :func:`agree_on_plan`) and calls
+    :meth:`run` the same number of times. Rank ``r`` runs the launches placed on device ``r``.
+
+    Args:
+        program: the kernel program (lowered on this rank's device).
+        dag: its dependency DAG.
+        placement: launch index -> device index, which is the rank that runs it.
+        ctx: this rank's context (:func:`init_distributed`).
+        kernel_objects: live kernel objects from this rank's lowering (others are loaded from source).
+        home: the rank holding the caller's inputs and receiving the outputs.
+        weights: ``"local"``: every rank binds the parameters it reads from its own ``inputs`` (each built the same
+            model); ``"send"``: the home rank sends them once, at the first call.
+        step_hook: called as ``step_hook(call, step)`` before each step this rank takes part in (fault injection in
+            tests, tracing).
+
+    Attributes:
+        schedule: the global step list (same on every rank).
+        stats: this rank's :class:`TransferStats`.
+        launches_executed: launches run on this rank since construction.
+        calls: completed calls.
+
+    Raises:
+        ConfigError: the placement uses more devices than there are ranks, or ``weights`` is unknown.
+    """
+
+    def __init__(
+        self,
+        program: KernelProgram,
+        dag: DependencyGraph,
+        placement: Mapping[int, int],
+        ctx: DistContext,
+        kernel_objects: Mapping[str, Any] | None = None,
+        home: int = 0,
+        weights: str = "local",
+        step_hook: Callable[[int, Step], None] | None = None,
+    ) -> None:
+        n_dev = max(list(placement.values()) + [home]) + 1
+        if n_dev > ctx.world_size:
+            raise ConfigError(f"the placement uses {n_dev} devices but only {ctx.world_size} ranks are running; launch "
+                              f"one rank per device (torchrun --nproc-per-node {n_dev})")
+        if weights not in ("local", "send"):
+            raise ConfigError(f"weights={weights!r} is not one of ('local', 'send')")
+        self.program, self.ctx, self.home, self.weights = program, ctx, home, weights
+        self.rank = ctx.rank
+        self.timeout_s = ctx.timeout_s
+        self.step_hook = step_hook
+        self.schedule: Schedule = build_schedule(program, dag, placement, home)
+        self._names = {n: d["name"] for n, d in dag.graph.nodes(data=True)}
+        self._writes = {n: {b for b, _, _ in d["write_ranges"]} for n, d in dag.graph.nodes(data=True)}
+        self._cuda = ctx.device.type == "cuda"
+        self.launcher = KernelLauncher(program, kernel_objects, ctx.device)
+        self._fresh = fresh_extern_outputs(program)
+        self._items = self._my_items(self.schedule.steps)
+        self._free_after = self._last_uses()
+        self._weights = BufferPool(ctx.device)
+        self._setup_done = weights == "local"
+        self._pending: list[_Pending] = []
+        self.stats = TransferStats()
+        self.launches_executed = 0
+        self.calls = 0
+
+    # -- the plan, seen from this rank ----------------------------------------------------------------------------
+    def _mine(self, step: CopyStep) -> bool:
+        return self.rank in (step.src, step.dst)
+
+    def _my_items(self, steps: Sequence[Step]) -> list[LaunchStep | tuple[CopyStep, ...]]:
+        """This rank's launches, and its copies grouped into runs between two launches of the global schedule."""
+        items: list[LaunchStep | tuple[CopyStep, ...]] = []
+        run: list[CopyStep] = []
+        for step in list(steps) + [None]:
+            if isinstance(step, CopyStep):
+                if self._mine(step):
+                    run.append(step)
+                continue
+            if run:
+                items.append(tuple(run))
+                run = []
+            if isinstance(step, LaunchStep) and step.device == self.rank:
+                items.append(step)
+        return items
+
+    def _last_uses(self) -> dict[int, list[str]]:
+        """Item index after which each temporary buffer is no longer needed on this rank."""
+        temps = {b.name for b in self.program.buffers.values() if b.kind == BufferKind.TEMP}
+        outputs = {o.buffer for o in self.program.outputs if isinstance(o, TensorArg)}
+        last: dict[str, int] = {}
+        for i, item in enumerate(self._items):
+            names = launch_buffers(self.program.launches[item.launch]) if isinstance(item, LaunchStep) else \
+                {s.buffer for s in item}
+            for b in names:
+                last[b] = i
+        out: dict[int, list[str]] = {}
+        for b, i in last.items():
+            if b in temps and not (self.rank == self.home and b in outputs):
+                out.setdefault(i, []).append(b)
+        return out
+
+    # -- a call ---------------------------------------------------------------------------------------------------
+    def __call__(self, args: list) -> list:
+        """Inductor's calling convention (the callee clears ``args``), so a compiled model can run on every rank.
+
+        On ranks other than home the outputs are placeholders of the right shapes (NaN or zero): the values live on
+        the home rank only.
+        """
+        inputs = list(args)
+        if isinstance(args, list):
+            args.clear()
+        out = self.run(inputs)
+        return out if out is not None else self.placeholder_outputs()
+
+    def placeholder_outputs(self) -> list:
+        """Outputs of the right size, strides and dtype on this rank's device, filled with NaN (floats) or 0."""
+        out = []
+        for o in self.program.outputs:
+            if not isinstance(o, TensorArg):
+                out.append(o.value)
+                continue
+            t = torch.empty_strided(o.size, o.stride, dtype=o.dtype, device=self.ctx.device)
+            out.append(t.fill_(float("nan") if t.is_floating_point() else 0))
+        return out
+
+    def run(self, inputs: Sequence[Any] | None) -> list | None:
+        """Run this rank's part of one call.
+
+        Args:
+            inputs: the graph inputs in program order (tensors on this rank's device). The home rank needs all of
+                them; other ranks need the parameters when ``weights="local"`` and may pass ``None`` otherwise.
+
+        Returns:
+            On the home rank, the program's outputs (tensors on its device); ``None`` on other ranks.
+
+        Raises:
+            PeerFailureError: a peer died or did not answer within ``timeout_s``; names the peer and the edge.
+            TesseraError: wrong inputs, or an inconsistent schedule.
+        """
+        program = self.program
+        if inputs is not None and len(inputs) != len(program.inputs):
+            raise TesseraError(f"program expects {len(program.inputs)} inputs, got {len(inputs)}")
+        pool = BufferPool(self.ctx.device)
+        pool.storages.update(self._weights.storages)
+        self._bind_inputs(pool, inputs)
+        self.stats.cut_edges_sent, self.stats.cut_edges_received = set(), set()
+        if not self._setup_done:
+            mine = tuple(s for s in self.schedule.setup if self._mine(s))
+            if mine:
+                self._post(mine, pool)
+                self._wait_all()
+            for s in mine:
+                if s.dst == self.rank:
+                    self._weights.storages[s.buffer] = pool.storages[s.buffer]
+            self._setup_done = True
+        for i, item in enumerate(self._items):
+            if isinstance(item, LaunchStep):
+                self._hook(item)
+                self._launch(item, pool)
+            else:
+                for s in item:
+                    self._hook(s)
+                self._post(item, pool)
+            for b in self._free_after.get(i, ()):
+                self._wait_for(b, ("send", "recv"))
+                pool.free(b)
+        self._wait_all()
+        self.calls += 1
+        if self.rank != self.home:
+            return None
+        for o in program.outputs:
+            if isinstance(o, TensorArg):
+                self._ensure(pool, o.buffer)
+        return [pool.view(o) if isinstance(o, TensorArg) else o.value for o in program.outputs]
+
+    def _hook(self, step: Step) -> None:
+        if self.step_hook is not None:
+            self.step_hook(self.calls, step)
+
+    def _bind_inputs(self, pool: BufferPool, inputs: Sequence[Any] | None) -> None:
+        specs = self.program.inputs
+        if self.rank == self.home:
+            wanted = range(len(specs))
+        elif self.weights == "local":
+            wanted = [i for i, s in enumerate(specs) if isinstance(s, TensorArg)
+                      and self.program.buffers[s.buffer].kind == BufferKind.PARAMETER]
+        else:
+            return
+        if wanted and inputs is None:
+            raise TesseraError(f"rank {self.rank} needs the graph inputs (its parameters, weights='local'); pass them "
+                               f"or use weights='send'")
+        for i in wanted:
+            spec = specs[i]
+            if isinstance(spec, TensorArg) and spec.buffer not in pool:
+                bind_input(pool, spec, inputs[i], i)
+
+    def _ensure(self, pool: BufferPool, name: str) -> None:
+        if name in pool:
+            return
+        pool.allocate(name, self.program.buffers[name].nbytes)
+        if not self._cuda:
+            pool.storages[name].fill_(POISON)  # a missing transfer shows up as NaN
+
+    def _launch(self, step: LaunchStep, pool: BufferPool) -> None:
+        launch = self.program.launches[step.launch]
+        touched = launch_buffers(launch)
+        for b in touched:
+            self._wait_for(b, ("recv",))
+        for b in self._writes.get(step.launch, ()):
+            self._wait_for(b, ("send",))  # the bytes in flight must not change under the send
+        for b in touched:
+            if b not in self._fresh.get(launch.index, ()):
+                self._ensure(pool, b)
+        with _device_ctx(self.ctx.device):
+            stream = torch.cuda.current_stream() if self._cuda else None
+            result = self.launcher.launch(launch, pool, stream)
+        if isinstance(launch, ExternLaunch) and launch.index in self._fresh:
+            leaves = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
+            for spec, t in zip(launch.outputs, leaves):
+                if spec.buffer in self._fresh[launch.index]:
+                    pool.bind(spec.buffer, t)
+        self.launches_executed += 1
+
+    # -- transfers ------------------------------------------------------------------------------------------------
+    def _post(self, steps: Sequence[CopyStep], pool: BufferPool) -> None:
+        """Post this rank's end of ``steps``: one message per peer and direction (several byte ranges are packed
+        into one staging buffer), all in one ``batch_isend_irecv`` when there are several messages."""
+        groups: dict[tuple[str, int], list[CopyStep]] = {}
+        for s in steps:
+            key = ("send", s.dst) if s.src == self.rank else ("recv", s.src)
+            groups.setdefault(key, []).append(s)
+            self._count(s, key[0])
+        ops, pendings = [], []
+        for (kind, peer), group in groups.items():
+            tensor, pending = self._prepare(kind, group, pool)
+            ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer))
+            pendings.append(pending)
+        try:
+            if len(ops) == 1:
+                works = [ops[0].op(ops[0].tensor, ops[0].peer)]
+            else:
+                works = dist.batch_isend_irecv(ops)
+                self.stats.batches += 1
+        except RuntimeError as e:
+            raise self._failure(pendings[0], e) from e
+        self.stats.messages += len(ops)
+        works = [w for w in works if w is not None]
+        for k, p in enumerate(pendings):
+            p.works = (works[k],) if len(works) == len(ops) else tuple(works)
+            self._pending.append(p)
+
+    def _count(self, s: CopyStep, kind: str) -> None:
+        self.stats.ranges[s.purpose] += 1
+        if kind == "send":
+            self.stats.bytes_sent[s.purpose] += s.nbytes
+            if s.edge is not None:
+                self.stats.cut_edges_sent.add(s.edge)
+        else:
+            self.stats.bytes_received[s.purpose] += s.nbytes
+            if s.edge is not None:
+                self.stats.cut_edges_received.add(s.edge)
+
+    def _prepare(self, kind: str, group: list[CopyStep], pool: BufferPool) -> tuple[torch.Tensor, _Pending]:
+        """The tensor to send or receive into for ``group`` (copies with one peer), and its pending record."""
+        for s in group:
+            if kind == "send":
+                if s.buffer not in pool:
+                    raise TesseraError(f"rank {self.rank}: {s.purpose} send of {s.buffer}[{s.start}:{s.end}] "
+                                       f"(edge {s.edge}): the buffer does not exist here; the schedule is inconsistent")
+                self._wait_for(s.buffer, ("recv",), (s.start, s.end))
+            else:
+                self._ensure(pool, s.buffer)
+                self._wait_for(s.buffer, ("send", "recv"), (s.start, s.end))
+        slices = [pool.storages[s.buffer][s.start:s.end] for s in group]
+        names = frozenset(s.buffer for s in group)
+        if len(group) == 1:
+            return slices[0], _Pending(tuple(group), kind, (), names)
+        if kind == "send":
+            return torch.cat(slices), _Pending(tuple(group), kind, (), frozenset())
+        staging = torch.empty(sum(s.nbytes for s in group), dtype=torch.uint8, device=self.ctx.device)
+        pairs, at = [], 0
+        for s, dst in zip(group, slices):
+            pairs.append((staging[at:at + s.nbytes], dst))
+            at += s.nbytes
+        return staging, _Pending(tuple(group), kind, (), names, tuple(pairs))
+
+    def _wait_for(self, buffer: str, kinds: Sequence[str], span: tuple[int, int] | None = None) -> None:
+        """Wait for the pending transfers of ``buffer`` of the given kinds (overlapping ``span`` if given)."""
+        for p in self._pending:
+            if not p.done and p.kind in kinds and p.touches(buffer, span):
+                self._wait(p, final=False)
+        self._pending = [p for p in self._pending if not p.done]
+
+    def _wait_all(self) -> None:
+        for p in self._pending:
+            if not p.done:
+                self._wait(p, final=True)
+        self._pending = []
+
+    def _wait(self, p: _Pending, final: bool) -> None:
+        """Wait for one transfer: blocking with a timeout on CPU; stream-ordered on CUDA, polled at the call's end."""
+        try:
+            for w in p.works:
+                if not self._cuda:
+                    w.wait(timeout=datetime.timedelta(seconds=self.timeout_s))
+                    continue
+                if final:
+                    deadline = time.monotonic() + self.timeout_s
+                    while not w.is_completed():
+                        if time.monotonic() > deadline:
+                            raise self._failure(p, None)
+                        time.sleep(20e-6)
+                w.wait()
+        except RuntimeError as e:
+            if isinstance(e, PeerFailureError):
+                raise
+            raise self._failure(p, e) from e
+        for src, dst in p.unpack:
+            dst.copy_(src)
+        p.done = True
+
+    def describe(self, step: CopyStep) -> str:
+        """A transfer in words: the edge (launches and kernel names), the buffer range and the devices (= ranks)."""
+        where = f"buffer {step.buffer}[{step.start}:{step.end}] ({step.nbytes} bytes)"
+        if step.edge is not None:
+            u, v = step.edge
+            return (f"cut edge launch {u} ({self._names.get(u, '?')}) on rank {step.src} -> launch {v} "
+                    f"({self._names.get(v, '?')}) on rank {step.dst}, {where}")
+        return f"{step.purpose} transfer of {where} from rank {step.src} to rank {step.dst}"
+
+    def _failure(self, p: _Pending, cause: BaseException | None) -> PeerFailureError:
+        step = p.steps[0]
+        peer = step.dst if p.kind == "send" else step.src
+        text = str(cause) if cause is not None else ""
+        if cause is None or "timed out" in text.lower() or "timeout" in text.lower():
+            why = f"no answer within {self.timeout_s:g} s"
+        else:
+            why = f"the connection failed ({text.splitlines()[0][:200] if text else type(cause).__name__})"
+        verb = "sending to" if p.kind == "send" else "receiving from"
+        return PeerFailureError(
+            f"rank {self.rank} ({self.ctx.device}): {verb} rank {peer} failed, {why}, on the {self.describe(step)}"
+            f"{f' (and {len(p.steps) - 1} more ranges in the same message)' if len(p.steps) > 1 else ''}. "
+            f"Check rank {peer}'s log (it may have died); if it is only slow, raise the timeout "
+            f"(timeout_s / --timeout, now {self.timeout_s:g} s)",
+            rank=self.rank, peer=peer, edge=step.edge, buffer=step.buffer,
+        )
+
+
+def _device_ctx(device: torch.device) -> Any:
+    import contextlib
+
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def shutdown(ctx: DistContext | None, failed: bool = False) -> None:
+    """Leave the process group.
+
+    After a failure (``failed=True``) the process exits at once with status 2 (``os._exit``, after flushing the
+    standard streams and logs): with a dead or hung peer, NCCL communicators stay stuck on it and gloo's teardown
+    waits for it (~10 s measured), so a clean teardown could outlast the timeout the caller asked for.
+    """
+    if failed:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(2)
+    if not dist.is_initialized():
+        return
+    try:
+        dist.destroy_process_group()
+    except RuntimeError as e:  # a dead peer can make teardown fail; we are leaving anyway
+        log.warning("destroy_process_group: %s", e)
