@@ -133,3 +133,18 @@ def test_the_scheduler_prices_cross_host_hops():
     assert p_slow.predicted_seconds >= p_fast.predicted_seconds
     placement = next(iter(p_slow.placements.values()))
     assert len(set(placement.values())) == 1  # across a 1 MB/s, 1 ms link nothing is worth cutting
+
+
+@pytest.mark.skipif(not os.environ.get("TESSERA_BENCH_DRY_RUN"), reason="~1-2 min on 2 cores: set TESSERA_BENCH_DRY_RUN=1")
+def test_gpu_distributed_bench_dry_runs_on_cpu(tmp_path):
+    """bench/gpu_distributed.py with --cpu: gloo, cpu:0/cpu:1, the interpreter, tiny dims; everything but the GPUs."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), str(ROOT / "bench" / "gpu_distributed.py"), "--cpu", "--out",
+           str(tmp_path), "--layers", "1", "--batch", "4", "--repeats", "1", "--hop-repeats", "2", "--timeout", "60"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads((tmp_path / "distributed.json").read_text())
+    assert {r["placement"] for r in out["plans"]} == {"home", "af"}
+    assert all(r["bitwise_equal_inprocess"] for r in out["plans"])
+    assert next(r for r in out["plans"] if r["placement"] == "af")["cut_edges"] > 0
+    assert len(out["hops"]) == 6 and (tmp_path / "distributed.md").exists()
