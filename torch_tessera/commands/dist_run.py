@@ -152,6 +152,9 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
         if home and not args.no_inprocess:
             runner.set_placement(placement)
             inprocess = [t.clone() for t in _as_list(compiled(*inputs))]
+        import torch.distributed as dist
+
+        dist.barrier(group=ctx.control)  # start together: a peer's wait should not count rank 0's reference run
         executor = DistributedExecutor(runner.program, runner.dag, placement, ctx, runner.kernel_objects,
                                        weights=args.weights, step_hook=_fault_hook(args.inject_failure, ctx.rank))
         runner.executor = executor  # the compiled model now runs this rank's part of the plan
@@ -168,8 +171,6 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
             "cut_edges_sent": sorted(stats.cut_edges_sent), "cut_edges_received": sorted(stats.cut_edges_received),
             "ranges": dict(stats.ranges), "messages": stats.messages, "bytes_sent": dict(stats.bytes_sent), "batches": stats.batches}
     every: list = [None] * ctx.world_size
-    import torch.distributed as dist
-
     dist.all_gather_object(every, mine, group=ctx.control)
     result = {**mine, "compile_s": compile_s, "seconds_per_call": seconds, "policy": args.policy,
               "world_size": ctx.world_size, "total_launches": len(runner.program.launches)}

@@ -124,6 +124,15 @@ def init_distributed(device: str | torch.device | None = None, timeout_s: float 
         control = dist.new_group(backend="gloo", timeout=backstop) if backend != "gloo" else None
         hosts: list = [None] * world
         dist.all_gather_object(hosts, socket.gethostname(), group=control)
+        if backend == "nccl":  # create the communicator now, so that a broken NCCL setup fails here, bounded
+            probe = torch.ones(1, device=dev)
+            work = dist.all_reduce(probe, async_op=True)
+            deadline = time.monotonic() + timeout_s
+            while not work.is_completed():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the first NCCL all_reduce did not complete within {timeout_s:g} s")
+                time.sleep(1e-3)
+            work.wait()
     except RuntimeError as e:
         raise RendezvousError(
             f"rank {rank} of {world} could not meet the others at {os.environ.get('MASTER_ADDR')}:"
@@ -197,6 +206,7 @@ class _Pending:
     works: tuple
     buffers: frozenset
     unpack: tuple = ()
+    keep: Any = None  # the staging tensor, alive until the transfer is done
     done: bool = False
 
     def touches(self, buffer: str, span: tuple[int, int] | None) -> bool:
@@ -462,13 +472,14 @@ class DistributedExecutor:
         ops, pendings = [], []
         for (kind, peer), group in groups.items():
             tensor, pending = self._prepare(kind, group, pool)
-            ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer))
+            ops.append((dist.isend if kind == "send" else dist.irecv, tensor, peer))
             pendings.append(pending)
         try:
             if len(ops) == 1:
-                works = [ops[0].op(ops[0].tensor, ops[0].peer)]
+                fn, tensor, peer = ops[0]
+                works = [fn(tensor, peer)]
             else:
-                works = dist.batch_isend_irecv(ops)
+                works = dist.batch_isend_irecv([dist.P2POp(fn, tensor, peer) for fn, tensor, peer in ops])
                 self.stats.batches += 1
         except RuntimeError as e:
             raise self._failure(pendings[0], e) from e
@@ -505,13 +516,14 @@ class DistributedExecutor:
         if len(group) == 1:
             return slices[0], _Pending(tuple(group), kind, (), names)
         if kind == "send":
-            return torch.cat(slices), _Pending(tuple(group), kind, (), frozenset())
+            packed = torch.cat(slices)
+            return packed, _Pending(tuple(group), kind, (), frozenset(), keep=packed)
         staging = torch.empty(sum(s.nbytes for s in group), dtype=torch.uint8, device=self.ctx.device)
         pairs, at = [], 0
         for s, dst in zip(group, slices):
             pairs.append((staging[at:at + s.nbytes], dst))
             at += s.nbytes
-        return staging, _Pending(tuple(group), kind, (), names, tuple(pairs))
+        return staging, _Pending(tuple(group), kind, (), names, tuple(pairs), keep=staging)
 
     def _wait_for(self, buffer: str, kinds: Sequence[str], span: tuple[int, int] | None = None) -> None:
         """Wait for the pending transfers of ``buffer`` of the given kinds (overlapping ``span`` if given)."""
