@@ -464,13 +464,15 @@ class DistributedExecutor:
     def _post(self, steps: Sequence[CopyStep], pool: BufferPool) -> None:
         """Post this rank's end of ``steps``: one message per peer and direction (several byte ranges are packed
         into one staging buffer), all in one ``batch_isend_irecv`` when there are several messages."""
-        groups: dict[tuple[str, int], list[CopyStep]] = {}
-        for s in steps:
-            key = ("send", s.dst) if s.src == self.rank else ("recv", s.src)
+        groups: dict[tuple, list[CopyStep]] = {}
+        for i, s in enumerate(steps):
+            key: tuple = ("send", s.dst) if s.src == self.rank else ("recv", s.src)
+            if s.purpose == "weights":
+                key += (i,)  # weights are large: one message each, never a packed copy of them all
             groups.setdefault(key, []).append(s)
             self._count(s, key[0])
         ops, pendings = [], []
-        for (kind, peer), group in groups.items():
+        for (kind, peer, *_), group in groups.items():
             tensor, pending = self._prepare(kind, group, pool)
             ops.append((dist.isend if kind == "send" else dist.irecv, tensor, peer))
             pendings.append(pending)
