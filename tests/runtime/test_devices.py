@@ -40,12 +40,19 @@ def test_whole_gpu_has_datasheet_figures():
     assert d.arch == "sm_90"
 
 
-def test_partition_scales_compute_with_sm_share():
+def test_partition_takes_the_measured_share_where_measured_and_the_sm_share_elsewhere():
+    from torch_tessera.runtime.devices import MEASURED_PARTITION_SHARE
+
     d = h200("cuda:1@24sm")
     assert d.kind is DeviceKind.PARTITION and d.index == 1
     assert (d.requested_sms, d.sm_count, d.total_sms) == (24, 24, H200_SMS)
-    assert d.peak_bf16_flops == pytest.approx(H200_BF16 * 24 / 132)
-    assert d.mem_bandwidth < 4.8e12
+    flops_share, bw_share = MEASURED_PARTITION_SHARE[("h200", 24)]
+    assert d.peak_bf16_flops == pytest.approx(H200_BF16 * flops_share)
+    assert d.mem_bandwidth == pytest.approx(4.8e12 * bw_share)
+    unmeasured = h200("cuda:1@40sm")  # no measurement at 40 SMs: compute scales with the SM share
+    assert ("h200", unmeasured.sm_count) not in MEASURED_PARTITION_SHARE
+    assert unmeasured.peak_bf16_flops == pytest.approx(H200_BF16 * unmeasured.sm_count / 132)
+    assert unmeasured.mem_bandwidth < 4.8e12
 
 
 def test_partition_rounds_up_to_hardware_group():

@@ -315,11 +315,14 @@ def _gpu_spec(name: str, kind: DeviceKind, index: int | None, hw: _Hardware, req
                 f"{name}: {sms} SMs for the partition plus {req.throttle} for the streamer exceed the GPU's "
                 f"{hw.total_sms} SMs; lower the throttle to at most {hw.total_sms - sms}"
             )
-        measured = MEASURED_PARTITION_SHARE.get((e.key, sms)) if e and not req.throttle else None
+        measured = MEASURED_PARTITION_SHARE.get((e.key, sms)) if e else None
         if measured:
-            bf16, fp32, bw = bf16 * measured[0], fp32 * measured[0], bw * measured[1]
-            src += (f"; partition {sms}/{hw.total_sms} SMs: measured shares {measured[0]:.3f} of peak FLOP/s, "
-                    f"{measured[1]:.3f} of bandwidth (MEASURED_PARTITION_SHARE)")
+            # the streamer takes bandwidth, not the partition's SMs: compute keeps the measured share
+            bf16, fp32 = bf16 * measured[0], fp32 * measured[0]
+            bw = bw * measured[1] if not req.throttle else partition_bandwidth(bw, hw.total_sms, sms, req.throttle)
+            src += (f"; partition {sms}/{hw.total_sms} SMs: measured share {measured[0]:.3f} of peak FLOP/s"
+                    + (f", {measured[1]:.3f} of bandwidth (MEASURED_PARTITION_SHARE)" if not req.throttle else
+                       f" (MEASURED_PARTITION_SHARE); bandwidth from the model with a {req.throttle}-SM streamer"))
         else:
             bf16, fp32 = bf16 * sms / hw.total_sms, fp32 * sms / hw.total_sms
             bw = partition_bandwidth(bw, hw.total_sms, sms, req.throttle)
