@@ -55,6 +55,7 @@ class GraphState:
     copy_list: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     used_devices: list[int] = field(default_factory=list)
     fast_check: Any = None  # (pointers by input position, indices) for torch._C._tensors_data_ptrs_at_indices_equal
+    first_outputs: Any = None  # the capturing call's outputs (from its warm-up pass), handed out once
     lane: Any = None  # the pipeline slot whose streams the graphs were captured on (None: the executor's streams)
 
 
@@ -71,9 +72,14 @@ def _segments(executor: Any) -> list[Any]:
     return items
 
 
-def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None) -> GraphState:
+def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set | None = None) -> GraphState:
     """Static pools, a warm-up pass and one graph per segment; on ``lane``'s streams when given (a pipeline slot:
-    its pools share the weights the executor placed once instead of copying them again)."""
+    its pools share the weights the executor placed once instead of copying them again).
+
+    The warm-up pass *is* this call's execution: its outputs are cloned into ``GraphState.first_outputs`` and the
+    caller returns them without replaying, so in-place state updates (KV-cache writes, transformers' per-layer
+    cache-length counters, SSM state) happen exactly once on the capturing call. Cut edges its copies carry are added
+    to ``edges`` (default: the executor's set for this call)."""
     program = executor.program
     devices = executor.devices
     torch.cuda.synchronize()
@@ -109,10 +115,12 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None) -> GraphSta
     items = _segments(executor)
     # warm-up: one eager pass (compiles and autotunes kernels; fresh extern outputs get eager storages)
     for item in items:
-        _run_item(executor, item, pools, capture=False, lane=lane)
+        _run_item(executor, item, pools, capture=False, lane=lane, edges=edges)
     for s in streams:
         if s is not None:
             s.synchronize()
+    first_outputs = [home.view(o).clone() if isinstance(o, TensorArg) else o.value for o in program.outputs]
+    executed = executor.launches_executed  # capturing records launches, it does not run them
     mempools = {i: torch.cuda.graph_pool_handle() for i in set(executor.domains)}
     for item in items:
         if isinstance(item, Segment):
@@ -129,7 +137,9 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None) -> GraphSta
         else:
             executor._copy(item, pools, lane)
     torch.cuda.synchronize()
+    executor.launches_executed = executed
     state = GraphState(pools, items, static_inputs, bound, lane=lane)
+    state.first_outputs = first_outputs
     state.addresses = {(i, b): t.data_ptr() for i, p in enumerate(pools) for b, t in p.storages.items()}
     seen: set[str] = set()
     for k, (spec, value) in enumerate(zip(program.inputs, inputs)):
@@ -210,8 +220,13 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
         log.info("an input bound at capture (weights, state) moved; capturing again")
         state = None
     if state is None:
+        executor._edges_this_call = set()
         state = executor._graphs = _capture(executor, inputs)
         executor._join_caller()
+        executor.calls += 1
+        executor.cut_edges_transferred = len(executor._edges_this_call)
+        first, state.first_outputs = state.first_outputs, None
+        return first  # the warm-up ran this call; replaying now would apply in-place state updates twice
     else:
         main = executor.streams[executor.home]
         main.wait_stream(torch.cuda.current_stream(executor.devices[executor.home].torch_device))
@@ -232,6 +247,7 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
         if ev is not None:
             events.append((item, ev))
     executor._wait(events, [executor.streams[d] for d in state.used_devices])
+    executor.cut_edges_transferred = len(executor._edges_this_call)
     executor.calls += 1
     home = state.pools[executor.home]
     return [home.view(o) if isinstance(o, TensorArg) else o.value for o in program.outputs]
@@ -267,8 +283,10 @@ def issue_wave_with_graphs(executor: Any, wave: Sequence[tuple[int, Sequence[Any
         if state is None or moved is not None:
             for d in executor.devices:  # earlier waves may still use the slot's old static storages
                 d.synchronize()
-            state = states[k] = _capture(executor, inputs, lane)
+            state = states[k] = _capture(executor, inputs, lane, edges[m])
             lane.join(executor.devices)
+            outputs[m], state.first_outputs = state.first_outputs, None
+            continue  # its warm-up pass was this micro-batch's run (no replay: state updates apply once)
         else:
             lane.barrier()
             main = lane.streams[home]
@@ -278,6 +296,8 @@ def issue_wave_with_graphs(executor: Any, wave: Sequence[tuple[int, Sequence[Any
                 if s is not main:
                     s.wait_stream(main)
         flights.append((m, lane, state))
+    if not flights:
+        return
     chunks = schedule_chunks(flights[0][2].items)
     for start, end in chunks:
         for m, lane, state in flights:
