@@ -200,7 +200,8 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
         cuts = cut_edge_count(runner.dag, placement)
         result.update(_checks(got, want, inprocess, every, cuts, len(runner.program.launches)))
         if piped is not None:
-            result["pipelined"] = _pipelined_checks(piped, every, cuts, len(executor.schedule.copies("cut")))
+            result["pipelined"] = {**mine["pipelined"],
+                                   **_pipelined_checks(piped, every, cuts, len(executor.schedule.copies("cut")))}
             result["failures"] += result["pipelined"]["failures"]
             result["ok"] = not result["failures"]
     return result
