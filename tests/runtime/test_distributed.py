@@ -159,7 +159,8 @@ def test_gpu_distributed_bench_dry_runs_on_cpu(tmp_path):
     """bench/gpu_distributed.py with --cpu: gloo, cpu:0/cpu:1, the interpreter, tiny dims; everything but the GPUs."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), str(ROOT / "bench" / "gpu_distributed.py"), "--cpu", "--out",
-           str(tmp_path), "--layers", "1", "--batch", "4", "--repeats", "1", "--hop-repeats", "2", "--timeout", "60"]
+           str(tmp_path), "--layers", "1", "--batch", "4", "--repeats", "1", "--hop-repeats", "2", "--timeout", "60",
+           "--micro-batches", "3"]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads((tmp_path / "distributed.json").read_text())
@@ -167,3 +168,6 @@ def test_gpu_distributed_bench_dry_runs_on_cpu(tmp_path):
     assert all(r["bitwise_equal_inprocess"] for r in out["plans"])
     assert next(r for r in out["plans"] if r["placement"] == "af")["cut_edges"] > 0
     assert len(out["hops"]) == 6 and (tmp_path / "distributed.md").exists()
+    for r in out["plans"]:  # the pipelined rows: slots 1 and 2, bitwise equal to the in-process run_pipelined
+        assert r["pipelined_s1_bitwise_equal_inprocess"] and r["pipelined_s2_bitwise_equal_inprocess"], r
+        assert r["dist_pipelined_s2_ms"] > 0 and r["inprocess_pipelined_s1_ms"] > 0
