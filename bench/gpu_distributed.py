@@ -18,7 +18,11 @@ What it does, per rank (rank r = device r):
    between the ranks (:func:`agree_on_plan`). For each: the distributed run (NCCL, ``NCCL_NVLS_ENABLE=0``) and, on rank
    0 while rank 1 waits, the in-process run on ``cuda:0,cuda:1``. Outputs are compared (bitwise and max abs diff) and
    both are compared with eager PyTorch (cosine). Time per forward: median of ``--repeats``.
-3. Per-hop cost for message sizes 4 KiB .. 64 MiB: NCCL send/recv between the two processes (ping-pong, half the round
+3. Pipelined micro-batches (``--micro-batches``, default 4, each other token ids): per placement, milliseconds per
+   micro-batch with ``slots`` 1 and 2, distributed (:meth:`DistributedExecutor.run_pipelined`) and in-process
+   (:meth:`PlacedExecutor.run_pipelined`, rank 0 while rank 1 waits); the distributed outputs must equal the
+   in-process ones bitwise, micro-batch by micro-batch.
+4. Per-hop cost for message sizes 4 KiB .. 64 MiB: NCCL send/recv between the two processes (ping-pong, half the round
    trip, queued without host syncs and host-synced per hop) beside the in-process peer copy cuda:0 -> cuda:1 (CUDA
    events, and host-synced per copy).
 
@@ -54,6 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seq", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--hop-repeats", type=int, default=50)
+    ap.add_argument("--micro-batches", type=int, default=4, help="micro-batches of the pipelined rows (0: none)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds any wait on the peer may take")
     ap.add_argument("--max-seconds", type=float, default=1500.0, help="watchdog: exit non-zero after this long")
     ap.add_argument("--cpu", action="store_true", help="dry run: gloo, cpu:0/cpu:1, interpreter, tiny model")
@@ -176,8 +181,11 @@ def run_plans(args, ctx, devices, out: dict) -> None:
                     inproc.flatten(), ref.flatten(), dim=0).item()
             dist.barrier(group=ctx.control)
             ex = DistributedExecutor(runner.program, runner.dag, pl, ctx, runner.kernel_objects)
-            runner.executor = ex
+            inproc_ex, runner.executor = runner.executor, ex
+            seen: list = []  # the program's inputs, in its order: the template of the micro-batches
+            ex.run = lambda a: (seen.append(list(a)), DistributedExecutor.run(ex, a))[1]
             got = compiled(ids)
+            del ex.run
             sync(ctx.device)
             row["dist_ms"] = timed(lambda: compiled(ids), ctx.device, args.repeats) * 1e3
             row["messages_per_call"] = ex.stats.messages // max(1, ex.calls)
@@ -192,6 +200,8 @@ def run_plans(args, ctx, devices, out: dict) -> None:
                     got.flatten(), ref.flatten(), dim=0).item()
                 row["argmax_agreement_inprocess"] = float((got.argmax(-1) == inproc.argmax(-1)).float().mean())
             dist.barrier(group=ctx.control)
+            if args.micro_batches:
+                row.update(pipelined(args, ctx, ex, inproc_ex if home else None, seen[0], ids))
             rows.append(row)
         base = {r["placement"]: r for r in rows}.get("home")
         for r in rows:
@@ -199,6 +209,38 @@ def run_plans(args, ctx, devices, out: dict) -> None:
                 r["dist_us_per_cut_edge"] = (r["dist_ms"] - base["dist_ms"]) * 1e3 / r["cut_edges"]
                 r["inprocess_us_per_cut_edge"] = (r["inprocess_ms"] - base["inprocess_ms"]) * 1e3 / r["cut_edges"]
         out["plans"] = rows
+
+
+def pipelined(args, ctx, ex, inproc_ex, template: list, ids) -> dict:
+    """Milliseconds per micro-batch of ``--micro-batches`` micro-batches, slots 1 and 2, distributed and (rank 0)
+    in-process; whether the distributed outputs equal the in-process ones bitwise."""
+    import torch
+    import torch.distributed as dist
+
+    hits = [i for i, a in enumerate(template) if a is ids]
+    if not hits:
+        raise RuntimeError("the token ids are not among the program's inputs: cannot build micro-batches")
+    gen = torch.Generator().manual_seed(2)
+    batches = []
+    for _ in range(args.micro_batches):
+        other = torch.randint(0, int(ids.max()) + 1, tuple(ids.shape), generator=gen).to(ids.device, ids.dtype)
+        batches.append([other if i in hits else a for i, a in enumerate(template)])
+    row: dict = {"micro_batches": args.micro_batches}
+    for slots in (1, 2):
+        got = ex.run_pipelined(batches, slots)
+        sync(ctx.device)
+        row[f"dist_pipelined_s{slots}_ms"] = timed(lambda: ex.run_pipelined(batches, slots), ctx.device,
+                                                   args.repeats) * 1e3 / args.micro_batches
+        dist.barrier(group=ctx.control)
+        if inproc_ex is not None:  # rank 0, while rank 1 waits
+            ref = inproc_ex.run_pipelined(batches, slots)
+            sync(ctx.device)
+            row[f"inprocess_pipelined_s{slots}_ms"] = timed(lambda: inproc_ex.run_pipelined(batches, slots),
+                                                            ctx.device, args.repeats) * 1e3 / args.micro_batches
+            row[f"pipelined_s{slots}_bitwise_equal_inprocess"] = all(
+                torch.equal(a, b) for g, r in zip(got, ref) for a, b in zip(g, r) if isinstance(a, torch.Tensor))
+        dist.barrier(group=ctx.control)
+    return row
 
 
 def hop_costs(args, ctx, out: dict) -> None:
@@ -295,6 +337,16 @@ def write(args, out: dict) -> None:
                      f"{r.get('inprocess_us_per_cut_edge', float('nan')):.1f} | "
                      f"{r.get('dist_us_per_cut_edge', float('nan')):.1f} | {r['bitwise_equal_inprocess']} | "
                      f"{r['max_abs_diff_inprocess']:.3g} | {r['dist_cosine_vs_eager']:.6f} |")
+    piped = [r for r in out.get("plans", []) if "dist_pipelined_s1_ms" in r]
+    if piped:
+        lines += ["", f"Pipelined: {args.micro_batches} micro-batches (other token ids each), ms per micro-batch:", "",
+                  "| placement | in-process slots 1 | in-process slots 2 | distributed slots 1 | distributed slots 2 | "
+                  "bitwise equal in-process (1, 2) |", "| --- | --- | --- | --- | --- | --- |"]
+        for r in piped:
+            lines.append(f"| {r['placement']} | {r['inprocess_pipelined_s1_ms']:.3f} | "
+                         f"{r['inprocess_pipelined_s2_ms']:.3f} | {r['dist_pipelined_s1_ms']:.3f} | "
+                         f"{r['dist_pipelined_s2_ms']:.3f} | {r['pipelined_s1_bitwise_equal_inprocess']}, "
+                         f"{r['pipelined_s2_bitwise_equal_inprocess']} |")
     lines += ["", "Per hop (one message, rank 0 -> rank 1); distributed = half a ping-pong round trip:", "",
               "| bytes | dist queued us | dist host-synced us | dist GB/s | in-process event us | "
               "in-process host-synced us | in-process GB/s |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -332,7 +384,8 @@ def main(argv=None) -> int:
         if rank == 0:
             write(args, out)
             bad = [r["placement"] for r in out["plans"] if r["max_abs_diff_inprocess"] > 1e-2 * r["max_abs_output"] + 1e-2
-                   or r["dist_cosine_vs_eager"] < 0.99]
+                   or r["dist_cosine_vs_eager"] < 0.99
+                   or not all(r.get(f"pipelined_s{k}_bitwise_equal_inprocess", True) for k in (1, 2))]
             if bad:
                 print(f"rank 0: distributed outputs differ from the in-process runtime's for {bad}", flush=True)
                 shutdown(ctx, failed=True)

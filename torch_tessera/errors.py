@@ -74,11 +74,13 @@ class PeerFailureError(TransferTimeout):
         peer: the rank that failed to send or receive.
         edge: the DAG edge ``(producer, consumer)`` of a cut transfer, ``None`` for input and gather transfers.
         buffer: the buffer being transferred.
+        batch: the micro-batch of a pipelined run (``DistributedExecutor.run_pipelined``), ``None`` for a single call.
     """
 
-    def __init__(self, message: str, *, rank: int, peer: int, edge: tuple[int, int] | None, buffer: str) -> None:
+    def __init__(self, message: str, *, rank: int, peer: int, edge: tuple[int, int] | None, buffer: str,
+                 batch: int | None = None) -> None:
         super().__init__(message)
-        self.rank, self.peer, self.edge, self.buffer = rank, peer, edge, buffer
+        self.rank, self.peer, self.edge, self.buffer, self.batch = rank, peer, edge, buffer, batch
 
 
 class RendezvousError(TesseraError):

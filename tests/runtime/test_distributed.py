@@ -1,5 +1,6 @@
-"""The process-per-device runtime: two gloo ranks run a plan that cuts the tiny Llama and match eager; a rank that
-dies or stops answering ends the run on the other rank with :class:`PeerFailureError` within the timeout.
+"""The process-per-device runtime: two gloo ranks run a plan that cuts the tiny Llama and match eager, in single calls
+and pipelined (micro-batches in flight); a rank that dies or stops answering ends the run on the other rank with
+:class:`PeerFailureError` within the timeout, naming the micro-batch in a pipelined run.
 
 Each test launches real processes (``torchrun``, or the same environment set by hand where a test must watch each
 rank on its own: torchrun stops every rank as soon as one fails).
@@ -40,10 +41,11 @@ def _env() -> dict:
 
 @pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
 def test_two_gloo_ranks_run_the_tiny_llama_plan_and_match_eager(tmp_path):
+    """One launch checks single calls, then 3 micro-batches with different inputs on 2 slots (run_pipelined)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), "-m", "torch_tessera.cli", "dist-run", "--model", "llama",
            "--size", "tiny", "--devices", "cpu:0,cpu:1", "--policy", "random", "--seed", "1", "--timeout", "60",
-           "--calls", "2", "--json", str(tmp_path / "rank{rank}.json")]
+           "--calls", "2", "--micro-batches", "3", "--slots", "2", "--json", str(tmp_path / "rank{rank}.json")]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
@@ -57,6 +59,17 @@ def test_two_gloo_ranks_run_the_tiny_llama_plan_and_match_eager(tmp_path):
     assert r0["launches"] + r1["launches"] == r0["total_launches"]
     assert r0["messages"] < r0["ranges"]["cut"]  # ranges with one peer between two launches travel together
 
+    p0, p1 = r0["pipelined"], r1["pipelined"]
+    assert p0["failures"] == [] and p0["micro_batches"] == 3 and p0["slots"] == 2
+    assert p0["equal_inproc_pipelined"] and p0["equal_inproc_single"]  # bit-identical, micro-batch by micro-batch
+    assert p0["max_abs_diff_eager"] < 1e-4
+    assert p0["cut_edges_per_batch"] == [r0["cut_edges"]] * 3  # transfers == cut edges x micro-batches
+    for m in range(3):
+        sent = {tuple(e) for p in (p0, p1) for e in p["batch_cut_edges_sent"][m]}
+        assert sent == {tuple(e) for p in (p0, p1) for e in p["batch_cut_edges_received"][m]} == received
+    per_call = (r0["ranges"]["cut"] + r1["ranges"]["cut"]) // (2 * 2)  # both ends counted, 2 single calls
+    assert p0["cut_ranges"] == 3 * per_call
+
 
 def _launch_rank(rank: int, port: int, args: list[str], log: Path) -> subprocess.Popen:
     env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
@@ -66,11 +79,16 @@ def _launch_rank(rank: int, port: int, args: list[str], log: Path) -> subprocess
 
 
 @pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
-@pytest.mark.parametrize("mode", ["exit", "hang"])
-def test_a_failed_rank_ends_the_run_with_an_error_naming_it_within_the_timeout(tmp_path, mode):
+@pytest.mark.parametrize("mode,pipelined", [("exit", False), ("hang", False), ("exit", True)])
+def test_a_failed_rank_ends_the_run_with_an_error_naming_it_within_the_timeout(tmp_path, mode, pipelined):
+    """Pipelined: 3 micro-batches on 2 slots after one call; rank 1 exits at its first send of micro-batch 2 (call 3),
+    after the first wave (micro-batches 0 and 1) has completed on both ranks."""
     timeout, margin = 4.0, 10.0
     args = ["--model", "mlp", "--devices", "cpu:0,cpu:1", "--policy", "random", "--seed", "0", "--timeout",
             str(timeout), "--calls", "1", "--no-inprocess", "--inject-failure", f"1:{mode}"]
+    if pipelined:
+        args[-1] += ":3"
+        args += ["--micro-batches", "3", "--slots", "2"]
     port = _free_port()
     logs = [tmp_path / "rank0.log", tmp_path / "rank1.log"]
     procs = [_launch_rank(r, port, args, logs[r]) for r in (0, 1)]
@@ -90,6 +108,7 @@ def test_a_failed_rank_ends_the_run_with_an_error_naming_it_within_the_timeout(t
         error = next(l for l in out0.splitlines() if l.startswith("tessera dist-run: error:"))
         assert "rank 0" in error and "rank 1 failed" in error, error
         assert "launch" in error and "buffer" in error, error  # the edge: launches, kernels, buffer range
+        assert ("in micro-batch 2 (pipeline slot 0)" in error) == pipelined, error
         elapsed = t_end - t_fault
         assert elapsed < timeout + margin, (elapsed, error)
         if mode == "hang":
@@ -140,7 +159,8 @@ def test_gpu_distributed_bench_dry_runs_on_cpu(tmp_path):
     """bench/gpu_distributed.py with --cpu: gloo, cpu:0/cpu:1, the interpreter, tiny dims; everything but the GPUs."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), str(ROOT / "bench" / "gpu_distributed.py"), "--cpu", "--out",
-           str(tmp_path), "--layers", "1", "--batch", "4", "--repeats", "1", "--hop-repeats", "2", "--timeout", "60"]
+           str(tmp_path), "--layers", "1", "--batch", "4", "--repeats", "1", "--hop-repeats", "2", "--timeout", "60",
+           "--micro-batches", "3"]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads((tmp_path / "distributed.json").read_text())
@@ -148,3 +168,6 @@ def test_gpu_distributed_bench_dry_runs_on_cpu(tmp_path):
     assert all(r["bitwise_equal_inprocess"] for r in out["plans"])
     assert next(r for r in out["plans"] if r["placement"] == "af")["cut_edges"] > 0
     assert len(out["hops"]) == 6 and (tmp_path / "distributed.md").exists()
+    for r in out["plans"]:  # the pipelined rows: slots 1 and 2, bitwise equal to the in-process run_pipelined
+        assert r["pipelined_s1_bitwise_equal_inprocess"] and r["pipelined_s2_bitwise_equal_inprocess"], r
+        assert r["dist_pipelined_s2_ms"] > 0 and r["inprocess_pipelined_s1_ms"] > 0

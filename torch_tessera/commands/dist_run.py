@@ -10,7 +10,13 @@ broadcasts it; every rank checks it holds the same program (:func:`agree_on_plan
 distributed outputs with eager PyTorch and with the in-process runtime on the same devices, and checks that the ranks
 together transferred exactly the placement's cut edges. Each rank prints one ``DIST-RUN {json}`` line.
 
-``--inject-failure RANK:exit`` (or ``:hang``) makes that rank exit (or stop answering) just before its first send: the
+``--micro-batches N --slots S`` then runs N micro-batches with other inputs (seeded, the same on every rank) through
+:meth:`DistributedExecutor.run_pipelined`, S in flight; rank 0 compares each with eager, with the in-process
+``run_pipelined`` and with the in-process single call, and checks that every micro-batch transferred exactly the
+placement's cut edges.
+
+``--inject-failure RANK:exit[:CALL]`` (or ``:hang``) makes that rank exit (or stop answering) just before its first
+send of call CALL (default 0; the micro-batches of a pipelined run count as calls after the ``--calls`` ones): the
 other ranks must then fail with :class:`~torch_tessera.errors.PeerFailureError` within ``--timeout``. It exists to
 test the failure path.
 """
@@ -47,16 +53,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=2, help="distributed calls to run (default 2)")
     parser.add_argument("--weights", default="local", choices=["local", "send"],
                         help="local: every rank uses its own copy of the weights; send: rank 0 sends them")
+    parser.add_argument("--micro-batches", type=int, default=0,
+                        help="then run this many micro-batches through run_pipelined (default 0: none)")
+    parser.add_argument("--slots", type=int, default=2, help="micro-batches in flight with --micro-batches (default 2)")
     parser.add_argument("--no-inprocess", action="store_true", help="skip the comparison with the in-process runtime")
     parser.add_argument("--json", default=None, help="write this rank's result here ({rank} is replaced)")
     parser.add_argument("--inject-failure", default=None, metavar="RANK:MODE",
-                        help="testing: RANK exits (MODE exit) or stops answering (MODE hang) before its first send")
+                        help="testing: RANK exits (MODE exit) or stops answering (MODE hang) before its first send "
+                             "(RANK:MODE:CALL: its first send of call CALL)")
 
 
 def _fault_hook(spec: str | None, rank: int) -> Any:
     if not spec:
         return None
     who, _, mode = spec.partition(":")
+    mode, _, at = mode.partition(":")
     if mode not in ("exit", "hang"):
         raise ConfigError(f"--inject-failure {spec!r}: MODE must be exit or hang")
     if int(who) != rank:
@@ -64,9 +75,9 @@ def _fault_hook(spec: str | None, rank: int) -> Any:
     from torch_tessera.runtime.schedule import CopyStep
 
     def hook(call: int, step: Any) -> None:
-        if isinstance(step, CopyStep) and step.src == rank:
-            print(f"DIST-RUN-FAULT {time.time():.3f} rank {rank} {mode} before sending {step.buffer} (edge {step.edge})",
-                  flush=True)
+        if isinstance(step, CopyStep) and step.src == rank and call >= int(at or 0):
+            print(f"DIST-RUN-FAULT {time.time():.3f} rank {rank} {mode} before sending {step.buffer} (edge {step.edge}) "
+                  f"of call {call}", flush=True)
             if mode == "exit":
                 os._exit(17)
             time.sleep(3600)
@@ -157,7 +168,10 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
         dist.barrier(group=ctx.control)  # start together: a peer's wait should not count rank 0's reference run
         executor = DistributedExecutor(runner.program, runner.dag, placement, ctx, runner.kernel_objects,
                                        weights=args.weights, step_hook=_fault_hook(args.inject_failure, ctx.rank))
+        inproc_executor = runner.executor if inprocess is not None else None
         runner.executor = executor  # the compiled model now runs this rank's part of the plan
+        seen: list = []
+        executor.run = lambda a: (seen.append(list(a)) if not seen else None, DistributedExecutor.run(executor, a))[1]
         seconds, got = [], None
         for _ in range(args.calls):
             t0 = time.perf_counter()
@@ -165,19 +179,123 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
             if ctx.device.type == "cuda":
                 torch.cuda.synchronize(ctx.device)
             seconds.append(time.perf_counter() - t0)
+        del executor.run
+        single = {"calls": executor.calls, "messages": executor.stats.messages, "ranges": dict(executor.stats.ranges)}
+        piped = _pipelined(args, ctx, model, inputs, seen, executor, inproc_executor) if args.micro_batches else None
     stats = executor.stats
     mine = {"rank": ctx.rank, "device": str(ctx.device), "host": ctx.hosts[ctx.rank],
             "launches": executor.launches_executed // max(1, executor.calls),
             "cut_edges_sent": sorted(stats.cut_edges_sent), "cut_edges_received": sorted(stats.cut_edges_received),
-            "ranges": dict(stats.ranges), "messages": stats.messages, "bytes_sent": dict(stats.bytes_sent), "batches": stats.batches}
+            "ranges": single["ranges"], "messages": single["messages"], "bytes_sent": dict(stats.bytes_sent),
+            "batches": stats.batches}
+    if piped is not None:
+        mine["pipelined"] = {**piped["rank"], "batch_cut_edges_sent": [sorted(e) for e in stats.batch_cut_edges_sent],
+                             "batch_cut_edges_received": [sorted(e) for e in stats.batch_cut_edges_received],
+                             "cut_ranges": stats.ranges["cut"] - single["ranges"].get("cut", 0)}
     every: list = [None] * ctx.world_size
     dist.all_gather_object(every, mine, group=ctx.control)
     result = {**mine, "compile_s": compile_s, "seconds_per_call": seconds, "policy": args.policy,
               "world_size": ctx.world_size, "total_launches": len(runner.program.launches)}
     if home:
-        result.update(_checks(got, want, inprocess, every, cut_edge_count(runner.dag, placement),
-                              len(runner.program.launches)))
+        cuts = cut_edge_count(runner.dag, placement)
+        result.update(_checks(got, want, inprocess, every, cuts, len(runner.program.launches)))
+        if piped is not None:
+            result["pipelined"] = {**mine["pipelined"],
+                                   **_pipelined_checks(piped, every, cuts, len(executor.schedule.copies("cut")))}
+            result["failures"] += result["pipelined"]["failures"]
+            result["ok"] = not result["failures"]
     return result
+
+
+def _micro_batch_inputs(inputs: tuple, m: int) -> list:
+    """Other inputs of the same shapes for micro-batch ``m`` (seeded: the same on every rank): normal floats, integers
+    in the range of the example's (token ids)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(1000 + m)
+    out = []
+    for x in inputs:
+        if x.is_floating_point():
+            out.append(torch.randn(x.shape, generator=gen).to(x.device, x.dtype))
+        else:
+            lo, hi = int(x.min()), int(x.max()) + 1
+            out.append(torch.randint(lo, hi, x.shape, generator=gen, dtype=x.dtype).to(x.device))
+    return out
+
+
+def _pipelined(args: argparse.Namespace, ctx: Any, model: Any, inputs: tuple, seen: list, executor: Any,
+               inproc_executor: Any) -> dict:
+    """The pipelined run (every rank) and, on rank 0, its references: eager, in-process pipelined and single call."""
+    import torch
+
+    if not seen:
+        raise ConfigError("--micro-batches needs --calls >= 1 (the first call shows the program's input order)")
+    template = seen[0]
+    xs = [_micro_batch_inputs(inputs, m) for m in range(args.micro_batches)]
+    batches = []
+    for x in xs:
+        b = list(template)
+        for old, new in zip(inputs, x):
+            hits = [i for i, a in enumerate(b) if a is old]
+            if not hits:
+                raise TesseraError("a model input is not among the program's inputs; cannot build micro-batches")
+            for i in hits:
+                b[i] = new
+        batches.append(b)
+    import torch.distributed as dist
+
+    dist.barrier(group=ctx.control)
+    t0 = time.perf_counter()
+    got = executor.run_pipelined(batches, args.slots)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+    out: dict = {"rank": {"seconds": time.perf_counter() - t0, "micro_batches": args.micro_batches,
+                          "slots": args.slots}}
+    if got is None:
+        return out
+    out["got"] = [[t.clone() if isinstance(t, torch.Tensor) else t for t in g] for g in got]
+    out["eager"] = [_as_list(model(*x)) for x in xs]
+    if inproc_executor is not None:
+        out["inproc_pipelined"] = inproc_executor.run_pipelined(batches, args.slots)
+        out["inproc_single"] = [inproc_executor.run(b) for b in batches]
+    return out
+
+
+def _pipelined_checks(piped: dict, every: list, cuts: int, cut_ranges: int) -> dict:
+    """Rank 0's checks of the pipelined run: each micro-batch vs eager and in-process, its cut edges and ranges."""
+    import torch
+
+    got, n = piped["got"], len(piped["got"])
+    out: dict = {**piped["rank"], "failures": [], "max_abs_diff_eager": 0.0}
+    for m, (g, w) in enumerate(zip(got, piped["eager"])):
+        out["max_abs_diff_eager"] = max(out["max_abs_diff_eager"], float((g[0].float() - w[0].float()).abs().max()))
+        if not torch.allclose(g[0], w[0], rtol=1.3e-6, atol=1e-5):
+            out["failures"].append(f"micro-batch {m}: output differs from eager")
+    if n > 1 and all(torch.equal(got[0][0], g[0]) for g in got[1:]):
+        out["failures"].append("every micro-batch gave the same output: were the inputs different?")
+    for key in ("inproc_pipelined", "inproc_single"):
+        if key in piped:
+            same = [all(torch.equal(a, b) for a, b in zip(g, r) if isinstance(a, torch.Tensor))
+                    for g, r in zip(got, piped[key])]
+            out[f"equal_{key}"] = all(same) and len(same) == n
+            if not out[f"equal_{key}"]:
+                out["failures"].append(f"micro-batches {[m for m, s in enumerate(same) if not s]} differ from {key}")
+    per_batch = []
+    for m in range(n):
+        sent = {tuple(e) for r in every for e in r["pipelined"]["batch_cut_edges_sent"][m]}
+        received = {tuple(e) for r in every for e in r["pipelined"]["batch_cut_edges_received"][m]}
+        per_batch.append(len(sent))
+        if len(sent) != cuts or sent != received:
+            out["failures"].append(f"micro-batch {m}: {len(sent)} cut edges sent, {len(received)} received; the "
+                                   f"placement cuts {cuts}")
+    out["cut_edges_per_batch"] = per_batch
+    out["cut_edges_transferred"] = sum(per_batch)
+    sent_ranges = sum(r["pipelined"]["cut_ranges"] for r in every) // 2  # each range counted by sender and receiver
+    out["cut_ranges"] = sent_ranges
+    if sent_ranges != n * cut_ranges:
+        out["failures"].append(f"{sent_ranges} cut ranges moved for {n} micro-batches; the schedule has {cut_ranges} "
+                               f"per call")
+    return out
 
 
 def _as_list(x: Any) -> list:

@@ -125,14 +125,7 @@ def init_distributed(device: str | torch.device | None = None, timeout_s: float 
         hosts: list = [None] * world
         dist.all_gather_object(hosts, socket.gethostname(), group=control)
         if backend == "nccl":  # create the communicator now, so that a broken NCCL setup fails here, bounded
-            probe = torch.ones(1, device=dev)
-            work = dist.all_reduce(probe, async_op=True)
-            deadline = time.monotonic() + timeout_s
-            while not work.is_completed():
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the first NCCL all_reduce did not complete within {timeout_s:g} s")
-                time.sleep(1e-3)
-            work.wait()
+            probe_group(None, dev, timeout_s)
     except RuntimeError as e:
         raise RendezvousError(
             f"rank {rank} of {world} could not meet the others at {os.environ.get('MASTER_ADDR')}:"
@@ -141,6 +134,24 @@ def init_distributed(device: str | torch.device | None = None, timeout_s: float 
         ) from e
     log.info("rank %d/%d joined (%s on %s, host %s)", rank, world, backend, dev, hosts[rank])
     return DistContext(rank, world, backend, dev, float(timeout_s), control, tuple(hosts))
+
+
+def probe_group(group: Any, device: torch.device, timeout_s: float) -> None:
+    """One small ``all_reduce`` on ``group`` (``None``: the default group), polled for at most ``timeout_s`` seconds.
+
+    With NCCL this creates the group's communicator eagerly, so that a broken setup fails here, bounded, and the
+    first point-to-point operation on the group is not a ``batch_isend_irecv`` (which NCCL requires of every rank).
+
+    Raises:
+        RuntimeError: the all_reduce did not complete in time.
+    """
+    work = dist.all_reduce(torch.ones(1, device=device), group=group, async_op=True)
+    deadline = time.monotonic() + timeout_s
+    while not work.is_completed():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the first all_reduce on a new process group did not complete within {timeout_s:g} s")
+        time.sleep(1e-3)
+    work.wait()
 
 
 def plan_fingerprint(program: KernelProgram, placement: Mapping[int, int]) -> str:
@@ -216,6 +227,37 @@ class _Pending:
 
 
 @dataclass
+class _Call:
+    """This rank's state for one call, or for one micro-batch of a pipelined run.
+
+    Attributes:
+        pool: its buffers (the shared weights, its inputs, its temporaries and outputs).
+        index: the number passed to ``step_hook`` (calls before it, plus the micro-batch index).
+        batch: micro-batch index in a pipelined run; ``None`` for a single call.
+        slot: pipeline slot of the micro-batch; ``None`` for a single call.
+        group: the process group its point-to-point messages use (``None``: the default group).
+        pending: posted messages not yet waited on.
+        posted: every message posted (pipelined runs on CUDA poll them all at the end, bounded by the timeout).
+        sent: cut edges it sent.
+        received: cut edges it received.
+    """
+
+    pool: BufferPool
+    index: int
+    batch: int | None = None
+    slot: int | None = None
+    group: Any = None
+    pending: list = field(default_factory=list)
+    posted: list = field(default_factory=list)
+    sent: set = field(default_factory=set)
+    received: set = field(default_factory=set)
+
+    def where(self) -> str:
+        """Words for the error message: which micro-batch, if any."""
+        return "" if self.batch is None else f" in micro-batch {self.batch} (pipeline slot {self.slot})"
+
+
+@dataclass
 class TransferStats:
     """What one rank moved.
 
@@ -225,8 +267,10 @@ class TransferStats:
         bytes_sent: bytes sent, by purpose.
         bytes_received: bytes received, by purpose.
         batches: ``batch_isend_irecv`` calls (groups of more than one operation).
-        cut_edges_sent: distinct cut edges this rank sent in the last call.
-        cut_edges_received: distinct cut edges this rank received in the last call.
+        cut_edges_sent: distinct cut edges this rank sent in the last call (pipelined: in any micro-batch).
+        cut_edges_received: distinct cut edges this rank received in the last call (pipelined: in any micro-batch).
+        batch_cut_edges_sent: for the last pipelined run, the cut edges this rank sent for each micro-batch.
+        batch_cut_edges_received: for the last pipelined run, the cut edges it received for each micro-batch.
     """
 
     ranges: Counter = field(default_factory=Counter)
@@ -236,6 +280,8 @@ class TransferStats:
     batches: int = 0
     cut_edges_sent: set = field(default_factory=set)
     cut_edges_received: set = field(default_factory=set)
+    batch_cut_edges_sent: list = field(default_factory=list)
+    batch_cut_edges_received: list = field(default_factory=list)
 
 
 class DistributedExecutor:
@@ -293,11 +339,10 @@ class DistributedExecutor:
         self._cuda = ctx.device.type == "cuda"
         self.launcher = KernelLauncher(program, kernel_objects, ctx.device)
         self._fresh = fresh_extern_outputs(program)
-        self._items = self._my_items(self.schedule.steps)
+        self._items, self._item_pos = self._my_items(self.schedule.steps)
         self._free_after = self._last_uses()
         self._weights = BufferPool(ctx.device)
         self._setup_done = weights == "local"
-        self._pending: list[_Pending] = []
         self.stats = TransferStats()
         self.launches_executed = 0
         self.calls = 0
@@ -306,21 +351,39 @@ class DistributedExecutor:
     def _mine(self, step: CopyStep) -> bool:
         return self.rank in (step.src, step.dst)
 
-    def _my_items(self, steps: Sequence[Step]) -> list[LaunchStep | tuple[CopyStep, ...]]:
-        """This rank's launches, and its copies grouped into runs between two launches of the global schedule."""
+    def _my_items(self, steps: Sequence[Step]) -> tuple[list[LaunchStep | tuple[CopyStep, ...]], list[int]]:
+        """This rank's launches, and its copies grouped into runs between two launches of the global schedule; with
+        the global step index of each item (a run: its last copy's)."""
         items: list[LaunchStep | tuple[CopyStep, ...]] = []
+        pos: list[int] = []
         run: list[CopyStep] = []
-        for step in list(steps) + [None]:
+        for i, step in enumerate(list(steps) + [None]):
             if isinstance(step, CopyStep):
                 if self._mine(step):
                     run.append(step)
+                    last = i
                 continue
             if run:
                 items.append(tuple(run))
+                pos.append(last)
                 run = []
             if isinstance(step, LaunchStep) and step.device == self.rank:
                 items.append(step)
-        return items
+                pos.append(i)
+        return items, pos
+
+    def chunk_items(self) -> list[list[int]]:
+        """This rank's item indices per chunk of the global schedule
+        (:func:`~torch_tessera.runtime.pipelining.schedule_chunks`: the copies a device segment needs, then the
+        segment); every rank gets the same number of chunks, some empty."""
+        if not hasattr(self, "_chunks"):
+            from torch_tessera.runtime.pipelining import schedule_chunks
+
+            bounds = schedule_chunks(self.schedule.steps)
+            self._chunks = [[k for k, p in enumerate(self._item_pos) if s <= p < e] for s, e in bounds]
+            if sum(map(len, self._chunks)) != len(self._items):
+                raise TesseraError(f"rank {self.rank}: the schedule's chunks do not cover its items; a bug")
+        return self._chunks
 
     def _last_uses(self) -> dict[int, list[str]]:
         """Item index after which each temporary buffer is no longer needed on this rank."""
@@ -376,45 +439,120 @@ class DistributedExecutor:
             PeerFailureError: a peer died or did not answer within ``timeout_s``; names the peer and the edge.
             TesseraError: wrong inputs, or an inconsistent schedule.
         """
-        program = self.program
-        if inputs is not None and len(inputs) != len(program.inputs):
-            raise TesseraError(f"program expects {len(program.inputs)} inputs, got {len(inputs)}")
+        call = self.new_call(inputs, self.calls)
+        self.setup(call)
+        self.issue(call, range(len(self._items)))
+        self.finish(call, final=True)
+        self.stats.cut_edges_sent, self.stats.cut_edges_received = call.sent, call.received
+        self.calls += 1
+        return self.outputs(call) if self.rank == self.home else None
+
+    def run_pipelined(self, batches: Sequence[Sequence[Any]] | None, slots: int = 2) -> list[list] | None:
+        """Run independent micro-batches with ``slots`` in flight on every rank; see
+        :mod:`torch_tessera.runtime.dist_pipelining`. Every rank calls it with the same ``slots`` and number of
+        micro-batches.
+
+        Args:
+            batches: one input list per micro-batch, as for :meth:`run` (weights, the PARAMETER inputs, must be the
+                same tensors in every micro-batch). Ranks other than home need only the parameters
+                (``weights="local"``) and may pass ``None`` with ``weights="send"``.
+            slots: micro-batches in flight at once (each with its own stream and process group); 1 = one at a time.
+
+        Returns:
+            On the home rank, each micro-batch's outputs in order, equal to what :meth:`run` returns for its inputs;
+            ``None`` on other ranks.
+
+        Raises:
+            PeerFailureError: a peer died or did not answer within ``timeout_s``; names the peer, the edge and the
+                micro-batch.
+            TesseraError: ``slots < 1``, wrong inputs, different weights per micro-batch, or ranks that disagree on
+                ``slots`` or the number of micro-batches (raised on every rank).
+            RendezvousError: the ranks could not exchange the micro-batch plan.
+        """
+        from torch_tessera.runtime.dist_pipelining import run_pipelined
+
+        return run_pipelined(self, batches, slots)
+
+    # -- the pieces of a call (also driven micro-batch by micro-batch by dist_pipelining) -------------------------
+    def new_call(self, inputs: Sequence[Any] | None, index: int, **where: Any) -> _Call:
+        """A call's state: a fresh pool holding the weights and ``inputs`` (checked against the program).
+
+        Args:
+            inputs: graph inputs in program order, or ``None`` (see :meth:`run`).
+            index: the number ``step_hook`` receives for this call.
+            where: ``batch``, ``slot`` and ``group`` of a pipelined micro-batch.
+        """
+        if inputs is not None and len(inputs) != len(self.program.inputs):
+            raise TesseraError(f"program expects {len(self.program.inputs)} inputs, got {len(inputs)}")
         pool = BufferPool(self.ctx.device)
         pool.storages.update(self._weights.storages)
         self._bind_inputs(pool, inputs)
-        self.stats.cut_edges_sent, self.stats.cut_edges_received = set(), set()
-        if not self._setup_done:
-            mine = tuple(s for s in self.schedule.setup if self._mine(s))
-            if mine:
-                self._post(mine, pool)
-                self._wait_all()
-            for s in mine:
-                if s.dst == self.rank:
-                    self._weights.storages[s.buffer] = pool.storages[s.buffer]
-            self._setup_done = True
-        for i, item in enumerate(self._items):
+        return _Call(pool, index, **where)
+
+    def setup(self, call: _Call) -> None:
+        """At the first call only, with ``weights="send"``: the home rank's weights onto the ranks that read them."""
+        if self._setup_done:
+            return
+        mine = tuple(s for s in self.schedule.setup if self._mine(s))
+        if mine:
+            self._post(mine, call)
+            self.finish(call, final=True)
+        for s in mine:
+            if s.dst == self.rank:
+                self._weights.storages[s.buffer] = call.pool.storages[s.buffer]
+        self._setup_done = True
+
+    def issue(self, call: _Call, items: Sequence[int]) -> None:
+        """Issue this rank's items ``items`` (indices, in order) for ``call``: launches, and its end of each
+        transfer; temporaries are freed after their last use here."""
+        for i in items:
+            item = self._items[i]
             if isinstance(item, LaunchStep):
-                self._hook(item)
-                self._launch(item, pool)
+                self._hook(call, item)
+                self._launch(item, call)
             else:
                 for s in item:
-                    self._hook(s)
-                self._post(item, pool)
+                    self._hook(call, s)
+                self._post(item, call)
             for b in self._free_after.get(i, ()):
-                self._wait_for(b, ("send", "recv"))
-                pool.free(b)
-        self._wait_all()
-        self.calls += 1
-        if self.rank != self.home:
-            return None
-        for o in program.outputs:
-            if isinstance(o, TensorArg):
-                self._ensure(pool, o.buffer)
-        return [pool.view(o) if isinstance(o, TensorArg) else o.value for o in program.outputs]
+                self._wait_for(call, b, ("send", "recv"))
+                call.pool.free(b)
 
-    def _hook(self, step: Step) -> None:
+    def finish(self, call: _Call, final: bool) -> None:
+        """Wait for every transfer ``call`` still has in flight (``final``: on CUDA too, poll for completion)."""
+        for p in call.pending:
+            if not p.done:
+                self._wait(p, call, final)
+        call.pending = []
+
+    def outputs(self, call: _Call) -> list:
+        """The program's outputs from ``call``'s pool (home rank)."""
+        for o in self.program.outputs:
+            if isinstance(o, TensorArg):
+                self._ensure(call.pool, o.buffer)
+        return [call.pool.view(o) if isinstance(o, TensorArg) else o.value for o in self.program.outputs]
+
+    def check_completed(self, calls: Sequence[_Call]) -> None:
+        """On CUDA, poll every message ``calls`` posted until it has completed, at most ``timeout_s`` in all.
+
+        Raises:
+            PeerFailureError: naming the first message (rank, edge, micro-batch) that did not complete.
+        """
+        if not self._cuda:
+            return
+        deadline = time.monotonic() + self.timeout_s
+        for call in calls:
+            for p in call.posted:
+                for w in p.works:
+                    while not w.is_completed():
+                        if time.monotonic() > deadline:
+                            raise self._failure(p, None, call)
+                        time.sleep(20e-6)
+            call.posted = []
+
+    def _hook(self, call: _Call, step: Step) -> None:
         if self.step_hook is not None:
-            self.step_hook(self.calls, step)
+            self.step_hook(call.index, step)
 
     def _bind_inputs(self, pool: BufferPool, inputs: Sequence[Any] | None) -> None:
         specs = self.program.inputs
@@ -440,13 +578,13 @@ class DistributedExecutor:
         if not self._cuda:
             pool.storages[name].fill_(POISON)  # a missing transfer shows up as NaN
 
-    def _launch(self, step: LaunchStep, pool: BufferPool) -> None:
-        launch = self.program.launches[step.launch]
+    def _launch(self, step: LaunchStep, call: _Call) -> None:
+        launch, pool = self.program.launches[step.launch], call.pool
         touched = launch_buffers(launch)
         for b in touched:
-            self._wait_for(b, ("recv",))
+            self._wait_for(call, b, ("recv",))
         for b in self._writes.get(step.launch, ()):
-            self._wait_for(b, ("send",))  # the bytes in flight must not change under the send
+            self._wait_for(call, b, ("send",))  # the bytes in flight must not change under the send
         for b in touched:
             if b not in self._fresh.get(launch.index, ()):
                 self._ensure(pool, b)
@@ -461,58 +599,62 @@ class DistributedExecutor:
         self.launches_executed += 1
 
     # -- transfers ------------------------------------------------------------------------------------------------
-    def _post(self, steps: Sequence[CopyStep], pool: BufferPool) -> None:
-        """Post this rank's end of ``steps``: one message per peer and direction (several byte ranges are packed
-        into one staging buffer), all in one ``batch_isend_irecv`` when there are several messages."""
+    def _post(self, steps: Sequence[CopyStep], call: _Call) -> None:
+        """Post this rank's end of ``steps`` for ``call``, on its process group: one message per peer and direction
+        (several byte ranges are packed into one staging buffer), all in one ``batch_isend_irecv`` when there are
+        several messages."""
         groups: dict[tuple, list[CopyStep]] = {}
         for i, s in enumerate(steps):
             key: tuple = ("send", s.dst) if s.src == self.rank else ("recv", s.src)
             if s.purpose == "weights":
                 key += (i,)  # weights are large: one message each, never a packed copy of them all
             groups.setdefault(key, []).append(s)
-            self._count(s, key[0])
+            self._count(s, key[0], call)
         ops, pendings = [], []
         for (kind, peer, *_), group in groups.items():
-            tensor, pending = self._prepare(kind, group, pool)
+            tensor, pending = self._prepare(kind, group, call)
             ops.append((dist.isend if kind == "send" else dist.irecv, tensor, peer))
             pendings.append(pending)
         try:
             if len(ops) == 1:
                 fn, tensor, peer = ops[0]
-                works = [fn(tensor, peer)]
+                works = [fn(tensor, peer, group=call.group)]
             else:
-                works = dist.batch_isend_irecv([dist.P2POp(fn, tensor, peer) for fn, tensor, peer in ops])
+                works = dist.batch_isend_irecv([dist.P2POp(fn, tensor, peer, call.group) for fn, tensor, peer in ops])
                 self.stats.batches += 1
         except RuntimeError as e:
-            raise self._failure(pendings[0], e) from e
+            raise self._failure(pendings[0], e, call) from e
         self.stats.messages += len(ops)
         works = [w for w in works if w is not None]
         for k, p in enumerate(pendings):
             p.works = (works[k],) if len(works) == len(ops) else tuple(works)
-            self._pending.append(p)
+            call.pending.append(p)
+            if self._cuda and call.batch is not None:
+                call.posted.append(p)
 
-    def _count(self, s: CopyStep, kind: str) -> None:
+    def _count(self, s: CopyStep, kind: str, call: _Call) -> None:
         self.stats.ranges[s.purpose] += 1
         if kind == "send":
             self.stats.bytes_sent[s.purpose] += s.nbytes
             if s.edge is not None:
-                self.stats.cut_edges_sent.add(s.edge)
+                call.sent.add(s.edge)
         else:
             self.stats.bytes_received[s.purpose] += s.nbytes
             if s.edge is not None:
-                self.stats.cut_edges_received.add(s.edge)
+                call.received.add(s.edge)
 
-    def _prepare(self, kind: str, group: list[CopyStep], pool: BufferPool) -> tuple[torch.Tensor, _Pending]:
+    def _prepare(self, kind: str, group: list[CopyStep], call: _Call) -> tuple[torch.Tensor, _Pending]:
         """The tensor to send or receive into for ``group`` (copies with one peer), and its pending record."""
+        pool = call.pool
         for s in group:
             if kind == "send":
                 if s.buffer not in pool:
                     raise TesseraError(f"rank {self.rank}: {s.purpose} send of {s.buffer}[{s.start}:{s.end}] "
                                        f"(edge {s.edge}): the buffer does not exist here; the schedule is inconsistent")
-                self._wait_for(s.buffer, ("recv",), (s.start, s.end))
+                self._wait_for(call, s.buffer, ("recv",), (s.start, s.end))
             else:
                 self._ensure(pool, s.buffer)
-                self._wait_for(s.buffer, ("send", "recv"), (s.start, s.end))
+                self._wait_for(call, s.buffer, ("send", "recv"), (s.start, s.end))
         slices = [pool.storages[s.buffer][s.start:s.end] for s in group]
         names = frozenset(s.buffer for s in group)
         if len(group) == 1:
@@ -527,20 +669,14 @@ class DistributedExecutor:
             at += s.nbytes
         return staging, _Pending(tuple(group), kind, (), names, tuple(pairs), keep=staging)
 
-    def _wait_for(self, buffer: str, kinds: Sequence[str], span: tuple[int, int] | None = None) -> None:
-        """Wait for the pending transfers of ``buffer`` of the given kinds (overlapping ``span`` if given)."""
-        for p in self._pending:
+    def _wait_for(self, call: _Call, buffer: str, kinds: Sequence[str], span: tuple[int, int] | None = None) -> None:
+        """Wait for ``call``'s pending transfers of ``buffer`` of the given kinds (overlapping ``span`` if given)."""
+        for p in call.pending:
             if not p.done and p.kind in kinds and p.touches(buffer, span):
-                self._wait(p, final=False)
-        self._pending = [p for p in self._pending if not p.done]
+                self._wait(p, call, final=False)
+        call.pending = [p for p in call.pending if not p.done]
 
-    def _wait_all(self) -> None:
-        for p in self._pending:
-            if not p.done:
-                self._wait(p, final=True)
-        self._pending = []
-
-    def _wait(self, p: _Pending, final: bool) -> None:
+    def _wait(self, p: _Pending, call: _Call, final: bool) -> None:
         """Wait for one transfer: blocking with a timeout on CPU; stream-ordered on CUDA, polled at the call's end."""
         try:
             for w in p.works:
@@ -551,16 +687,16 @@ class DistributedExecutor:
                     deadline = time.monotonic() + self.timeout_s
                     while not w.is_completed():
                         if time.monotonic() > deadline:
-                            raise self._failure(p, None)
+                            raise self._failure(p, None, call)
                         time.sleep(20e-6)
                 w.wait()
         except RuntimeError as e:
             if isinstance(e, PeerFailureError):
                 raise
-            raise self._failure(p, e) from e
+            raise self._failure(p, e, call) from e
         for src, dst in p.unpack:
             dst.copy_(src)
-        p.done = True
+        p.done, p.keep, p.unpack = True, None, ()
 
     def describe(self, step: CopyStep) -> str:
         """A transfer in words: the edge (launches and kernel names), the buffer range and the devices (= ranks)."""
@@ -571,7 +707,7 @@ class DistributedExecutor:
                     f"({self._names.get(v, '?')}) on rank {step.dst}, {where}")
         return f"{step.purpose} transfer of {where} from rank {step.src} to rank {step.dst}"
 
-    def _failure(self, p: _Pending, cause: BaseException | None) -> PeerFailureError:
+    def _failure(self, p: _Pending, cause: BaseException | None, call: _Call) -> PeerFailureError:
         step = p.steps[0]
         peer = step.dst if p.kind == "send" else step.src
         text = str(cause) if cause is not None else ""
@@ -581,11 +717,12 @@ class DistributedExecutor:
             why = f"the connection failed ({text.splitlines()[0][:200] if text else type(cause).__name__})"
         verb = "sending to" if p.kind == "send" else "receiving from"
         return PeerFailureError(
-            f"rank {self.rank} ({self.ctx.device}): {verb} rank {peer} failed, {why}, on the {self.describe(step)}"
+            f"rank {self.rank} ({self.ctx.device}): {verb} rank {peer} failed, {why}{call.where()}, on the "
+            f"{self.describe(step)}"
             f"{f' (and {len(p.steps) - 1} more ranges in the same message)' if len(p.steps) > 1 else ''}. "
             f"Check rank {peer}'s log (it may have died); if it is only slow, raise the timeout "
             f"(timeout_s / --timeout, now {self.timeout_s:g} s)",
-            rank=self.rank, peer=peer, edge=step.edge, buffer=step.buffer,
+            rank=self.rank, peer=peer, edge=step.edge, buffer=step.buffer, batch=call.batch,
         )
 
 
