@@ -32,7 +32,6 @@ from torch_tessera.errors import DeviceUnavailableError
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, Launch, TensorArg, TritonLaunch
 from torch_tessera.runtime.costs import CostTable
 from torch_tessera.runtime.devices import DeviceSpec, parse_device
-from torch_tessera.runtime.links import build_topology  # noqa: F401 - the link model for simulated pairs lives there
 
 log = logging.getLogger(__name__)
 
