@@ -26,6 +26,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-simulate", action="store_true", help="skip the full-size prediction")
     parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size to predict for")
     parser.add_argument("--out", default="tessera_out", help="directory for bench.json and bench.png")
+    m = parser.add_argument_group("measured mode (--measure): run and time every plan on --devices")
+    m.add_argument("--measure", action="store_true",
+                   help="compile once, profile every launch on each device, plan from the measured costs, run and "
+                        "time every plan on --devices (e.g. cuda:0,cuda:1@24sm; cpu:0,cpu:1 tests the plumbing)")
+    m.add_argument("--layers", type=int, default=None, help="keep only the first N decoder layers")
+    m.add_argument("--repeats", type=int, default=10, help="timed calls per plan and program (median)")
+    m.add_argument("--warmup", type=int, default=2, help="untimed calls per plan and program before timing")
+    m.add_argument("--profile-repeats", type=int, default=10, help="timed runs per distinct launch")
+    m.add_argument("--micro-batches", type=int, default=4,
+                   help="micro-batches for the pipelined timing of multi-device plans (0: skip)")
+    m.add_argument("--links", default="catalog", choices=["catalog", "measured"], help="link figures to plan with")
 
 
 def _fmt(x: float, unit: str = "") -> str:
@@ -42,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
     from torch_tessera.runtime.devices import parse_devices
 
     get_model(args.model)  # unknown names fail here, listing the registry
+    if args.measure:
+        from torch_tessera.commands.bench_measure import run_measured
+
+        return run_measured(args)
     specs = parse_devices(args.devices, assume_gpu="h200")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
