@@ -377,6 +377,7 @@ def measured_workload(progs: Sequence[Compiled], s: MeasureSettings, progress: A
         for g in range(len(prog.runner.devices)):
             cols.append(profile_on_device(prog, g, s))
             if progress is not None:
+                progress.set_description(f"profiled {prog.name} on {prog.runner.devices[g].name}")
                 progress.update(1)
         tables[prog.name] = to_cost_table(cols)
     devices = progs[0].runner.devices
