@@ -46,3 +46,9 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
 def test_measure_rejects_a_model_without_kv_cache(capsys):
     assert main(["bench", "--measure", "--model", "mamba", "--size", "tiny", "--devices", "cpu:0,cpu:1"]) == 2
     assert "static KV cache" in capsys.readouterr().err
+
+
+def test_measure_rejects_simulated_devices(capsys):
+    assert main(["bench", "--measure", "--model", "llama", "--size", "tiny", "--devices", "cpu:0,sim:l40s"]) == 2
+    err = capsys.readouterr().err
+    assert "sim:l40s is simulated" in err and "cuda:N@Ksm" in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import math
 from pathlib import Path
 
@@ -23,6 +24,14 @@ def run_measured(args: argparse.Namespace) -> int:
     from torch_tessera.measure import MeasureSettings, measure_plans, total_steps
 
     devices = args.devices if args.devices != "sim:a100,sim:l40s" else "cpu:0,cpu:1"
+    if devices != args.devices:
+        print("--measure runs on real devices; no --devices given, so on the CPU virtual devices cpu:0,cpu:1")
+    simulated = [d for d in devices.split(",") if d.strip().lower().startswith("sim:")]
+    if simulated:
+        print(f"error: --measure runs every plan on real devices; {', '.join(simulated)} is simulated "
+              "(use cuda:N, cuda:N@Ksm, cuda:N@PROFILE or cpu:N; without --measure, sim: devices are predicted)",
+              file=sys.stderr)
+        return 2
     s = MeasureSettings(model=args.model, devices=devices, size=args.size, layers=args.layers,
                         output_tokens=args.output_tokens, repeats=args.repeats, warmup=args.warmup,
                         profile_repeats=args.profile_repeats, micro_batches=args.micro_batches, links=args.links)
