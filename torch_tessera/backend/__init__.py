@@ -89,7 +89,8 @@ def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
             f"the first device ({config.devices[0]}) must hold the model's tensors, which are on {program.device}"
         )
     dag = analyze(program)
-    placement, plan = place(program, dag, [d.spec for d in devices], config.policy, seed=config.seed)
+    placement, plan = place(program, dag, [d.spec for d in devices], config.policy, seed=config.seed,
+                            **({"dump_dir": config.dump_dir} if config.dump_dir else {}))
     return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, plan=plan,
                          timeout_s=config.timeout_s, cuda_graphs=config.cuda_graphs)
 

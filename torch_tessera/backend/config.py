@@ -21,7 +21,8 @@ class TesseraConfig:
     Attributes:
         fallback: what to do when a graph cannot be lowered: ``"inductor"`` (default) logs one warning on the
             ``torch_tessera`` logger and compiles the graph with plain Inductor; ``"raise"`` re-raises the error.
-        dump_dir: when set, every stage writes its artifacts there (``program_<n>.json``, one ``.py`` per kernel).
+        dump_dir: when set, every stage writes its artifacts there (``program_<n>.json``, one ``.py`` per kernel,
+            each MILP the scheduler solves as ``milp_<n>.mps``, the plan as ``plan_<policy>_<n>.json``).
         devices: devices to run on, e.g. ``("cuda:0", "cuda:0@72sm")`` or ``"cpu:0,cpu:1"`` (see
             :func:`torch_tessera.runtime.devices.parse_device`). The first must hold the model's tensors. Empty: run
             the program on the model's device with the single-device executor.

@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gantt", default="tessera_plan.png", help="Gantt chart PNG path ('' to skip)")
     parser.add_argument("--no-baselines", action="store_true", help="plan only the chosen policy")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the plan cache")
+    parser.add_argument("--dump-dir", default=None,
+                        help="write every MILP solved as milp_<n>.mps and every plan as plan_<policy>_<n>.json there")
 
 
 def plan_all(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping[str, CostTable] | None,
@@ -111,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     budgets = [float(x) * 1e9 for x in args.memory.split(",")] if args.memory else None
     plans = plan_all(wl, None, topo, args.policy, not args.no_baselines, memory_budgets=budgets,
                      micro_batches=args.micro_batches, time_limit=args.time_limit,
-                     cache_dir=False if args.no_cache else None)
+                     cache_dir=False if args.no_cache else None,
+                     **({"dump_dir": args.dump_dir} if args.dump_dir else {}))
     print(report(plans, args.policy))
     chosen = plans[args.policy]
     if args.gantt and isinstance(chosen, Plan):

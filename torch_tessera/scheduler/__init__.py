@@ -38,7 +38,7 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
          memory_budgets: Sequence[int | None] | Mapping[str, int] | None = None,
          pins: Mapping[int | tuple[str, int], int | str] | None = None, time_limit: float = 10.0,
          micro_batches: int = 2, cache_dir: str | os.PathLike | None | bool = None, objective: str | None = None,
-         tie_layers: bool = True, mip_gap: float = 5e-3) -> Plan:
+         tie_layers: bool = True, mip_gap: float = 5e-3, dump_dir: str | os.PathLike | None = None) -> Plan:
     """Plan where every kernel runs.
 
     Args:
@@ -59,6 +59,9 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
             counts MILP's bound stays valid for every placement) for throughput, and share one decision per layer
             position in the latency MILP. ``False`` solves the full MILP (exact when it finishes in ``time_limit``).
         mip_gap: the throughput MILP stops once its incumbent is proven within this relative gap (0.005 = 0.5 %).
+        dump_dir: when set, every MILP solved for this plan is written there as ``milp_<n>.mps`` (HiGHS' MPS writer)
+            and the plan as ``plan_<policy>_<n>.json``, so a solve can be replayed with any MILP solver (the plan
+            cache is bypassed then: a cached plan has no MILP to write).
 
     Returns:
         The :class:`Plan`; ``print(plan)`` shows its summary table.
@@ -68,6 +71,18 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
         NotApplicableError: a baseline does not apply to this workload.
         ConfigError: bad arguments (unknown policy, cost tables that do not match the DAG or the devices).
     """
+    if dump_dir is not None:
+        from torch_tessera.scheduler.milp import DUMP_DIR
+
+        token = DUMP_DIR.set(os.fspath(dump_dir))
+        try:
+            result = plan(dag_or_workload, costs, topology, policy=policy, memory_budgets=memory_budgets, pins=pins,
+                          time_limit=time_limit, micro_batches=micro_batches, cache_dir=False,  # solve: dump
+                          objective=objective, tie_layers=tie_layers, mip_gap=mip_gap)
+        finally:
+            DUMP_DIR.reset(token)
+        _dump_plan(result, policy, os.fspath(dump_dir))
+        return result
     t0 = time.perf_counter()
     wl = as_workload(dag_or_workload, costs)
     pb = compile_problem(wl, topology, memory_budgets=memory_budgets, pins=pins, micro_batches=micro_batches)
@@ -95,6 +110,22 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
         cache.store(directory, key, result)
     log.info("plan %s: %s", policy, f"{result.predicted_seconds:.6g} s, gap {100 * result.gap:.2f} %")
     return result
+
+
+def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:
+    """Write ``result`` as ``plan_<policy>_<n>.json``: placements, predicted seconds, gap, solver notes."""
+    import json
+
+    os.makedirs(dump_dir, exist_ok=True)
+    n = len([f for f in os.listdir(dump_dir) if f.startswith(f"plan_{policy}_")])
+    s = result.solver
+    data = {"policy": policy, "predicted_seconds": result.predicted_seconds, "gap": result.gap,
+            "solver": {"method": s.method, "notes": list(s.notes)},
+            "placements": {name: {str(k): int(v) for k, v in p.items()} for name, p in result.placements.items()}}
+    path = os.path.join(dump_dir, f"plan_{policy}_{n}.json")
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+    log.info("wrote plan %s to %s", policy, path)
 
 
 def _best_of_baselines(pb, sol):

@@ -27,7 +27,9 @@ meaningful.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -40,6 +42,10 @@ from torch_tessera.scheduler.blocks import Blocks
 from torch_tessera.scheduler.problem import Problem
 
 log = logging.getLogger(__name__)
+
+#: Folder every MILP is written to (``milp_<n>.mps``) before it is solved, while :func:`torch_tessera.scheduler.plan`
+#: runs with ``dump_dir`` set; ``None``: no dump.
+DUMP_DIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("tessera_milp_dump_dir", default=None)
 
 #: Weight of the tie-breaking term relative to T (dimensionless).
 EPS = 1e-5
@@ -85,6 +91,15 @@ class _Model:
     def solve(self, time_limit: float, objective_bound: float | None = None, mip_gap: float = 1e-6):
         A = coo_matrix((np.concatenate(self.vals), (np.concatenate(self.rows), np.concatenate(self.cols))),
                        shape=(self.nr, self.nv)).tocsr()
+        dump_dir = DUMP_DIR.get()
+        if dump_dir is not None:
+            from torch_tessera.compat.scipy_highs import write_mps
+
+            os.makedirs(dump_dir, exist_ok=True)
+            path = os.path.join(dump_dir, f"milp_{len([f for f in os.listdir(dump_dir) if f.endswith('.mps')])}.mps")
+            write_mps(path, np.concatenate(self.c), np.concatenate(self.integ), np.concatenate(self.lb),
+                      np.concatenate(self.ub), A, np.concatenate(self.rlo), np.concatenate(self.rhi))
+            log.info("wrote the MILP (%d variables, %d rows) to %s", self.nv, self.nr, path)
         opts = {"time_limit": max(1e-3, float(time_limit)), "presolve": True, "mip_rel_gap": float(mip_gap)}
         if objective_bound is not None:
             opts["objective_bound"] = float(objective_bound)
