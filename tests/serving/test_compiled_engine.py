@@ -95,3 +95,32 @@ def test_bad_input_errors():
         EngineSettings(model="mamba")
     with pytest.raises(ConfigError, match="not served"):
         EngineSettings(policies=("request-dist",))
+
+
+def test_serve_bench_real_engine_end_to_end(tmp_path, capsys, monkeypatch):
+    import json
+
+    from torch_tessera.cli import main
+
+    if TEST_DEVICE != "cpu":
+        pytest.skip("CPU virtual devices only")
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    rc = main(["serve-bench", "--engine", "real", "--model", "llama", "--size", "tiny", "--layers", "1",
+               "--devices", "cpu:0,cpu:1", "--rates", "20", "--requests", "3", "--input-len", "6", "--output-len",
+               "3", "--buckets", "2", "--policies", "homo-L,tessera", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    report = json.loads((tmp_path / "out" / "serve_bench.json").read_text())
+    assert report["engine"] == "real" and "measured on cpu:0,cpu:1" in report["cost_source"]
+    assert {p["policy"] for p in report["points"]} == {"homo-L", "tessera"}
+    assert all(p["requests"] == 3 and p["throughput_tok_s"] > 0 for p in report["points"])
+    assert (tmp_path / "out" / "latency_vs_rate.png").stat().st_size > 0
+
+
+def test_serve_bench_real_engine_rejects_model_without_kv_cache(capsys):
+    from torch_tessera.cli import main
+
+    assert main(["serve-bench", "--engine", "real", "--model", "mamba", "--size", "tiny", "--devices",
+                 "cpu:0,cpu:1", "--rates", "1"]) == 2
+    assert "KV cache" in capsys.readouterr().err

@@ -8,8 +8,11 @@ Examples::
 
 With ``--engine sim`` the step times come from per-policy cost figures (``--sim-costs FILE``, format in
 :mod:`torch_tessera.serving.simcosts`; default: an illustrative pair derived from the measured H200 profile). With
-``--engine real`` the compiled model runs on the devices: that engine is the hook
-:func:`torch_tessera.serving.compiled_engine.make_compiled_engine`.
+``--engine real`` the compiled model runs on the devices (:mod:`torch_tessera.serving.compiled_engine`: compiled
+and planned once for every policy, then served on the wall clock)::
+
+    tessera serve-bench --engine real --model llama --size tiny --devices cpu:0,cpu:1 --rates 20 --requests 4 \
+        --input-len 8 --output-len 3 --buckets 1,2 --policies homo-R,tessera
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import pathlib
 from torch_tessera.commands.devices import format_table
 from torch_tessera.errors import ConfigError
 from torch_tessera.serving.clock import SimClock, WallClock
-from torch_tessera.serving.compiled_engine import make_compiled_engine, plans_of
+from torch_tessera.serving.compiled_engine import CompiledEngine, CompiledModel, EngineSettings, plans_of
 from torch_tessera.serving.engine import SimulatedEngine
 from torch_tessera.serving.loop import DEFAULT_BUCKETS, ServeConfig
 from torch_tessera.serving.monitor import MonitorConfig
@@ -44,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--devices", default="cuda:0,cuda:1", help="devices, comma-separated (real engine)")
     parser.add_argument("--rates", required=True, help="Poisson request rates to sweep, req/s, comma-separated")
     parser.add_argument("--engine", choices=("sim", "real"), default="sim", help="simulated or compiled engine")
+    parser.add_argument("--size", choices=("tiny", "full"), default="full", help="model size (real engine)")
+    parser.add_argument("--layers", type=int, default=None, help="keep the first N decoder layers (real engine)")
     parser.add_argument("--policies", default=None,
                         help="policies to run, comma-separated (default: all in the cost file / the real set)")
     parser.add_argument("--sim-costs", default=None, metavar="FILE", help="per-policy cost figures (JSON)")
@@ -82,11 +87,17 @@ def build_policies(args: argparse.Namespace, config: ServeConfig) -> tuple[list[
     monitor = MonitorConfig(window_s=args.window_ms / 1e3, threshold=args.threshold,
                             back_threshold=args.back_threshold, min_dwell_s=args.min_dwell_ms / 1e3)
     wanted = [p.strip() for p in args.policies.split(",")] if args.policies else None
-    if args.engine == "real":  # HOOK: the real engine, see torch_tessera.serving.compiled_engine
-        names = wanted or ["homo-L", "homo-R", "pd", "af", "tessera"]
-        devices = [d.strip() for d in args.devices.split(",") if d.strip()]
-        return [Policy(n, (lambda n=n: make_compiled_engine(args.model, devices, n, config.buckets)),
-                       monitor if len(plans_of(n)) == 2 else "main") for n in names], f"measured on {devices}"
+    if args.engine == "real":
+        names = tuple(wanted or ("homo-L", "homo-R", "pd", "af", "tessera"))
+        devices = ",".join(d.strip() for d in args.devices.split(",") if d.strip())
+        lengths = ([r.input_tokens for r in load_trace(args.trace)], [r.output_tokens for r in load_trace(args.trace)]) \
+            if args.trace else ([args.input_len], [args.output_len])
+        settings = EngineSettings(model=args.model, devices=devices, buckets=config.buckets, policies=names,
+                                  size=args.size, layers=args.layers, prompt_tokens=max(lengths[0]),
+                                  context=max(lengths[0]) + max(lengths[1]), output_tokens=float(args.output_len))
+        model = CompiledModel(settings)  # compiled, profiled and planned once for every policy
+        return [Policy(n, (lambda n=n: CompiledEngine(model, n)), monitor if len(plans_of(n)) == 2 else "main")
+                for n in names], f"measured on {devices}"
     costs, source = (load_policy_costs(args.sim_costs) if args.sim_costs else (default_policy_costs(), DEFAULT_SOURCE))
     unknown = sorted(set(wanted or ()) - set(costs))
     if unknown:
