@@ -8,7 +8,7 @@ import json
 import pytest
 
 from torch_tessera.commands import serve_bench as command
-from torch_tessera.errors import ConfigError
+from torch_tessera.errors import ConfigError, DeviceUnavailableError
 
 
 def run(capsys, *argv):
@@ -64,7 +64,7 @@ def test_bad_options_name_the_fix(tmp_path, capsys):
         run(capsys, "--rates", "1", "--sim-costs", str(_cost_file(tmp_path)), "--policies", "pd")
     with pytest.raises(ConfigError, match="numbers separated by commas"):
         run(capsys, "--rates", "1,x")
-    with pytest.raises(ConfigError, match="make_compiled_engine"):
+    with pytest.raises(DeviceUnavailableError, match="cuda:0"):  # the real engine's default devices, here on CPU
         run(capsys, "--rates", "1", "--engine", "real", "--requests", "2", "--out", str(tmp_path / "r"))
     bad = tmp_path / "bad.json"
     bad.write_text('{"policies": {"x": {"plans": {"main": {"decode_base": 1}}}}}')
