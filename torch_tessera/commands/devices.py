@@ -20,6 +20,8 @@ from torch_tessera.runtime import catalog, prices
 from torch_tessera.runtime.devices import EMULATION_PROFILES, DeviceSpec, detect_gpus, open_device, parse_device, \
     parse_devices, parse_size
 
+HELP = "list detected GPUs, requested partitions and profiles, the simulated catalog, measured links"
+
 SPEC_HEADERS = ("device", "model", "arch", "SMs", "bf16 TFLOP/s", "fp32 TFLOP/s", "DRAM GB/s", "memory GB",
                 "price/h")
 
