@@ -22,8 +22,8 @@ from torch_tessera.scheduler import NotApplicableError, Plan, Workload, availabl
 from torch_tessera.scheduler.gantt import write_gantt
 from torch_tessera.scheduler.report import compare
 
-
 HELP = "plan a model over devices (lowered without weights): the plan, every baseline, a Gantt chart"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tessera plan``."""
