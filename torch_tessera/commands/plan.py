@@ -50,15 +50,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def plan_all(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping[str, CostTable] | None,
              topology: Topology, policy: str = "throughput", baselines: bool = True,
              **options) -> dict[str, Plan | TesseraError]:
-    """The chosen policy, the other policy and every baseline, each a plan or the error that makes it n/a.
+    """The chosen policy and (with ``baselines``) the other policy and every baseline, each a plan or the error that
+    makes it n/a.
 
     ``options`` go to :func:`torch_tessera.scheduler.plan` (memory_budgets, micro_batches, time_limit, cache_dir).
     Baselines use the policy's objective (cycle time for throughput, latency for latency).
     """
     objective = "cycle" if policy == "throughput" else "latency"
-    names = [policy, "latency" if policy == "throughput" else "throughput"]
+    names = [policy]
     if baselines:
-        names += available_baselines(len(topology.devices))
+        names += ["latency" if policy == "throughput" else "throughput"] + available_baselines(len(topology.devices))
     out: dict[str, Plan | TesseraError] = {}
     for name in names:
         kw = dict(options)
@@ -101,9 +102,23 @@ def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
 
     name = MODEL_ALIASES.get(args.model, args.model)
     specs = parse_devices(args.devices, assume_gpu="h200")
+    _warn_assumed(args.devices)
     mw = model_workload(name, specs, size=args.size, mean_output_tokens=args.output_tokens)
     print(f"lowered, analysed and costed {args.model} ({args.size}) in {mw.seconds:.1f} s")
     return mw.workload, mw.topology
+
+
+def _warn_assumed(devices: str) -> None:
+    """Say so when ``cuda:`` devices this machine does not have are planned as H200s."""
+    import torch
+
+    present = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    wanted = {int(d.split(":")[1].split("@")[0].split(",")[0]) for d in devices.split(",")
+              if d.strip().lower().startswith("cuda:") and d.split(":")[1][:1].isdigit()}
+    missing = sorted(i for i in wanted if i >= present)
+    if missing:
+        print(f"note: cuda:{', cuda:'.join(map(str, missing))} not present on this machine ({present} CUDA GPU(s)): "
+              "planning for an H200 (catalog figures) in its place")
 
 
 #: Names users type for registry models.

@@ -294,7 +294,8 @@ def _cuda_hardware(index: int, assume_gpu: str | None) -> _Hardware:
     seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
     raise DeviceUnavailableError(
         f"cuda:{index} is not present: this process sees {seen} CUDA GPU(s). Use cpu:N or sim:NAME devices here, "
-        f"or pass assume_gpu='h200' to plan for a GPU this machine does not have"
+        f"or plan for a GPU this machine does not have with `tessera devices --assume-gpu h200` "
+        f"(Python: parse_device(..., assume_gpu='h200'))"
     )
 
 
