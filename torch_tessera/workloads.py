@@ -5,8 +5,8 @@ trace 2023, conversation service; Patel et al., "Splitwise", ISCA 2024); the art
 **median input 1020 tokens and median output 129 tokens**. The trace is not shipped with this project, so
 :func:`conversation_workload` draws lengths from lognormal distributions with those medians:
 
-    input_len  ~ round(exp(N(ln 1020, 0.80^2)))   clipped to [1, max_input]
-    output_len ~ round(exp(N(ln 129,  1.00^2)))   clipped to [1, max_output]
+    input_tokens  ~ round(exp(N(ln 1020, 0.80^2)))   clipped to [1, max_input]
+    output_tokens ~ round(exp(N(ln 129,  1.00^2)))   clipped to [1, max_output]
 
 The medians are the trace's (the lognormal's median is ``exp(mu)``). The spreads (sigma 0.80 and 1.00) are our
 assumption, not a fit to the trace: they give input p10..p90 of about 370..2850 tokens and output p10..p90 of about
@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from torch_tessera.errors import ConfigError
+
 #: Splitwise conversation trace medians (tokens), as the Tessera artifact reports them.
 CONVERSATION_MEDIAN_INPUT = 1020
 CONVERSATION_MEDIAN_OUTPUT = 129
@@ -40,27 +42,35 @@ DEFAULT_BATCH_BUCKETS = tuple(2**k for k in range(0, 9))  # 1 .. 256 sequences
 
 @dataclass(frozen=True)
 class Request:
-    """One generation request.
+    """One generation request (offline batches and online serving use this one type).
 
     Attributes:
-        id: index in the workload, from 0.
-        input_len: prompt tokens (>= 1).
-        output_len: tokens to generate (>= 1); offline runs generate exactly this many (no early stop).
+        id: unique id within a workload (offline: its index, from 0); results are keyed by it.
+        arrival_s: arrival time, seconds from the start of the run (0 for offline batches: all submitted at once).
+        input_tokens: prompt length, tokens (>= 1).
+        output_tokens: tokens to generate, including the first one that prefill produces (>= 1); offline runs
+            generate exactly this many (no early stop).
+
+    Raises:
+        ConfigError: a length below 1, or an arrival time that is negative or not finite.
     """
 
     id: int
-    input_len: int
-    output_len: int
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
 
     def __post_init__(self) -> None:
-        if self.input_len < 1 or self.output_len < 1:
-            raise ValueError(f"request {self.id}: input_len and output_len must be >= 1, got "
-                             f"{self.input_len}, {self.output_len}")
+        if self.input_tokens < 1 or self.output_tokens < 1:
+            raise ConfigError(f"request {self.id}: input_tokens={self.input_tokens} and output_tokens="
+                              f"{self.output_tokens} must both be >= 1")
+        if not math.isfinite(self.arrival_s) or self.arrival_s < 0:
+            raise ConfigError(f"request {self.id}: arrival_s={self.arrival_s} must be a finite time >= 0 seconds")
 
     @property
     def total_len(self) -> int:
-        """Tokens the request's KV cache (or sequence) must hold at the end: ``input_len + output_len``."""
-        return self.input_len + self.output_len
+        """Tokens the request's KV cache (or sequence) must hold at the end: ``input_tokens + output_tokens``."""
+        return self.input_tokens + self.output_tokens
 
 
 @dataclass(frozen=True)
@@ -112,7 +122,7 @@ class Workload:
 
     def prefill_bucket_of(self, request: Request) -> int:
         """The smallest sequence bucket that holds ``request``'s prompt (the prefill's padded length, tokens)."""
-        return self.seq_buckets[bisect.bisect_left(self.seq_buckets, request.input_len)]
+        return self.seq_buckets[bisect.bisect_left(self.seq_buckets, request.input_tokens)]
 
     def batches(self, max_batch: int) -> tuple[Batch, ...]:
         """Group requests by sequence bucket into batches of at most ``max_batch`` (a batch bucket).
@@ -136,7 +146,7 @@ class Workload:
 
     @property
     def total_output_tokens(self) -> int:
-        return sum(r.output_len for r in self.requests)
+        return sum(r.output_tokens for r in self.requests)
 
 
 def conversation_workload(
@@ -175,5 +185,5 @@ def conversation_workload(
     source = (f"lognormal lengths with the Splitwise conversation trace's medians x {length_scale:g} "
               f"(input median {CONVERSATION_MEDIAN_INPUT}, sigma {CONVERSATION_SIGMA_INPUT}; output median "
               f"{CONVERSATION_MEDIAN_OUTPUT}, sigma {CONVERSATION_SIGMA_OUTPUT}; sigmas assumed), seed {seed}")
-    requests = tuple(Request(i, int(a), int(b)) for i, (a, b) in enumerate(zip(inputs, outputs)))
+    requests = tuple(Request(i, 0.0, int(a), int(b)) for i, (a, b) in enumerate(zip(inputs, outputs)))
     return Workload(requests, tuple(seq_buckets), tuple(batch_buckets), source, seed)

@@ -22,40 +22,17 @@ import datetime
 import json
 import math
 import pathlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from torch_tessera.errors import ConfigError
+from torch_tessera.workloads import Request  # the one request type (offline and online)
 
 _ARRIVAL_KEYS = ("arrival_s", "arrival", "timestamp", "time")
 _INPUT_KEYS = ("input_tokens", "input_len", "prompt_tokens", "contexttokens")
 _OUTPUT_KEYS = ("output_tokens", "output_len", "generatedtokens")
-
-
-@dataclass(frozen=True)
-class Request:
-    """One inference request.
-
-    Attributes:
-        id: unique id within a workload; results are keyed by it.
-        arrival_s: arrival time, seconds from the start of the run.
-        input_tokens: prompt length, tokens (>= 1).
-        output_tokens: tokens to generate, including the first one that prefill produces (>= 1).
-    """
-
-    id: int
-    arrival_s: float
-    input_tokens: int
-    output_tokens: int
-
-    def __post_init__(self) -> None:
-        if self.input_tokens < 1 or self.output_tokens < 1:
-            raise ConfigError(f"request {self.id}: input_tokens={self.input_tokens} and output_tokens="
-                              f"{self.output_tokens} must both be >= 1")
-        if not math.isfinite(self.arrival_s) or self.arrival_s < 0:
-            raise ConfigError(f"request {self.id}: arrival_s={self.arrival_s} must be a finite time >= 0 seconds")
 
 
 def poisson_arrivals(rate: float, count: int, seed: int = 0) -> np.ndarray:
