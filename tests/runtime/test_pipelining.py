@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.backend.test_models_equal_eager import StatefulCounter
+from tests.runtime.graph_stand_in import stand_in_graphs  # noqa: F401 - pytest fixture
 from tests.conftest import TEST_DEVICE, RecordingBackend
 from torch_tessera.errors import TesseraError
 from torch_tessera.models import MLP, build_model
@@ -253,37 +254,9 @@ def test_shared_memory_domain_frees_after_the_last_use_on_any_device():
     assert freed  # temporaries were freed (after their last use), not kept to the end
 
 
-class _FakeGraph:
-    """Stands in for ``torch.cuda.CUDAGraph`` on CPU: capture records the launches, replay runs them."""
-
-    capturing = None
-
-    def __init__(self):
-        self.calls = []
-
-    def replay(self):
-        for call in self.calls:
-            call()
-
-
-class _fake_capture:
-    def __init__(self, g, pool=None, stream=None):
-        self.g = g
-
-    def __enter__(self):
-        _FakeGraph.capturing = self.g
-
-    def __exit__(self, *exc):
-        _FakeGraph.capturing = None
-
-
-def test_graph_slots_logic_with_a_fake_graph(monkeypatch):
+def test_graph_slots_logic_with_a_stand_in_graph(stand_in_graphs):
     """The per-slot static pools, input copies, shared weights, output copies and slot reuse of the CUDA-graph path,
-    run on CPU with a stand-in graph that records launches at capture (without running them) and replays them."""
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
-    monkeypatch.setattr(torch.cuda, "graph", _fake_capture)
-    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    run on CPU with the pointer-faithful stand-in graph (``tests/runtime/graph_stand_in.py``)."""
     torch.manual_seed(0)
     model = MLP(32, 64).eval()
     inputs = (torch.randn(8, 32),)
@@ -292,14 +265,6 @@ def test_graph_slots_logic_with_a_fake_graph(monkeypatch):
     for placement in ({i: i % 2 for i in range(n)}, random_placement(runner.dag, 2, 11), {i: 1 for i in range(n)}):
         ex = PlacedExecutor(runner.program, runner.dag, placement, runner.devices, runner._kernel_objects)
         ex.cuda_graphs = True
-        launch = ex._launch
-
-        def recording_launch(step, pools, lane=None, launch=launch):
-            if _FakeGraph.capturing is None:
-                return launch(step, pools, lane)
-            _FakeGraph.capturing.calls.append(lambda: launch(step, pools, lane))
-
-        ex._launch = recording_launch
         for call in range(2):
             xs = [(torch.randn(8, 32),) for _ in range(5)]
             with torch.no_grad():

@@ -47,10 +47,9 @@ class GraphState:
     pools: list[BufferPool]
     items: list[Any]  # Segment | CopyStep, in schedule order
     static_inputs: dict[str, torch.Tensor]  # INPUT buffers: static storage the caller's data is copied into
-    bound_ptrs: dict[str, int]  # PARAMETER / STATE buffers bound to the caller's storages: address at capture
     addresses: dict[tuple[int, str], int] = field(default_factory=dict)
-    # per-call fast path, precomputed at capture: (input index, address) of bound inputs, (input index, static view)
-    # of copied inputs, and the devices whose streams do any work
+    # per-call fast path, precomputed at capture: (input index, address) of the PARAMETER / STATE inputs bound to the
+    # caller's storages, (input index, static view) of copied INPUT-kind inputs, and the devices whose streams work
     bound_list: list[tuple[int, int]] = field(default_factory=list)
     copy_list: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     used_devices: list[int] = field(default_factory=list)
@@ -138,7 +137,7 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
             executor._copy(item, pools, lane)
     torch.cuda.synchronize()
     executor.launches_executed = executed
-    state = GraphState(pools, items, static_inputs, bound, lane=lane)
+    state = GraphState(pools, items, static_inputs, lane=lane)
     state.first_outputs = first_outputs
     state.addresses = {(i, b): t.data_ptr() for i, p in enumerate(pools) for b, t in p.storages.items()}
     seen: set[str] = set()
@@ -185,15 +184,6 @@ def _run_item(executor: Any, item: Any, pools: list[BufferPool], capture: bool, 
         executor._sync(item, lane)
         return None
     return executor._copy(item, pools, lane, edges)
-
-
-def _moved(program: Any, state: GraphState, inputs: Sequence[Any]) -> str | None:
-    """The first weight or state input bound at capture that now arrives at another address, if any."""
-    for spec, value in zip(program.inputs, inputs):
-        if isinstance(spec, TensorArg) and spec.buffer in state.bound_ptrs:
-            if value.data_ptr() != state.bound_ptrs[spec.buffer]:
-                return spec.buffer
-    return None
 
 
 def _bound_inputs_unmoved(state: GraphState, inputs: Sequence[Any]) -> bool:
@@ -277,10 +267,10 @@ def issue_wave_with_graphs(executor: Any, wave: Sequence[tuple[int, Sequence[Any
     flights = []
     for k, (m, inputs) in enumerate(wave):
         lane, state = lanes[k], states.get(k)
-        moved = _moved(program, state, inputs) if state is not None else None
-        if moved is not None:
-            log.info("slot %d: input %s moved since capture; capturing again", k, moved)
-        if state is None or moved is not None:
+        moved = state is not None and not _bound_inputs_unmoved(state, inputs)
+        if moved:
+            log.info("slot %d: an input bound at capture (weights, state) moved; capturing again", k)
+        if state is None or moved:
             for d in executor.devices:  # earlier waves may still use the slot's old static storages
                 d.synchronize()
             state = states[k] = _capture(executor, inputs, lane, edges[m])
@@ -291,7 +281,8 @@ def issue_wave_with_graphs(executor: Any, wave: Sequence[tuple[int, Sequence[Any
             lane.barrier()
             main = lane.streams[home]
             with torch.cuda.stream(main):
-                _copy_inputs(program, state.pools[home], inputs, state.static_inputs)
+                for i, static in state.copy_list:
+                    static.copy_(inputs[i], non_blocking=True)
             for s in lane.streams:
                 if s is not main:
                     s.wait_stream(main)

@@ -1,0 +1,99 @@
+"""A pointer-faithful stand-in for CUDA graphs on CPU virtual devices (shared by the graph-path tests).
+
+A real CUDA graph records each kernel with the addresses its arguments had at capture and replays exactly those,
+without running anything while capturing. The stand-in does the same on CPU: while "capturing", a Triton launch
+resolves its tensor arguments at once and records a closure over those very tensors (nothing runs); an extern op runs
+once to obtain its capture-time output tensors and its replay writes into them. Replays therefore read and write the
+memory the capture saw, as on a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from torch_tessera.lowering.program import ScalarArg, TensorArg, TritonLaunch
+from torch_tessera.runtime import executor as executor_mod
+from torch_tessera.runtime import placed as placed_mod
+from torch_tessera.runtime.devices import CpuStream
+
+
+class _Graph:
+    """Stand-in for ``torch.cuda.CUDAGraph``: replay runs the closures recorded while capturing."""
+
+    capturing: "_Graph | None" = None
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def replay(self) -> None:
+        for call in self.calls:
+            call()
+
+
+class _capture:
+    def __init__(self, graph: _Graph, pool=None, stream=None) -> None:
+        self.graph = graph
+
+    def __enter__(self) -> None:
+        _Graph.capturing = self.graph
+
+    def __exit__(self, *exc) -> None:
+        _Graph.capturing = None
+
+
+@pytest.fixture
+def stand_in_graphs(monkeypatch):
+    """CUDA graphs replaced by the pointer-faithful stand-in; executors accept ``cuda_graphs=True`` on CPU devices."""
+    orig_launch = executor_mod.KernelLauncher.launch
+
+    def launch(self, launch, pool, stream=None):
+        if pool.device.type == "cpu":
+            stream = None
+        if _Graph.capturing is None:
+            return orig_launch(self, launch, pool, stream)
+
+        def arg(v):
+            if isinstance(v, TensorArg):
+                return pool.view(v)
+            return v.value if isinstance(v, ScalarArg) else v
+
+        if isinstance(launch, TritonLaunch):
+            args, kernel = [arg(a) for a in launch.args], self.kernel(launch.kernel)
+
+            def replay_triton(args=args, kernel=kernel, device=pool.device):
+                with executor_mod._interpreter_context(device):
+                    kernel.run(*args, stream=0)
+
+            _Graph.capturing.calls.append(replay_triton)
+            return None
+        args, kwargs = tree_map(arg, launch.args), tree_map(arg, dict(launch.kwargs))
+        result = launch.overload(*args, **kwargs)  # the capture-time allocation of fresh outputs
+        leaves = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
+
+        def replay_extern(args=args, kwargs=kwargs, leaves=leaves, op=launch.overload):
+            new = [t for t in tree_flatten(op(*args, **kwargs))[0] if isinstance(t, torch.Tensor)]
+            for old, fresh in zip(leaves, new):
+                if old.data_ptr() != fresh.data_ptr():
+                    old.copy_(fresh)  # a graph writes fresh outputs where the capture allocated them
+
+        _Graph.capturing.calls.append(replay_extern)
+        return result
+
+    orig_init = placed_mod.PlacedExecutor.__init__
+
+    def init(self, *a, cuda_graphs=False, **k):
+        orig_init(self, *a, **k)
+        self.cuda_graphs = cuda_graphs
+
+    monkeypatch.setattr(executor_mod.KernelLauncher, "launch", launch)
+    monkeypatch.setattr(placed_mod.PlacedExecutor, "__init__", init)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _Graph)
+    monkeypatch.setattr(torch.cuda, "graph", _capture)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: CpuStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s=None: contextlib.nullcontext())
