@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from torch_tessera.lowering.program import ScalarArg, TensorArg, TritonLaunch
 from torch_tessera.runtime import executor as executor_mod
+from torch_tessera.runtime import graphs as graphs_mod
 from torch_tessera.runtime import placed as placed_mod
 from torch_tessera.runtime.devices import CpuStream
 
@@ -83,12 +84,19 @@ def stand_in_graphs(monkeypatch):
         _Graph.capturing.calls.append(replay_extern)
         return result
 
+    def capture_copy(executor, step, pools, streams, copy_stream):
+        src = pools[step.src].storages[step.buffer][step.start:step.end]
+        dst = pools[step.dst].storages[step.buffer][step.start:step.end]
+        _Graph.capturing.calls.append(lambda: dst.copy_(src))  # a memcpy node: these very bytes, at replay
+
     orig_init = placed_mod.PlacedExecutor.__init__
 
     def init(self, *a, cuda_graphs=False, **k):
         orig_init(self, *a, **k)
-        self.cuda_graphs = cuda_graphs
+        self.cuda_graphs = bool(cuda_graphs)
+        self.graph_mode = "segments" if cuda_graphs == "segments" else "whole"
 
+    monkeypatch.setattr(graphs_mod, "_capture_copy", capture_copy)
     monkeypatch.setattr(executor_mod.KernelLauncher, "launch", launch)
     monkeypatch.setattr(placed_mod.PlacedExecutor, "__init__", init)
     monkeypatch.setattr(torch.cuda, "CUDAGraph", _Graph)

@@ -25,13 +25,17 @@ from torch_tessera.models import llama_config
 pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the stand-in graph replaces CUDA graphs on CPU only")
 
 
+GRAPH_MODES = ["whole", "segments"]  # one graph over every device with the copies inside it / one per segment
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
 @pytest.mark.parametrize("options", [{"devices": "cpu:0", "policy": "home"},
                                      {"devices": "cpu:0,cpu:1", "policy": "random", "seed": 3}],
                          ids=["one-device", "random-placement-two-devices"])
-def test_state_is_updated_once_per_call_with_graphs(stand_in_graphs, options):
+def test_state_is_updated_once_per_call_with_graphs(stand_in_graphs, options, mode):
     torch.manual_seed(0)
     model, ref = StatefulCounter(), StatefulCounter()
-    backend = RecordingBackend(cuda_graphs=True, **options)
+    backend = RecordingBackend(cuda_graphs=mode, **options)
     compiled = torch.compile(model, backend=backend, dynamic=False)
     with torch.no_grad():
         for call in range(4):
@@ -40,10 +44,12 @@ def test_state_is_updated_once_per_call_with_graphs(stand_in_graphs, options):
             torch.testing.assert_close(model.state, ref.state, msg=lambda m: f"state after call {call}: {m}")
     ex = backend.executors[0].executor
     assert (ex.calls, ex.captures) == (4, 1)
+    assert (ex._graphs.whole is not None) == (mode == "whole")
     assert ex.launches_executed == 4 * len(ex.program.launches)  # capturing records launches, it runs none
 
 
-def test_hf_generate_with_graphs_equals_eager(stand_in_graphs):
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+def test_hf_generate_with_graphs_equals_eager(stand_in_graphs, mode):
     """Greedy decoding with a static KV cache through captured graphs on two devices, token for token."""
     from transformers import LlamaForCausalLM
 
@@ -56,7 +62,7 @@ def test_hf_generate_with_graphs_equals_eager(stand_in_graphs):
     new = 12
     kwargs = dict(max_new_tokens=new, do_sample=False, cache_implementation="static", disable_compile=True)
     torch._dynamo.reset()
-    backend = RecordingBackend(devices="cpu:0,cpu:1", policy="random", seed=3, cuda_graphs=True)
+    backend = RecordingBackend(devices="cpu:0,cpu:1", policy="random", seed=3, cuda_graphs=mode)
     model.forward = torch.compile(model.forward, backend=backend, dynamic=False)
     with torch.no_grad():
         want = eager.generate(ids, **kwargs)
@@ -66,3 +72,8 @@ def test_hf_generate_with_graphs_equals_eager(stand_in_graphs):
     assert (prefill.calls, decode.calls) == (1, new - 1) and (prefill.captures, decode.captures) == (1, 1)
     for ex in (prefill, decode):
         assert ex.launches_executed == ex.calls * len(ex.program.launches)
+    cut = [ex.schedule.steps for ex in (prefill, decode)]
+    assert all(any(type(st).__name__ == "CopyStep" for st in steps) for steps in cut), "the placement cut nothing"
+    for ex in (prefill, decode):  # every copy of the schedule ran once per call, none of them twice
+        per_call = sum(1 for st in ex.schedule.steps if type(st).__name__ == "CopyStep")
+        assert sum(n for purpose, n in ex.transfers.items() if purpose != "weights") == per_call * ex.calls

@@ -32,8 +32,10 @@ class TesseraConfig:
             correctness check). Kernel costs come from the roofline cost model of the devices' specs.
         seed: seed of the ``"random"`` policy.
         timeout_s: seconds a call waits for its cross-device transfers before raising ``TransferTimeout``.
-        cuda_graphs: capture each device's segments of launches as CUDA graphs (CUDA devices only); on its own
-            (no ``devices``) it runs the whole program as graphs on the model's GPU.
+        cuda_graphs: replay CUDA graphs (CUDA devices only): ``True`` or ``"whole"`` captures the whole placed
+            program as one graph spanning the devices (copies inside it; one graph per segment where CUDA refuses),
+            ``"segments"`` one graph per device's run of launches with the copies between them issued from Python.
+            On its own (no ``devices``) it runs the whole program as graphs on the model's GPU.
     """
 
     fallback: str = "inductor"
@@ -42,7 +44,7 @@ class TesseraConfig:
     policy: str = "throughput"
     seed: int = 0
     timeout_s: float = 60.0
-    cuda_graphs: bool = False
+    cuda_graphs: bool | str = False
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
@@ -53,6 +55,8 @@ class TesseraConfig:
             object.__setattr__(self, "devices", tuple(self.devices))
         if self.policy not in POLICIES:
             raise ConfigError(f"option policy={self.policy!r} is not one of {POLICIES}")
+        if self.cuda_graphs not in (False, True, "whole", "segments"):
+            raise ConfigError(f"option cuda_graphs={self.cuda_graphs!r} is not one of False, True, 'whole', 'segments'")
         if self.timeout_s <= 0:
             raise ConfigError(f"option timeout_s={self.timeout_s} must be positive (seconds)")
 

@@ -28,7 +28,7 @@ from torch_tessera.runtime.executor import (
     fresh_extern_outputs,
     launch_buffers,
 )
-from torch_tessera.runtime.schedule import CopyStep, LaunchStep, Schedule, SyncStep, build_schedule
+from torch_tessera.runtime.schedule import copy_hazards, CopyStep, LaunchStep, Schedule, SyncStep, build_schedule
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,10 @@ class PlacedExecutor:
         home: index of the caller's device.
         timeout_s: seconds to wait for a call's transfers before raising :class:`TransferTimeout`.
         memory_estimate: bytes per device the plan predicted (reported if a device runs out of memory).
-        cuda_graphs: capture each device's runs of consecutive launches (segments) as CUDA graphs and replay them;
-            copies between segments stay eager. CUDA devices only.
+        cuda_graphs: replay CUDA graphs (CUDA devices only). ``True`` / ``"whole"``: the whole schedule as ONE graph
+            spanning the devices, copies inside it as memcpy nodes (one launch per call); if CUDA refuses that
+            capture, one graph per segment. ``"segments"``: one graph per device's run of consecutive launches, the
+            copies between them issued eagerly. See :mod:`torch_tessera.runtime.graphs`.
 
     Attributes:
         transfers: count of copies performed, by purpose (``cut``, ``input``, ``weights``, ``gather``); a cut edge
@@ -70,7 +72,7 @@ class PlacedExecutor:
         home: int = 0,
         timeout_s: float = 60.0,
         memory_estimate: Sequence[int] | None = None,
-        cuda_graphs: bool = False,
+        cuda_graphs: bool | str = False,
     ) -> None:
         self.program = program
         self.devices = list(devices)
@@ -102,9 +104,15 @@ class PlacedExecutor:
         self._setup_done = False
         self._edges_this_call = set()
         self._free_after = self._last_uses()
+        hazards = copy_hazards(self.schedule, dag, self.domains)
+        self._copy_waits = {id(self.schedule.steps[i]): h for i, h in hazards.items()}  # see copy_hazards
         if cuda_graphs and not all(self._is_cuda):
             raise TesseraError("cuda_graphs=True needs every device to be a CUDA device")
-        self.cuda_graphs = cuda_graphs
+        if cuda_graphs not in (False, True, "whole", "segments"):
+            raise TesseraError(f"cuda_graphs={cuda_graphs!r}: use False, True (= 'whole'), 'whole' or 'segments'")
+        self.cuda_graphs = bool(cuda_graphs)
+        # "whole": one graph over every device with the copies inside (falls back to "segments" where CUDA refuses)
+        self.graph_mode = "segments" if cuda_graphs == "segments" else "whole"
         self.captures = 0
         self._graphs: Any = None
 
@@ -298,17 +306,17 @@ class PlacedExecutor:
             self._ensure(dst_pool, step.dst, step.buffer)
         src = src_pool.storages[step.buffer][step.start:step.end]
         dst = dst_pool.storages[step.buffer][step.start:step.end]
-        self.transfers[step.purpose] += 1
-        if step.edge is not None:
-            (self._edges_this_call if edges is None else edges).add(step.edge)
-        self.bytes_moved[step.purpose] += step.nbytes
+        self._count_copy(step, edges)
         if not (self._is_cuda[step.src] or self._is_cuda[step.dst]):
             dst.copy_(src)
             return None
         copy_stream = self._copy_stream(step.src, step.dst) if lane is None else lane.copy_stream(step.src, step.dst)
         src_stream, dst_stream = streams[step.src], streams[step.dst]
+        wait_dst, src_waits = self._copy_waits.get(id(step), (False, False))
         if src_stream is not None:
             copy_stream.wait_stream(src_stream)
+        if wait_dst and dst_stream is not None:
+            copy_stream.wait_stream(dst_stream)
         with _stream_ctx(copy_stream):
             dst.copy_(src, non_blocking=True)
             done = torch.cuda.Event()
@@ -317,7 +325,36 @@ class PlacedExecutor:
         dst.record_stream(copy_stream)
         if dst_stream is not None:
             dst_stream.wait_event(done)
+        if src_waits and src_stream is not None:
+            src_stream.wait_event(done)
         return done
+
+    def _count_copy(self, step: CopyStep, edges: set | None = None) -> None:
+        """Count one copy step in ``transfers`` / ``bytes_moved`` and its cut edge in ``edges`` (default: this
+        call's set)."""
+        self.transfers[step.purpose] += 1
+        if step.edge is not None:
+            (self._edges_this_call if edges is None else edges).add(step.edge)
+        self.bytes_moved[step.purpose] += step.nbytes
+
+    def _wait_whole(self, copies: Sequence[CopyStep], stream: Any) -> None:
+        """Wait for one replay of a multi-device graph (launched on ``stream``); if it does not finish within
+        ``timeout_s``, name the transfers inside it (which one hangs cannot be told from outside the graph)."""
+        if not isinstance(stream, torch.cuda.Stream):
+            return
+        done = torch.cuda.Event()
+        done.record(stream)
+        deadline = time.monotonic() + self.timeout_s
+        while not done.query():
+            if time.monotonic() > deadline:
+                links = sorted({(self.devices[c.src].name, self.devices[c.dst].name) for c in copies})
+                edges = sorted({c.edge for c in copies if c.edge is not None})[:8]
+                raise TransferTimeout(
+                    f"one replay of the CUDA graph over {len(links) and ', '.join(f'{a}->{b}' for a, b in links)} "
+                    f"did not complete within {self.timeout_s} s; it holds {len(copies)} transfers "
+                    f"(edges {edges}{' ...' if len(copies) > 8 else ''})"
+                )
+            time.sleep(20e-6)
 
     def _wait(self, events: list[tuple[CopyStep, Any]], streams: Sequence[Any] | None = None) -> None:
         """Wait for this call's copies and compute streams (``streams``, default the devices' streams); name the

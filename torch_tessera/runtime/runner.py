@@ -31,7 +31,7 @@ class TesseraRunner:
         kernel_objects: Mapping[str, Any] | None = None,
         plan: Any = None,
         timeout_s: float = 60.0,
-        cuda_graphs: bool = False,
+        cuda_graphs: bool | str = False,
     ) -> None:
         self.program = program
         self.dag = dag

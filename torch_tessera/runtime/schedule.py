@@ -169,6 +169,46 @@ def _gathers(program: KernelProgram, dag: DependencyGraph, placement: Mapping[in
     return out
 
 
+def copy_hazards(schedule: Schedule, dag: DependencyGraph, domains: Sequence[int]) -> dict[int, tuple[bool, bool]]:
+    """For each copy step (by its index in ``schedule.steps``): ``(wait_for_dst, src_waits_for_copy)``.
+
+    A copy runs on its own stream, so besides the producer it must be ordered against two hazards the DAG does not
+    see (its edges join launches, and each device keeps its own storage of a buffer):
+
+    * WAR/WAW on the destination: an earlier launch in the destination's memory domain touched the buffer (it may
+      still be reading an older version that this copy overwrites, e.g. an Inductor buffer reused for a later
+      tensor) -> the copy waits for the destination's stream.
+    * WAR on the source: a later launch in the source's domain writes the buffer (a reused buffer overwritten while
+      the copy still reads it) -> the source's stream waits for the copy before going on.
+
+    Issued from Python the copies usually won these races by host latency; inside one CUDA graph they do not
+    (seen 2026-11-29 on two H200s: a random placement replayed as one graph gave cosine 0.84 until these waits).
+    Buffer-name granularity (conservative).
+    """
+    g = dag.graph
+    steps = schedule.steps
+    touched_before: dict[int, set[str]] = {}  # domain -> buffers touched by launches so far
+    out: dict[int, tuple[bool, bool]] = {}
+    writes_after: dict[int, dict[str, int]] = {}  # domain -> buffer -> count of launches from here on writing it
+    for st in steps:
+        if isinstance(st, LaunchStep):
+            dm = domains[st.device]
+            for b in g.nodes[st.launch]["writes"]:
+                writes_after.setdefault(dm, {}).setdefault(b, 0)
+                writes_after[dm][b] += 1
+    for i, st in enumerate(steps):
+        if isinstance(st, LaunchStep):
+            dm = domains[st.device]
+            node = g.nodes[st.launch]
+            touched_before.setdefault(dm, set()).update(node["reads"], node["writes"])
+            for b in node["writes"]:
+                writes_after[dm][b] -= 1
+        elif isinstance(st, CopyStep):
+            out[i] = (st.buffer in touched_before.get(domains[st.dst], ()),
+                      writes_after.get(domains[st.src], {}).get(st.buffer, 0) > 0)
+    return out
+
+
 def cut_edge_count(dag: DependencyGraph, placement: Mapping[int, int]) -> int:
     """Number of RAW edges (carrying bytes) whose ends are placed on different devices."""
     return sum(
