@@ -179,3 +179,33 @@ def test_gpu_spec_without_device_needs_a_timer_and_sims_are_refused(cpu0):
     with pytest.raises(DeviceUnavailableError, match="simulated"):
         profile_program(make_program(), parse_device("sim:h200"), Runner(), timer=FakeTimer([1.0]), progress=False)
     assert isinstance(PerfCounterTimer().time(lambda: None), float)
+
+
+def test_calibrate_to_total_removes_a_constant_per_launch_overhead():
+    import numpy as np
+
+    from torch_tessera.runtime.profiler import ProfileColumn, calibrate_to_total
+
+    gpu = np.array([2e-6, 5e-6, 40e-6, 300e-6, 3e-6])
+    overhead = 25e-6  # what timing each launch alone adds (host launch latency while the GPU waits)
+    col = ProfileColumn("cuda:0", (0, 1, 2, 3, 4), gpu + overhead, "measured")
+    cal = calibrate_to_total(col, float(gpu.sum()))
+    np.testing.assert_allclose(cal.seconds, gpu, rtol=1e-9)
+    assert "calibrated" in cal.source and cal.kernels == col.kernels
+
+
+def test_calibrate_to_total_keeps_the_floor_and_the_total():
+    import numpy as np
+    import pytest
+
+    from torch_tessera.runtime.profiler import ProfileColumn, calibrate_to_total
+
+    col = ProfileColumn("cuda:0", (0, 1, 2), np.array([10e-6, 11e-6, 500e-6]), "measured")
+    cal = calibrate_to_total(col, 200e-6, floor_s=2e-6)
+    assert cal.seconds.min() >= 2e-6 - 1e-15
+    assert abs(cal.seconds.sum() - 200e-6) < 1e-12
+    assert cal.seconds[2] > cal.seconds[1] >= cal.seconds[0]
+    up = calibrate_to_total(col, 1e-3)  # launches summing to less than the whole: scaled up
+    np.testing.assert_allclose(up.seconds / col.seconds, 1e-3 / col.seconds.sum())
+    with pytest.raises(ValueError):
+        calibrate_to_total(col, 1e-7, floor_s=1e-6)
