@@ -106,6 +106,12 @@ class ModelSpec:
         inputs = self.make_inputs(size, batch or d_batch, seq or d_seq, gen)
         return tuple(_to(x, device, dtype) for x in inputs)
 
+    def outputs_per_forward(self, batch: int) -> float:
+        """Output units (:attr:`output_unit`) one forward of ``batch`` yields outside decoding: ``batch /
+        forwards_per_output`` (for ``dit``: images per denoising step). The predicted and the measured bench both
+        count throughput with it."""
+        return batch / self.forwards_per_output
+
     def build(self, size: str = "tiny") -> tuple[torch.nn.Module, tuple[Any, ...]]:
         """``(module, example_inputs)`` at ``size`` on CPU (tiny: fp32; full: bf16). See :func:`build_model`."""
         return build_model(self.name, size)

@@ -15,7 +15,8 @@ hand-over of the KV cache between their owners.
 Which registry models get a cache here: ``llama`` and ``moe`` (decoder-only transformers with a per-layer K/V cache).
 Not ``mamba``: its recurrent state (conv state ``[B, intermediate, conv_kernel]`` and SSM state
 ``[B, intermediate, state_size]`` per layer) does not grow with the context, so a decode step without that state
-misses only a constant, context-independent read and write; not ``qwen2-vl``: its decode step needs the multimodal
+misses only a constant, context-independent read and write (the measured bench carries it:
+:mod:`torch_tessera.ssm_state`); not ``qwen2-vl``: its decode step needs the multimodal
 rotary positions of the prompt (3-D ``position_ids``), which this wrapper does not build. Both are planned with the
 cacheless forward (see :mod:`torch_tessera.backend.workload`).
 

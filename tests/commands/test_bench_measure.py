@@ -1,13 +1,19 @@
-"""``tessera bench --measure`` on two CPU virtual devices: every plan compiled once, profiled, planned, run, checked.
+"""``tessera bench --measure`` on two CPU virtual devices: every plan compiled once, profiled, planned, run, checked,
+for an LLM (llama), an SSM (mamba, with its state) and a diffusion transformer (dit); and ``bench/readme_table.py``.
 
 Timings under the Triton interpreter mean nothing; these tests check the plumbing: a row per plan, every executed
-plan equal to eager (serially and with micro-batches), the bound from measured costs above every plan, JSON written.
+plan equal to eager (serially and with micro-batches), not-applicable baselines marked, the bound from measured costs
+above every plan, JSON written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -30,8 +36,8 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     assert all(len(v) == 2 and all(x > 0 for x in v) for v in meta["measured_kernel_seconds"].values())
     ran = [r for r in rows.values() if r["how"].startswith("run")]
     assert {r["plan"] for r in ran} >= {"homo-L", "homo-R", "tessera"}
-    assert all(r["equal"] is True and r["prefill_s"] > 0 and r["decode_s"] > 0 for r in ran)
-    assert any(r["cut_edges"] > 0 and not math.isnan(r["decode_pipelined_s"]) for r in ran)  # a split plan pipelined
+    assert all(r["equal"] is True and r["seconds"]["prefill"] > 0 and r["seconds"]["decode"] > 0 for r in ran)
+    assert any(r["cut_edges"] > 0 and r["pipelined_seconds"].get("decode", 0) > 0 for r in ran)  # a split plan pipelined
     bound = meta["zero_communication_bound_output_per_s"]
     for r in rows.values():
         if r["applies"]:
@@ -46,9 +52,105 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     assert "MEASURED" in out and (tmp_path / "bench.png").stat().st_size > 0
 
 
-def test_measure_rejects_a_model_without_kv_cache(capsys):
-    assert main(["bench", "--measure", "--model", "mamba", "--size", "tiny", "--devices", "cpu:0,cpu:1"]) == 2
-    assert "static KV cache" in capsys.readouterr().err
+#: Small and quick: one Mamba layer, 8-token prompts, 4 sequences, 2 micro-batches; the tiny dit's two blocks (one
+#: dual-attention) without micro-batches (a call takes ~1.3 s in the interpreter; llama and mamba test pipelining).
+OTHER_FAMILIES = {"mamba": ["--layers", "1", "--micro-batches", "2"], "dit": ["--micro-batches", "0"]}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """``bench --measure`` of the tiny mamba and dit on two CPU devices, once: model -> (rc, stdout, out dir)."""
+    runs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TESSERA_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        for model, extra in OTHER_FAMILIES.items():
+            out = tmp_path_factory.mktemp(model)
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                rc = main(["bench", "--measure", "--model", model, "--size", "tiny", "--devices", "cpu:0,cpu:1",
+                           "--repeats", "1", "--warmup", "0", "--profile-repeats", "1", "--out", str(out), *extra])
+            runs[model] = (rc, buf.getvalue(), out)
+    return runs
+
+
+def _rows(out_dir) -> tuple[dict, dict]:
+    result = json.loads((out_dir / "bench.json").read_text())["measured"]
+    return {r["plan"]: r for r in result["rows"]}, result["meta"]
+
+
+def _check_executed(rows: dict, programs: list[str], pipelined: bool) -> list[dict]:
+    ran = [r for r in rows.values() if r["how"].startswith("run")]
+    assert {r["plan"] for r in ran} >= {"homo-L", "homo-R", "layer", "tessera"}
+    for r in ran:
+        assert r["equal"] is True, r
+        assert sorted(r["seconds"]) == sorted(programs) and all(t > 0 for t in r["seconds"].values()), r
+    assert any(r["cut_edges"] > 0 for r in ran)
+    assert any(r["pipelined_seconds"] for r in ran) == pipelined  # a split plan ran micro-batches
+    homos = rows["homo-L"]["output_per_s"] + rows["homo-R"]["output_per_s"]
+    assert rows["request-dist"]["output_per_s"] == pytest.approx(homos)
+    return ran
+
+
+def test_measure_mamba_with_its_state_as_program_state(measured):
+    rc, out, out_dir = measured["mamba"]
+    assert rc == 0, out
+    rows, meta = _rows(out_dir)
+    assert list(rows) == list(plan_names(2))
+    assert meta["family"] == "ssm" and meta["unit"] == "tokens" and meta["layers"] == 1
+    assert list(meta["programs"]) == ["prefill", "decode"] and meta["prefill_tokens"] == 8 and meta["batch"] == 4
+    assert meta["programs"]["decode"]["frequency"] == pytest.approx(129 / 4)
+    ran = _check_executed(rows, ["prefill", "decode"], pipelined=True)
+    assert all(r["ttft_s"] == r["seconds"]["prefill"] for r in ran)
+    assert not rows["af"]["applies"] and "attention" in rows["af"]["how"]  # Mamba has no attention kernels
+    assert rows["pd"]["how"].startswith("derived") and "state copy" in rows["pd"]["how"]
+    assert "conv/SSM state" in out and "tok/s" in out
+
+
+def test_measure_diffusion_counts_images_and_marks_pd_not_applicable(measured):
+    rc, out, out_dir = measured["dit"]
+    assert rc == 0, out
+    rows, meta = _rows(out_dir)
+    assert meta["family"] == "diffusion" and meta["unit"] == "images" and meta["display_unit"] == "images/min"
+    assert list(meta["programs"]) == ["denoise"] and meta["batch"] == 1
+    assert meta["output_per_step"] == pytest.approx(1 / 28)  # the registry's 28 denoising steps per image
+    ran = _check_executed(rows, ["denoise"], pipelined=False)
+    for r in ran:  # images/s = images per step / the step's time
+        assert r["output_per_s_serial"] == pytest.approx(1 / 28 / r["seconds"]["denoise"])
+        assert math.isnan(r["ttft_s"])
+    assert not rows["pd"]["applies"] and "pd does not apply" in rows["pd"]["how"]
+    assert rows["af"]["applies"]  # joint attention on one device, the rest on the other
+    assert "images/min" in out
+
+
+def test_readme_table_from_measured_json(measured, capsys):
+    spec = importlib.util.spec_from_file_location("readme_table", Path(__file__).parents[2] / "bench" /
+                                                  "readme_table.py")
+    readme_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(readme_table)
+    assert readme_table.main([str(measured[m][2]) for m in OTHER_FAMILIES]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("| model | profile | unit | homo-L | homo-R | request-dist | pd | af | layer | tessera")
+    assert "target met?" in lines[0] and len(lines) == 2 + len(OTHER_FAMILIES)
+    mamba, dit = lines[2:]
+    assert mamba.startswith("| mamba (tiny, 1 layers) | cpu:0,cpu:1 (CPU: plumbing only) | tok/s |")
+    assert dit.startswith("| dit (tiny) | cpu:0,cpu:1 (CPU: plumbing only) | images/min |")
+    cells = [c.strip() for c in mamba.split("|")[1:-1]]
+    assert cells[7] == "n/a" and cells[6].endswith("(derived)")  # af n/a, pd derived
+    assert [c.strip() for c in dit.split("|")[1:-1]][6] == "n/a"  # pd
+    # the targets, on made-up rows: met; behind a baseline; room not taken
+    base = {"homo-L": {"applies": True, "output_per_s": 50.0}, "pd": {"applies": False}}
+    assert readme_table.targets({**base, "tessera": {"applies": True, "output_per_s": 98.0}}, 100.0) == "yes"
+    assert "behind homo-L" in readme_table.targets({**base, "tessera": {"applies": True, "output_per_s": 49.0}}, 50.0)
+    missed = readme_table.targets({**base, "tessera": {"applies": True, "output_per_s": 60.0}}, 62.0)
+    assert "homo-L: bound 1.24x" not in missed and missed == "yes"
+    missed = readme_table.targets({**base, "tessera": {"applies": True, "output_per_s": 60.0}}, 100.0)
+    assert "60.0 % of bound" in missed and "homo-L: bound 2.00x, tessera 1.20x" in missed
+
+
+def test_measure_rejects_a_family_without_measured_programs(capsys):
+    assert main(["bench", "--measure", "--model", "qwen2-vl", "--size", "tiny", "--devices", "cpu:0,cpu:1"]) == 2
+    err = capsys.readouterr().err
+    assert "multimodal" in err and "predicted mode" in err
 
 
 def test_measure_rejects_simulated_devices(capsys):

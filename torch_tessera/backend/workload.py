@@ -158,6 +158,6 @@ def model_workload(
         cost, topo = estimate(program, specs)
         wl = Workload.single(dag, cost)
         unit = spec.output_unit
-        out = b / spec.forwards_per_output
+        out = spec.outputs_per_forward(b)
         programs = (program,)
     return ModelWorkload(wl, topo, float(out), unit, time.perf_counter() - t0, programs)

@@ -29,8 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m = parser.add_argument_group("measured mode (--measure): run and time every plan on --devices")
     m.add_argument("--measure", action="store_true",
                    help="compile once, profile every launch on each device, plan from the measured costs, run and "
-                        "time every plan on --devices (e.g. cuda:0,cuda:1@24sm; cpu:0,cpu:1 tests the plumbing)")
-    m.add_argument("--layers", type=int, default=None, help="keep only the first N decoder layers")
+                        "time every plan on --devices (e.g. cuda:0,cuda:1@24sm; cpu:0,cpu:1 tests the plumbing); "
+                        "models: llama, moe, mamba, dit")
+    m.add_argument("--layers", type=int, default=None,
+                   help="keep N repeated blocks: decoder / Mamba layers (the first N), dit: the first N-1 joint blocks "
+                        "and the last (default: 8 at --size full, all at tiny)")
+    m.add_argument("--prefill-tokens", type=int, default=None,
+                   help="prompt tokens of the prefill program (default: llama/moe 1024, mamba 32; tiny: 16 / 8)")
+    m.add_argument("--decode-batch", type=int, default=None, help="sequences per decode step (default 64; tiny 4)")
     m.add_argument("--repeats", type=int, default=10, help="timed calls per plan and program (median)")
     m.add_argument("--warmup", type=int, default=2, help="untimed calls per plan and program before timing")
     m.add_argument("--profile-repeats", type=int, default=10, help="timed runs per distinct launch")

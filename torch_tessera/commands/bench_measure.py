@@ -33,9 +33,11 @@ def run_measured(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     s = MeasureSettings(model=args.model, devices=devices, size=args.size, layers=args.layers,
+                        prefill_tokens=args.prefill_tokens, decode_batch=args.decode_batch,
                         output_tokens=args.output_tokens, repeats=args.repeats, warmup=args.warmup,
                         profile_repeats=args.profile_repeats, micro_batches=args.micro_batches, links=args.links)
-    with tqdm(total=total_steps(len(devices.split(","))), desc=f"measure {args.model} on {devices}",
+    n_programs = len(s.composition.frequencies)
+    with tqdm(total=total_steps(len(devices.split(",")), n_programs), desc=f"measure {args.model} on {devices}",
               unit="step") as bar:
         rows, meta = measure_plans(s, bar)
     out_dir = Path(args.out)
@@ -48,34 +50,47 @@ def run_measured(args: argparse.Namespace) -> int:
     return 0 if all(r.equal is not False for r in rows) else 1
 
 
+def _shapes(meta) -> str:
+    if meta["family"] == "diffusion":
+        return f"one denoising step of {meta['batch']} image(s), {meta['output_per_step']:g} images per step"
+    kv = f", KV context {meta['context']}" if meta["context"] is not None else ", conv/SSM state"
+    return (f"prefill 1x{meta['prefill_tokens']} tokens, decode {meta['decode_batch']} sequences{kv}, "
+            f"{meta['output_tokens']:g} output tokens/request")
+
+
 def print_table(rows, meta) -> None:
-    """The measured table; says which numbers are measured and which derived."""
+    """The measured table, in the run's display unit (tok/s, images/min); says which numbers are measured and which
+    derived."""
     warn = "" if meta["timings_meaningful"] else "  [CPU virtual devices: timings test the plumbing only]"
+    unit, k = meta["display_unit"], meta["display_factor"]
+    names = list(meta["programs"])
     print(f"\nMEASURED: {meta['model']} ({meta['size']}"
           f"{'' if meta['layers'] is None else ', %d layers' % meta['layers']}) on {', '.join(meta['devices'])}: "
-          f"prefill 1x{meta['prefill_tokens']} tokens, decode {meta['decode_batch']} sequences, KV context "
-          f"{meta['context']}, {meta['output_tokens']:g} output tokens/request{warn}")
+          f"{_shapes(meta)}{warn}")
     print(f"zero-communication bound (from measured per-launch costs, free transfers): "
-          f"{_fmt(meta['zero_communication_bound_output_per_s'])} tok/s")
-    print(f"{'plan':13s} {'tok/s':>9s} {'serial':>9s} {'predicted':>9s} {'TTFT ms':>8s} {'TPOT ms':>8s} "
-          f"{'tok/s/$h':>9s} {'vs bound':>8s} {'vs best':>7s} {'cuts':>5s} {'eager':>6s}  how")
+          f"{_fmt(k * meta['zero_communication_bound_output_per_s'])} {unit}")
+    times = " ".join(f"{n[:8] + ' ms':>11s}" for n in names)
+    print(f"{'plan':13s} {unit:>10s} {'serial':>9s} {'predicted':>9s} {times} "
+          f"{'per $/h':>9s} {'vs bound':>8s} {'vs best':>7s} {'cuts':>5s} {'eager':>6s}  how")
     for r in rows:
         if not r.applies:
-            print(f"{r.plan:13s} {'n/a':>9s}  {r.how}")
+            print(f"{r.plan:13s} {'n/a':>10s}  {r.how}")
             continue
         eq = "-" if r.equal is None else ("equal" if r.equal else "DIFF")
-        print(f"{r.plan:13s} {_fmt(r.output_per_s):>9s} {_fmt(r.output_per_s_serial):>9s} "
-              f"{_fmt(r.predicted_output_per_s):>9s} {_fmt(r.ttft_s * 1e3):>8s} {_fmt(r.tpot_s * 1e3):>8s} "
-              f"{_fmt(r.output_per_s_per_price):>9s} {100 * r.vs_bound:>7.1f}% {_fmt(r.speedup_vs_best_baseline, 'x'):>7s} "
-              f"{r.cut_edges:>5d} {eq:>6s}  {r.how}")
-    print("tok/s: measured steps composed per request (run: executed; run, pipelined: micro-batches through "
-          "run_pipelined; derived: composed from measured homo-* steps); serial: without micro-batches; predicted: "
-          "the plan's model over the measured costs; TTFT/TPOT: unloaded step times (estimates).")
-    print("prices: " + "; ".join(f"{k} {v[0]:g}/h ({v[1]})" for k, v in meta["prices"].items()))
+        ms = " ".join(f"{_fmt(r.seconds.get(n, math.nan) * 1e3):>11s}" for n in names)
+        print(f"{r.plan:13s} {_fmt(k * r.output_per_s):>10s} {_fmt(k * r.output_per_s_serial):>9s} "
+              f"{_fmt(k * r.predicted_output_per_s):>9s} {ms} "
+              f"{_fmt(k * r.output_per_s_per_price):>9s} {100 * r.vs_bound:>7.1f}% "
+              f"{_fmt(r.speedup_vs_best_baseline, 'x'):>7s} {r.cut_edges:>5d} {eq:>6s}  {r.how}")
+    print(f"{unit}: measured program times composed per workload step (run: executed; run, pipelined: micro-batches "
+          "through run_pipelined; derived: composed from measured homo-* steps); serial: without micro-batches; "
+          "predicted: the plan's model over the measured costs; <program> ms: median call, unloaded (for LLMs and "
+          "SSMs prefill = TTFT, decode = TPOT estimates).")
+    print("prices: " + "; ".join(f"{d} {v[0]:g}/h ({v[1]})" for d, v in meta["prices"].items()))
 
 
 def chart(rows, meta, path: Path) -> None:
-    """Bar chart of measured tok/s per plan (derived rows hatched) with the zero-communication bound."""
+    """Bar chart of measured throughput per plan (derived rows hatched) with the zero-communication bound."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,16 +98,17 @@ def chart(rows, meta, path: Path) -> None:
 
     ok = [r for r in rows if r.applies]
     fig, ax = plt.subplots(figsize=(8, 4))
-    bars = ax.bar([r.plan for r in ok], [r.output_per_s for r in ok],
+    k = meta["display_factor"]
+    bars = ax.bar([r.plan for r in ok], [k * r.output_per_s for r in ok],
                   color=["#d62728" if r.plan == "tessera" else "#888" for r in ok])
     for b, r in zip(bars, ok):
         if r.how.startswith("derived"):
             b.set_hatch("//")
     bound = meta["zero_communication_bound_output_per_s"]
     if bound == bound and not math.isinf(bound):
-        ax.axhline(bound, linestyle="--", color="k", label="zero-communication bound (measured costs)")
+        ax.axhline(k * bound, linestyle="--", color="k", label="zero-communication bound (measured costs)")
         ax.legend()
-    ax.set_ylabel("output tok/s (measured; hatched: derived)")
+    ax.set_ylabel(f"{meta['display_unit']} (measured; hatched: derived)")
     ax.set_title(f"{meta['model']} ({meta['size']}) on {' + '.join(meta['devices'])} (measured)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -103,6 +103,11 @@ class ScalarArg:
 Arg = Union[TensorArg, ScalarArg]
 
 
+#: Names of the module lists that hold a model's repeated layers (HF decoders ``layers``/``h``/``blocks``; diffusers
+#: transformers ``transformer_blocks``).
+LAYER_LISTS = ("layers", "layer", "h", "blocks", "block", "transformer_blocks")
+
+
 @dataclass(frozen=True)
 class Provenance:
     """Where a launch came from in the model.
@@ -119,12 +124,14 @@ class Provenance:
 
     @property
     def layer(self) -> int | None:
-        """Index of the repeated layer (``...layers.<N>...``) the launch belongs to, if all its module paths agree."""
+        """Index of the repeated layer the launch belongs to (``...layers.<N>...``, or any name of
+        :data:`LAYER_LISTS` followed by an index, also in Dynamo's ``['transformer_blocks']`` form), if all its module
+        paths agree."""
         found = set()
         for path in self.module_paths:
-            parts = path.replace("[", ".").replace("]", "").split(".")
+            parts = [p.strip("'\"") for p in path.replace("[", ".").replace("]", "").split(".")]
             for a, b in zip(parts, parts[1:]):
-                if a in ("layers", "layer", "h", "blocks", "block") and b.isdigit():
+                if a in LAYER_LISTS and b.isdigit():
                     found.add(int(b))
                     break
         return found.pop() if len(found) == 1 else None

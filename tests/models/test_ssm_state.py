@@ -1,0 +1,60 @@
+"""The SSM-state wrapper computes what ``transformers``' own cache computes, and keeps the state in buffers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_tessera.errors import UnsupportedModelError
+from torch_tessera.models import build_module
+from torch_tessera.ssm_state import SSMStateLM, build_ssm_state_lm, has_ssm_state
+
+
+def test_prefill_then_decode_through_the_buffers_equals_transformers_cache():
+    torch.manual_seed(0)
+    lm = build_module("mamba", "tiny").model
+    batch, prompt, steps = 2, 6, 3
+    wrapped = SSMStateLM(lm, batch).eval()
+    ids = torch.randint(0, 256, (batch, prompt + steps))
+    with torch.no_grad():
+        out = lm(input_ids=ids[:, :prompt], use_cache=True)
+        cache = out.cache if hasattr(out, "cache") else out.cache_params
+        want = [out.logits]
+        got = [wrapped(ids[:, :prompt])]
+        for t in range(prompt, prompt + steps):
+            want.append(lm(input_ids=ids[:, t:t + 1], use_cache=True, **{wrapped._cache_kwarg: cache}).logits)
+            got.append(wrapped(ids[:, t:t + 1]))
+    torch.testing.assert_close(torch.cat(got, dim=1), torch.cat(want, dim=1), rtol=1e-5, atol=1e-5)
+    # the state lives in the module's buffers, per layer: conv window (model dtype) and SSM state (fp32)
+    conv, ssm = wrapped.conv_state_1, wrapped.ssm_state_1
+    config = lm.config
+    assert conv.shape == (batch, config.intermediate_size, config.conv_kernel) and conv.abs().sum() > 0
+    assert ssm.shape == (batch, config.intermediate_size, config.state_size) and ssm.dtype == torch.float32
+
+
+def test_a_new_prefill_starts_from_zero_state():
+    wrapped = build_ssm_state_lm("mamba", "tiny", 1)
+    ids = torch.randint(0, 256, (1, 5))
+    with torch.no_grad():
+        first = wrapped(ids)
+        wrapped(ids[:, :1])  # a decode step changes the state...
+        again = wrapped(ids)  # ...which the next prefill does not read
+    torch.testing.assert_close(first, again)
+
+
+def test_the_older_transformers_interface_reads_the_same_buffers():
+    """transformers 5.17's mixer asks ``has_previous_state`` and reads ``layers[i].conv_states[0]`` (not run here)."""
+    wrapped = build_ssm_state_lm("mamba", "tiny", 2)
+    cache = wrapped.cache
+    cache.decoding = True
+    assert cache.has_previous_state(0) and not cache.layers[1].record_past
+    assert cache.layers[1].conv_states[0] is wrapped.conv_state_1
+    assert cache.layers[0].recurrent_states[0] is wrapped.ssm_state_0
+    cache.decoding = False
+    assert not cache.has_previous_state(0) and cache.get_conv_state(0) is None
+
+
+def test_only_ssm_families_are_wrapped():
+    assert has_ssm_state("mamba") and not has_ssm_state("llama")
+    with pytest.raises(UnsupportedModelError, match="llama"):
+        build_ssm_state_lm("llama", "tiny", 1, device="meta")

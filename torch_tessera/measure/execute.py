@@ -1,0 +1,157 @@
+"""Plan every baseline and tessera from the measured costs, and run, check and time each plan on the devices."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from torch_tessera.errors import TesseraError
+from torch_tessera.measure.programs import Compiled
+from torch_tessera.measure.settings import MeasureSettings
+
+
+def _devices_sync(runner: Any) -> None:
+    for d in runner.devices:
+        if d.torch_device.type == "cuda":
+            torch.cuda.synchronize(d.torch_device)
+
+
+def _median_seconds(fn: Callable[[], Any], before: Callable[[], None], sync: Callable[[], None], warmup: int,
+                    repeats: int) -> float:
+    """Median wall seconds of ``fn`` over ``repeats`` calls after ``warmup``; ``before`` runs untimed each time."""
+    for _ in range(warmup):
+        before()
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        before()
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return float(statistics.median(times))
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> tuple[bool, float]:
+    """Equal at the model's tolerance: ``assert_close`` when the model runs in fp32, cosine >= 0.999 in bf16/fp16
+    (judged by the model's ``dtype``, not the output's: Mamba returns fp32 logits from bf16 weights)."""
+    err = float((got.float() - want.float()).abs().max())
+    if dtype in (torch.bfloat16, torch.float16) or want.dtype in (torch.bfloat16, torch.float16):
+        cos = torch.nn.functional.cosine_similarity(got.float().flatten(), want.float().flatten(), dim=0)
+        return bool(cos >= 0.999), err
+    try:
+        torch.testing.assert_close(got, want)
+        return True, err
+    except AssertionError:
+        return False, err
+
+
+def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], float]:
+    """Every plan of :func:`~torch_tessera.benchmark.plan_names` (a ``NotApplicableError`` or
+    ``InfeasiblePlanError`` in place of a plan that does not apply or fit) and the zero-communication bound's cycle
+    (seconds per workload step, over the measured costs with free transfers)."""
+    from torch_tessera.benchmark import plan_names
+    from torch_tessera.errors import InfeasiblePlanError
+    from torch_tessera.runtime.costs import Topology
+    from torch_tessera.scheduler import NotApplicableError, plan
+
+    free = Topology(topo.devices, np.full_like(topo.bandwidth, 1e30), np.zeros_like(topo.latency), topo.memory,
+                    "free transfers")
+    bound = plan(wl, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * n_devices)
+    plans: dict[str, Any] = {}
+    for name in plan_names(n_devices):
+        try:
+            plans[name] = plan(wl, None, topo, policy="throughput" if name == "tessera" else name, cache_dir=False)
+        except (NotApplicableError, InfeasiblePlanError) as e:
+            plans[name] = e
+    return plans, bound.cycle_seconds
+
+
+def _micro_batches(prog: Compiled, m: int) -> list[list]:
+    """``m`` input lists for ``run_pipelined``: same weights and inputs, each with its own STATE (KV cache, SSM
+    state), copied after :meth:`Compiled.reset`."""
+    from torch_tessera.lowering.program import BufferKind, TensorArg
+
+    prog.reset()
+    program = prog.runner.program
+    out = []
+    for _ in range(m):
+        args = []
+        for spec, v in zip(program.inputs, prog.args):
+            state = isinstance(spec, TensorArg) and program.buffers[spec.buffer].kind == BufferKind.STATE
+            args.append(v.clone() if state else v)
+        out.append(args)
+    return out
+
+
+def _output(outputs: Sequence[Any], want: torch.Tensor) -> torch.Tensor:
+    """The program's result among its outputs (the one tensor output of the eager output's shape)."""
+    hits = [o for o in outputs if isinstance(o, torch.Tensor) and tuple(o.shape) == tuple(want.shape)]
+    if len(hits) != 1:
+        raise TesseraError(f"expected one output of shape {tuple(want.shape)}, found {len(hits)}")
+    return hits[0]
+
+
+def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
+    """Set plan ``p``'s placement on every compiled program, check each against eager, time it.
+
+    Returns:
+        ``equal``, ``max_abs_error``, ``seconds`` (program name -> median seconds per call), ``pipelined_seconds``
+        (program name -> wall seconds per micro-batch, for programs the plan spreads over several devices when
+        ``micro_batches >= 2``), ``cut_edges`` (distinct cut edges copied in one call of each program, summed).
+    """
+    out: dict[str, Any] = {"equal": True, "max_abs_error": 0.0, "cut_edges": 0, "seconds": {},
+                           "pipelined_seconds": {}}
+    for prog in progs:
+        runner = prog.runner
+        runner.set_placement(p.placements[prog.name], p)
+        sync = lambda: _devices_sync(runner)  # noqa: E731
+        with torch.no_grad():
+            ok, err = _close(prog(), prog.want, prog.dtype)
+            t = _median_seconds(lambda: prog.fn(*prog.inputs), prog.reset, sync, s.warmup, s.repeats)
+            out["cut_edges"] += runner.executor.cut_edges_transferred
+            out["equal"] &= ok
+            out["max_abs_error"] = max(out["max_abs_error"], err)
+            out["seconds"][prog.name] = t
+            used = {d for d in p.placements[prog.name].values()}
+            if s.micro_batches >= 2 and len(used) > 1:
+                batches = _micro_batches(prog, s.micro_batches)
+                results = runner.executor.run_pipelined(batches, slots=2)  # also the warm-up (graph capture)
+                for res in results:
+                    ok, err = _close(_output(res, prog.want), prog.want, prog.dtype)
+                    out["equal"] &= ok
+                    out["max_abs_error"] = max(out["max_abs_error"], err)
+                batches = _micro_batches(prog, s.micro_batches)
+                sync()
+                t0 = time.perf_counter()
+                runner.executor.run_pipelined(batches, slots=2)
+                sync()
+                out["pipelined_seconds"][prog.name] = (time.perf_counter() - t0) / s.micro_batches
+    return out
+
+
+def handover_seconds(prog: Compiled, src: int, dst: int, repeats: int) -> float:
+    """Measured seconds to copy one request's state that ``prog`` hands to the next program (its ``handover``
+    buffers: the prefill's KV cache or SSM state) from device ``src`` to device ``dst`` of its runner (median of
+    ``repeats`` copies); 0 between SM partitions of one GPU, and when there is nothing to hand over."""
+    devices = prog.runner.devices
+    a, b = devices[src].torch_device, devices[dst].torch_device
+    if a.type == "cuda" and a == b:
+        return 0.0  # SM partitions of one GPU share memory: the executor waits on an event, it copies nothing
+    bufs = [t for n, t in prog.module.named_buffers() if prog.handover and n.startswith(prog.handover)]
+    if not bufs:
+        return 0.0
+    srcs = [t.to(a) for t in bufs]
+    dsts = [torch.empty_like(t, device=b) for t in bufs]
+
+    def copy() -> None:
+        for x, y in zip(srcs, dsts):
+            y.copy_(x, non_blocking=True)
+
+    return _median_seconds(copy, lambda: None, lambda: _devices_sync(prog.runner), 1, repeats)

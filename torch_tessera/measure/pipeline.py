@@ -1,0 +1,97 @@
+"""The measured bench's stages in order: build and compile, profile, plan, run, compose (:func:`measure_plans`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+from torch_tessera.errors import ConfigError, DeviceOutOfMemoryError
+from torch_tessera.measure.execute import make_plans, run_plan
+from torch_tessera.measure.profile import measured_workload
+from torch_tessera.measure.programs import build_programs, compile_program
+from torch_tessera.measure.rows import MeasuredRow, compose_rows
+from torch_tessera.measure.settings import MeasureSettings
+
+
+def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[MeasuredRow], dict]:
+    """Build, compile, profile, plan, run and time every plan (see :mod:`torch_tessera.measure`).
+
+    Args:
+        s: the settings.
+        progress: a tqdm-like bar (``update(n)``, ``set_description(str)``); :func:`total_steps` steps.
+
+    Returns:
+        ``(rows, meta)``; ``meta`` holds the bound, unit, shapes, devices, prices, the measured cost tables' totals
+        and how long each phase took.
+
+    Raises:
+        ConfigError: bad settings. DeviceUnavailableError: a device string that is not available here.
+    """
+    from torch_tessera.runtime.devices import parse_devices
+    from torch_tessera.scheduler import Plan
+
+    specs = parse_devices(s.devices)
+    if len(specs) < 2:
+        raise ConfigError(f"--measure compares plans over several devices; got {s.devices!r}")
+    on_cuda = all(sp.is_gpu for sp in specs)
+    if any(sp.is_gpu for sp in specs) != on_cuda:
+        raise ConfigError("--measure needs all GPUs or all CPU virtual devices, not a mix")
+    graphs = on_cuda if s.cuda_graphs is None else s.cuda_graphs
+    home = f"cuda:{specs[0].index}" if on_cuda else "cpu"
+    seconds: dict[str, float] = {}
+
+    def step(desc: str, n: int = 1) -> None:
+        if progress is not None:
+            progress.set_description(desc)
+            progress.update(n)
+
+    t0 = time.perf_counter()
+    progs = build_programs(s, home)
+    seconds["build"] = time.perf_counter() - t0
+    for prog in progs:
+        t1 = time.perf_counter()
+        compile_program(prog, s.devices, graphs)
+        seconds[f"compile_{prog.name}"] = time.perf_counter() - t1
+        step(f"compiled {prog.name}")
+    t0 = time.perf_counter()
+    wl, topo, tables = measured_workload(progs, s, progress)
+    seconds["profile"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plans, bound_cycle = make_plans(wl, topo, len(specs))
+    step("planned")
+    seconds["plan"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    runs: dict[str, dict] = {}
+    for name, p in plans.items():
+        if isinstance(p, Plan) and name not in ("request-dist", "pd"):
+            try:
+                runs[name] = run_plan(progs, p, s)
+            except DeviceOutOfMemoryError as e:
+                runs[name] = {"error": f"does not fit (at run time): {str(e)[:100]}"}
+        step(f"ran {name}")
+    rows, bound = compose_rows(progs, plans, runs, bound_cycle, s)
+    seconds["run"] = time.perf_counter() - t0
+    comp = s.composition
+    p_tok, batch, context = s.shape
+    label, factor = comp.display
+    meta = {"model": s.model, "family": s.family, "size": s.size, "layers": s.kept_layers,
+            "devices": [sp.name for sp in specs], "unit": comp.unit, "display_unit": label, "display_factor": factor,
+            "programs": {p.name: {"frequency": comp.frequencies[p.name], "launches": len(p.runner.program.launches)}
+                         for p in progs},
+            "output_per_step": comp.output_per_step, "output_tokens": s.output_tokens, "prefill_tokens": p_tok,
+            "batch": batch, "decode_batch": batch if p_tok is not None else None, "context": context,
+            "cuda_graphs": graphs, "links": topo.source, "micro_batches": s.micro_batches,
+            "zero_communication_bound_cycle_s": bound_cycle, "zero_communication_bound_output_per_s": bound,
+            "measured_kernel_seconds": {n: [float(x) for x in t.seconds.sum(axis=0)] for n, t in tables.items()},
+            "prices": {sp.name: (sp.price_per_hour, sp.price_source) for sp in specs}, "seconds": seconds,
+            "settings": asdict(s), "timings_meaningful": on_cuda}
+    return rows, meta
+
+
+def total_steps(n_devices: int, n_programs: int = 2) -> int:
+    """Progress steps :func:`measure_plans` reports: a compile and ``n_devices`` profiles per program, 1 plan, one
+    per plan."""
+    from torch_tessera.benchmark import plan_names
+
+    return n_programs * (1 + n_devices) + 1 + len(plan_names(n_devices))

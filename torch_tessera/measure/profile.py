@@ -1,0 +1,115 @@
+"""Profile every launch of each compiled program on each device: the MEASURED cost tables, and the scheduler's
+workload and topology built from them."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from torch_tessera.measure.programs import Compiled
+from torch_tessera.measure.settings import MeasureSettings
+
+#: STATE buffers at most this many bytes (cache-length counters) are restored before every profiled run.
+SMALL_STATE_BYTES = 4096
+
+
+def profile_on_device(prog: Compiled, g: int, s: MeasureSettings) -> Any:
+    """Time every launch of ``prog`` on device ``g`` of its runner: one column of the measured cost table.
+
+    The launches run in a private pool on that device: weights bound (copied when the device has other memory),
+    other inputs and STATE copied (the caller's KV cache is not touched), the rest allocated and filled by one run of
+    the whole program in order. Small STATE buffers (<= :data:`SMALL_STATE_BYTES`, the cache-length counters) are
+    restored before every run, so repeated launches keep writing the same cache positions; larger STATE (KV cache
+    contents, an SSM's conv/SSM state) is not: repeated decode launches keep updating the SSM state, whose values
+    drift but stay bounded (the recurrence decays), and no launch's time depends on them.
+
+    Returns:
+        a :class:`~torch_tessera.runtime.profiler.ProfileColumn` (seconds per launch, program order).
+    """
+    from torch.utils._pytree import tree_flatten
+
+    from torch_tessera.lowering.program import BufferKind, ExternLaunch, TensorArg
+    from torch_tessera.runtime.executor import BufferPool, bind_input, fresh_extern_outputs
+    from torch_tessera.runtime.placed import _stream_ctx
+    from torch_tessera.runtime.profiler import ProfileCache, profile_program
+
+    runner = prog.runner
+    program = runner.program
+    dev = runner.devices[g]
+    tdev = dev.torch_device
+    launcher = runner.executor.launchers[g]
+    stream = dev.default_stream if tdev.type == "cuda" else None
+    pool = BufferPool(tdev)
+    small: dict[str, torch.Tensor] = {}
+    prog.reset()
+    for i, (spec, value) in enumerate(zip(program.inputs, prog.args)):
+        if not isinstance(spec, TensorArg) or spec.buffer in pool:
+            continue
+        kind = program.buffers[spec.buffer].kind
+        if kind != BufferKind.PARAMETER or value.device != tdev:
+            value = value.detach().clone().to(tdev) if value.device == tdev else value.detach().to(tdev, copy=True)
+        bind_input(pool, spec, value, i)
+        if kind == BufferKind.STATE and program.buffers[spec.buffer].nbytes <= SMALL_STATE_BYTES:
+            small[spec.buffer] = pool.storages[spec.buffer].clone()
+    for name, buf in program.buffers.items():
+        if name not in pool:
+            pool.allocate(name, buf.nbytes)
+    fresh = fresh_extern_outputs(program)
+
+    def run_launch(launch: Any) -> None:
+        with dev.guard(), _stream_ctx(stream):
+            result = launcher.launch(launch, pool, stream)
+        if isinstance(launch, ExternLaunch) and launch.index in fresh:
+            leaves = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
+            for spec, t in zip(launch.outputs, leaves):
+                if spec.buffer in fresh[launch.index]:
+                    pool.bind(spec.buffer, t)
+
+    def restore(launch: Any, i: int) -> None:
+        for name, saved in small.items():
+            pool.storages[name].copy_(saved)
+
+    with torch.no_grad():
+        for launch in program.launches:  # one run in order: every temporary holds what the program computes
+            run_launch(launch)
+        restore(None, 0)
+        column = profile_program(program, dev, run_launch, warmup=s.profile_warmup, repeats=s.profile_repeats,
+                                 rotate=restore, cache=ProfileCache(s.profile_cache), progress=False)
+    return column
+
+
+def measured_workload(progs: Sequence[Compiled], s: MeasureSettings, progress: Any = None,
+                      frequencies: Mapping[str, float] | None = None) -> tuple[Any, Any, dict]:
+    """Profile every program on every device and build the scheduler's workload and topology from the measurements.
+
+    Args:
+        progs: the compiled programs, in the order a workload step runs them.
+        s: the settings (profile repeats, links; the composition when ``frequencies`` is not given).
+        progress: a tqdm-like bar, advanced once per (program, device).
+        frequencies: program name -> runs per workload step (default: ``s.composition.frequencies``).
+
+    Returns:
+        ``(workload, topology, cost_tables)`` where ``cost_tables`` maps program name -> measured ``CostTable``.
+    """
+    from torch_tessera.runtime.links import build_topology, measure_links
+    from torch_tessera.runtime.profiler import to_cost_table
+    from torch_tessera.scheduler import Workload
+    from torch_tessera.scheduler.types import WorkloadProgram
+
+    tables = {}
+    for prog in progs:
+        cols = []
+        for g in range(len(prog.runner.devices)):
+            cols.append(profile_on_device(prog, g, s))
+            if progress is not None:
+                progress.set_description(f"profiled {prog.name} on {prog.runner.devices[g].name}")
+                progress.update(1)
+        tables[prog.name] = to_cost_table(cols)
+    devices = progs[0].runner.devices
+    measured = measure_links(devices, progress=False) if s.links == "measured" else ()
+    topo = build_topology([d.spec for d in devices], measured)
+    freq = s.composition.frequencies if frequencies is None else frequencies
+    wl = Workload(tuple(WorkloadProgram(p.name, p.runner.dag, tables[p.name], float(freq[p.name]),
+                                        p.name if p.name in ("prefill", "decode") else "") for p in progs))
+    return wl, topo, tables
