@@ -84,6 +84,7 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
             "cuda_graphs": graphs, "links": topo.source, "micro_batches": s.micro_batches,
             "zero_communication_bound_cycle_s": bound_cycle, "zero_communication_bound_output_per_s": bound,
             "measured_kernel_seconds": {n: [float(x) for x in t.seconds.sum(axis=0)] for n, t in tables.items()},
+            "cost_sources": {n: t.source for n, t in tables.items()},
             "prices": {sp.name: (sp.price_per_hour, sp.price_source) for sp in specs}, "seconds": seconds,
             "settings": asdict(s), "timings_meaningful": on_cuda}
     return rows, meta
