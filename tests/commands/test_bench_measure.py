@@ -25,7 +25,7 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))  # profile every launch afresh
     rc = main(["bench", "--measure", "--model", "llama", "--size", "tiny", "--devices", "cpu:0,cpu:1",
                "--layers", "1", "--repeats", "1", "--warmup", "0", "--profile-repeats", "1", "--micro-batches", "2",
-               "--out", str(tmp_path)])
+               "--concurrent-steps", "2", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0, out
     result = json.loads((tmp_path / "bench.json").read_text())["measured"]
@@ -38,6 +38,9 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     assert {r["plan"] for r in ran} >= {"homo-L", "homo-R", "tessera"}
     assert all(r["equal"] is True and r["seconds"]["prefill"] > 0 and r["seconds"]["decode"] > 0 for r in ran)
     assert any(r["cut_edges"] > 0 and r["pipelined_seconds"].get("decode", 0) > 0 for r in ran)  # a split plan pipelined
+    split = [r for r in ran if r["cut_edges"] > 0]
+    assert split and all(0 < r["concurrent_output_per_s"] < math.inf for r in split)  # prefill || decode timed
+    assert all(math.isnan(r["concurrent_output_per_s"]) for r in ran if r["plan"].startswith("homo"))
     bound = meta["zero_communication_bound_output_per_s"]
     for r in rows.values():
         if r["applies"]:

@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--repeats", type=int, default=10, help="timed calls per plan and program (median)")
     m.add_argument("--warmup", type=int, default=2, help="untimed calls per plan and program before timing")
     m.add_argument("--profile-repeats", type=int, default=10, help="timed runs per distinct launch")
+    m.add_argument("--concurrent-steps", type=int, default=8,
+                   help="workload steps timed with prefill and decode running concurrently (0: skip)")
     m.add_argument("--micro-batches", type=int, default=4,
                    help="micro-batches for the pipelined timing of multi-device plans (0: skip)")
     m.add_argument("--links", default="catalog", choices=["catalog", "measured"], help="link figures to plan with")

@@ -35,7 +35,8 @@ def run_measured(args: argparse.Namespace) -> int:
     s = MeasureSettings(model=args.model, devices=devices, size=args.size, layers=args.layers,
                         prefill_tokens=args.prefill_tokens, decode_batch=args.decode_batch,
                         output_tokens=args.output_tokens, repeats=args.repeats, warmup=args.warmup,
-                        profile_repeats=args.profile_repeats, micro_batches=args.micro_batches, links=args.links)
+                        profile_repeats=args.profile_repeats, micro_batches=args.micro_batches, links=args.links,
+                        concurrent_steps=args.concurrent_steps)
     n_programs = len(s.composition.frequencies)
     with tqdm(total=total_steps(len(devices.split(",")), n_programs), desc=f"measure {args.model} on {devices}",
               unit="step") as bar:
@@ -83,7 +84,9 @@ def print_table(rows, meta) -> None:
               f"{_fmt(k * r.output_per_s_per_price):>9s} {100 * r.vs_bound:>7.1f}% "
               f"{_fmt(r.speedup_vs_best_baseline, 'x'):>7s} {r.cut_edges:>5d} {eq:>6s}  {r.how}")
     print(f"{unit}: measured program times composed per workload step (run: executed; run, pipelined: micro-batches "
-          "through run_pipelined; derived: composed from measured homo-* steps); serial: without micro-batches; "
+          "through run_pipelined; run, programs concurrent: prefill and decode calls issued at the same time from two "
+          "threads, wall time per workload step; derived: composed from measured homo-* steps); serial: without "
+          "micro-batches; "
           "predicted: the plan's model over the measured costs; <program> ms: median call, unloaded (for LLMs and "
           "SSMs prefill = TTFT, decode = TPOT estimates).")
     print("prices: " + "; ".join(f"{d} {v[0]:g}/h ({v[1]})" for d, v in meta["prices"].items()))

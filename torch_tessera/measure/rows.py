@@ -17,7 +17,8 @@ class MeasuredRow:
     (tokens or images: the run's ``unit``).
 
     ``how`` says how the throughput was obtained: ``"run"`` (executed serially), ``"run, pipelined"`` (executed with
-    micro-batches), ``"derived: ..."`` (composed from measured ``homo-*`` steps), or why the plan has no number
+    micro-batches), ``"run, programs concurrent"`` (prefill and decode calls issued at once from two threads: see
+    :func:`~torch_tessera.measure.execute.concurrent_step_seconds`), ``"derived: ..."`` (composed from measured ``homo-*`` steps), or why the plan has no number
     (``"n/a: ..."``, ``"does not fit: ..."``).
 
     Attributes:
@@ -37,6 +38,7 @@ class MeasuredRow:
     seconds: dict = field(default_factory=dict)
     pipelined_seconds: dict = field(default_factory=dict)
     output_per_s_serial: float = math.nan
+    concurrent_output_per_s: float = math.nan
     output_per_s: float = math.nan
     predicted_output_per_s: float = math.nan
     ttft_s: float = math.nan
@@ -54,7 +56,11 @@ def _executed(base: dict, r: dict, s: MeasureSettings) -> dict:
     piped = comp.per_s({n: r["pipelined_seconds"].get(n, t) for n, t in r["seconds"].items()}) \
         if r["pipelined_seconds"] else math.nan
     best = max(serial, piped) if piped == piped else serial
-    return dict(base, how="run, pipelined" if piped == piped and piped > serial else "run", equal=r["equal"],
+    how = "run, pipelined" if piped == piped and piped > serial else "run"
+    conc = comp.output_per_step / r["concurrent_step_seconds"] if r.get("concurrent_step_seconds") else math.nan
+    if conc == conc and conc > best:
+        best, how = conc, "run, programs concurrent"
+    return dict(base, how=how, equal=r["equal"], concurrent_output_per_s=conc,
                 max_abs_error=r["max_abs_error"], seconds=r["seconds"], pipelined_seconds=r["pipelined_seconds"],
                 output_per_s_serial=serial, output_per_s=best, ttft_s=r["seconds"].get("prefill", math.nan),
                 tpot_s=r["seconds"].get("decode", math.nan), cut_edges=r["cut_edges"])

@@ -78,6 +78,8 @@ class MeasureSettings:
         warmup: untimed calls before timing, after the checked call (which also captures CUDA graphs).
         profile_repeats / profile_warmup: timed / untimed runs per distinct launch when profiling.
         micro_batches: micro-batches for the pipelined timing of multi-device plans (0 or 1: skip it).
+        concurrent_steps: workload steps timed with the programs (prefill and decode) running at the same time from
+            separate host threads, for plans over several devices of multi-program workloads (0: skip it).
         links: ``"catalog"`` (modelled links) or ``"measured"`` (timed copies between the devices).
         cuda_graphs: capture CUDA graphs (``None``: when every device is a GPU).
         profile_cache: profile cache directory (``None``: ``$TESSERA_CACHE_DIR`` or ``~/.cache/torch_tessera``).
@@ -96,6 +98,7 @@ class MeasureSettings:
     profile_repeats: int = 10
     profile_warmup: int = 2
     micro_batches: int = 4
+    concurrent_steps: int = 8
     links: str = "catalog"
     cuda_graphs: bool | None = None
     profile_cache: str | None = None
