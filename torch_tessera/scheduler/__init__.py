@@ -137,27 +137,32 @@ def _best_of_baselines(pb, sol):
     """
     from dataclasses import replace as dc_replace
 
-    best_value = baselines._score(pb, sol.place, "cycle")
-    best = None
-    for name in ["layer", "af", "pd"] + [f"homo-{g}" for g in range(pb.D)]:
+    from torch_tessera.scheduler.evaluate import cycle_many, fits_many
+
+    names, places = ["solver"], [np.asarray(sol.place, dtype=np.int64)]
+    for g in range(pb.D):
+        names.append(f"homo-{g}")
+        places.append(np.full(pb.n, g, dtype=np.int64))
+    for name in ("layer", "af", "pd"):
         try:
-            g = baselines.homo_index(pb, name) if name.startswith("homo-") else None
-            if g is not None:
-                place = np.full(pb.n, g, dtype=np.int64)
-                baselines.check_fits(pb, place, name)
-            else:
-                place = getattr(baselines, name)(pb, "cycle")
+            places.append(getattr(baselines, name)(pb, "cycle"))
+            names.append(name)
         except (NotApplicableError, InfeasiblePlanError):
             continue
-        value = baselines._score(pb, place, "cycle")
-        if value < best_value * (1 - 1e-9):
-            best_value, best = value, (name, place)
-    if best is None:
+    stack = np.stack(places)
+    values = cycle_many(pb, stack)
+    fits = fits_many(pb, stack)
+    fits[0] = True
+    best = 0
+    for i in [names.index(nm) for nm in ["layer", "af", "pd"] + [f"homo-{g}" for g in range(pb.D)] if nm in names]:
+        if fits[i] and values[i] < values[best] * (1 - 1e-9):
+            best = i
+    if best == 0:
         return sol
-    log.info("throughput: the %s placement beats the solver's (%.6g s vs %.6g s); using it", best[0], best_value,
-             baselines._score(pb, sol.place, "cycle"))
-    return dc_replace(sol, place=best[1], value=best_value, method=f"{sol.method}+{best[0]}-warm-start",
-                      notes=list(sol.notes) + [f"the {best[0]} placement scored better than the solver's"])
+    log.info("throughput: the %s placement beats the solver's (%.6g s vs %.6g s); using it", names[best],
+             values[best], values[0])
+    return dc_replace(sol, place=stack[best], value=float(values[best]),
+                      method=f"{sol.method}+{names[best]}-warm-start", notes=list(sol.notes) + [f"the {names[best]} placement scored better than the solver's"])
 
 
 def _from_solution(pb, sol, policy: str, objective: str, t0: float) -> Plan:

@@ -19,7 +19,8 @@ import itertools
 import numpy as np
 
 from torch_tessera.errors import InfeasiblePlanError
-from torch_tessera.scheduler.evaluate import cycle_seconds, latency_seconds, memory, resident_bytes
+from torch_tessera.scheduler.evaluate import (cycle_many, cycle_seconds, fits_many, latency_seconds, memory,
+                                              resident_bytes)
 from torch_tessera.scheduler.problem import Problem
 from torch_tessera.scheduler.types import NotApplicableError
 
@@ -68,18 +69,18 @@ def _score(pb: Problem, place: np.ndarray, objective: str) -> float:
 
 
 def _best(pb: Problem, cands: list[np.ndarray], objective: str, what: str) -> np.ndarray:
-    """Best candidate that fits memory; the first one's error if none fits."""
-    scored, first_err = [], None
-    for c in cands:
-        try:
-            check_fits(pb, c, what)
-        except InfeasiblePlanError as e:
-            first_err = first_err or e
-            continue
-        scored.append((_score(pb, c, objective), c))
-    if not scored:
-        raise first_err
-    return min(scored, key=lambda s: s[0])[1]
+    """Best candidate that fits memory (the first of equals); the first one's error if none fits. Memory and cycle
+    times are computed for all candidates at once."""
+    places = np.stack(cands)
+    fits = fits_many(pb, places)
+    if not fits.any():
+        check_fits(pb, cands[0], what)  # raises, naming the short device
+    ok = np.flatnonzero(fits)
+    if objective == "cycle":
+        scores = cycle_many(pb, places[ok])
+    else:
+        scores = np.array([latency_seconds(pb, places[i]) for i in ok])
+    return cands[int(ok[int(np.argmin(scores))])]
 
 
 def af(pb: Problem, objective: str) -> np.ndarray:
@@ -135,10 +136,12 @@ def layer(pb: Problem, objective: str) -> np.ndarray:
     from torch_tessera.scheduler.evaluate import link_coef
 
     coef = link_coef(pb)
-    cross = np.zeros((U + 1, pb.D, pb.D))  # cross[j]: edges from units < j to units >= j
+    diff = np.zeros((U + 2, pb.D, pb.D))  # cross[j]: edges from units < j to units >= j, as a running sum
     us, ut = unit[pb.esrc], unit[pb.edst]
-    for e in np.flatnonzero((us < ut) & (pb.ewbytes > 0)).tolist():
-        cross[us[e] + 1:ut[e] + 1] += coef[e]
+    fwd = np.flatnonzero((us < ut) & (pb.ewbytes > 0))
+    np.add.at(diff, us[fwd] + 1, coef[fwd])
+    np.add.at(diff, ut[fwd] + 1, -coef[fwd])
+    cross = np.cumsum(diff, 0)[:U + 1]
     cands = []
     for k in range(1, min(pb.D, U) + 1):
         for seq in itertools.permutations(range(pb.D), k):
@@ -153,13 +156,16 @@ def _layer_dp(seq: tuple[int, ...], pre: np.ndarray, cross: np.ndarray, U: int, 
     arg = np.zeros((k, U + 1), dtype=np.int64)
     g0 = seq[0]
     best[0, 1:] = pre[1:, g0] - pre[0, g0]
+    idx = np.arange(U + 1)
     for s in range(1, k):
         g, gp = seq[s], seq[s - 1]
-        for i in range(s + 1, U + 1):
-            j = np.arange(s, i)  # stage s covers units j..i-1
-            val = np.maximum.reduce([best[s - 1, j], pre[i, g] - pre[j, g], cross[j, gp, g]])
-            arg[s, i] = j[int(val.argmin())]
-            best[s, i] = val.min()
+        # val[j, i]: stage s covers units j..i-1 (s <= j < i)
+        val = np.maximum(np.maximum(best[s - 1][:, None], pre[None, :, g] - pre[:, None, g]),
+                         cross[:, gp, g][:, None])
+        val[(idx[:, None] >= idx[None, :]) | (idx[:, None] < s)] = np.inf
+        j = val[s:].argmin(0) + s
+        arg[s, s + 1:] = j[s + 1:]
+        best[s, s + 1:] = val[j, idx][s + 1:]
     bounds = [U]
     for s in range(k - 1, 0, -1):
         bounds.append(int(arg[s, bounds[-1]]))

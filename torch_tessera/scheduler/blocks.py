@@ -148,15 +148,31 @@ def tie_layers(pb: Problem) -> tuple[np.ndarray, int]:
     return label, tied
 
 
+def block_loads_many(blocks: Blocks, bplaces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Compute loads ``[P, D]`` and link loads ``[P, D * D]`` (seconds per step) of ``[P, B]`` block placements.
+
+    Each entry sums its terms in block (edge) order, as a one-placement ``np.bincount`` / ``np.add.at`` does, so the
+    values equal the one-placement ones bit for bit."""
+    bplaces = np.asarray(bplaces, dtype=np.int64)
+    P, D = bplaces.shape[0], blocks.cost.shape[1]
+    w = blocks.cost[np.arange(blocks.B)[None], bplaces]
+    dev = np.bincount((np.arange(P)[:, None] * D + bplaces).ravel(), weights=w.ravel(), minlength=P * D)
+    a, b = bplaces[:, blocks.esrc], bplaces[:, blocks.edst]
+    pi, ei = np.nonzero(a != b)
+    a, b = a[pi, ei], b[pi, ei]
+    link = np.bincount(pi * D * D + a * D + b, weights=blocks.coef[ei, a, b], minlength=P * D * D)
+    return dev.reshape(P, D), link.reshape(P, D * D)
+
+
+def block_cycle_many(blocks: Blocks, bplaces: np.ndarray) -> np.ndarray:
+    """Cycle times ``[P]`` of ``[P, B]`` block placements (each equal to :func:`block_cycle` of its row)."""
+    dev, link = block_loads_many(blocks, bplaces)
+    return np.maximum(dev.max(1), link.max(1))
+
+
 def block_cycle(blocks: Blocks, bplace: np.ndarray) -> float:
     """Cycle time of a block placement (equals :func:`evaluate.cycle_seconds` of its expansion)."""
-    D = blocks.cost.shape[1]
-    dev = np.bincount(bplace, weights=blocks.cost[np.arange(blocks.B), bplace], minlength=D)
-    link = np.zeros((D, D))
-    a, b = bplace[blocks.esrc], bplace[blocks.edst]
-    cut = a != b
-    np.add.at(link, (a[cut], b[cut]), blocks.coef[np.flatnonzero(cut), a[cut], b[cut]])
-    return float(max(dev.max(), link.max()))
+    return float(block_cycle_many(blocks, np.asarray(bplace)[None])[0])
 
 
 def memory_binds(pb: Problem, blocks: Blocks) -> bool:
@@ -167,12 +183,23 @@ def memory_binds(pb: Problem, blocks: Blocks) -> bool:
     return bool(np.any(float(blocks.res_bytes.sum()) + pb.reserve > pb.budgets * (1 + 1e-9)))
 
 
+def block_memory_ok_many(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np.ndarray:
+    """``[P]`` bool: whether each of ``[P, B]`` block placements fits the budgets (resident bytes + activation
+    reserve on every used device)."""
+    bplaces = np.asarray(bplaces, dtype=np.int64)
+    P, D = bplaces.shape[0], pb.D
+    if not memory_binds(pb, blocks):
+        return np.ones(P, dtype=bool)
+    sizes = [len(h) for h in blocks.res_holders]
+    buf = np.repeat(np.arange(len(sizes)), sizes)
+    hold = np.concatenate(blocks.res_holders) if sizes else np.zeros(0, np.int64)
+    on = np.zeros((P, len(sizes), D), dtype=bool)
+    on[np.arange(P)[:, None], buf[None], bplaces[:, hold]] = True
+    used = np.einsum("prd,r->pd", on.astype(np.float64), blocks.res_bytes)
+    dev_on = (bplaces[:, :, None] == np.arange(D)[None, None]).any(1)
+    return np.all(~dev_on | (used + pb.reserve <= pb.budgets * (1 + 1e-9)), axis=1)
+
+
 def block_memory_ok(pb: Problem, blocks: Blocks, bplace: np.ndarray) -> bool:
     """Whether a block placement fits the budgets (resident bytes + activation reserve on every used device)."""
-    if not memory_binds(pb, blocks):
-        return True
-    used = np.zeros(pb.D)
-    for nb, h in zip(blocks.res_bytes, blocks.res_holders):
-        used[np.unique(bplace[h])] += nb
-    on = np.bincount(bplace, minlength=pb.D) > 0
-    return bool(np.all(~on | (used + pb.reserve <= pb.budgets * (1 + 1e-9))))
+    return bool(block_memory_ok_many(pb, blocks, np.asarray(bplace)[None])[0])

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torch_tessera.scheduler.blocks import Blocks, layer_units
+from torch_tessera.scheduler.blocks import (Blocks, block_cycle_many, block_loads_many, block_memory_ok_many,
+                                            layer_units)
 from torch_tessera.scheduler.milp import EPS, MilpResult, _Model, _result
 from torch_tessera.scheduler.problem import Problem
 
@@ -256,64 +257,76 @@ def unit_orders(units: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def realize(pb: Problem, groups: Blocks, cls: Classes, counts: np.ndarray, cycle, ok=None) -> np.ndarray:
+def realize(pb: Problem, groups: Blocks, cls: Classes, counts: np.ndarray) -> np.ndarray:
     """Group placement from counts: every class's members filled device by device (``counts[c, g]`` members on
     device ``g``), all classes with the same device order and the same order of layer units (:func:`unit_orders`), so
     that the members of one layer get nested device ranges and within-layer edges cross only where counts differ.
 
-    Of all device orders (up to 24) and unit orders, returns the one with the least ``cycle(group_placement)`` among
-    those ``ok(group_placement)`` accepts (memory); the best by cycle if none is accepted."""
+    Of all device orders (up to 24) and unit orders, returns the one with the least cycle time among those that fit
+    the memory budgets (the least by cycle if none fits); all candidates are built and scored at once."""
     D = pb.D
-    dorders = list(itertools.permutations(range(D))) if D <= 4 else [tuple(range(D))]
+    dorders = np.array(list(itertools.permutations(range(D))) if D <= 4 else [tuple(range(D))], dtype=np.int64)
     known = cls.unit >= 0
     ranks = unit_orders(np.unique(cls.unit[known])) if known.any() else {"forward": np.zeros(0, np.int64)}
+    counts = np.asarray(counts, dtype=np.int64)
+    cum = np.cumsum(counts[:, dorders], axis=2)  # [C, K, D]: members filled once each device of an order is full
+    sizes = np.array([len(m) for m in cls.members], dtype=np.int64)
+    of = np.repeat(np.arange(cls.C), sizes)
+    pos = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # rank of a member in its class
+    slot = (cum[of] <= pos[:, None, None]).sum(2)  # [members, K]: index into the device order (D: past the counts)
+    slot[slot >= D] = 0  # members beyond the counts go to the order's first device
+    devs = np.take_along_axis(dorders, slot.T, axis=1)  # [K, members]
     cands = []
-    for uname, rank in ranks.items():
+    for rank in ranks.values():
         key = np.where(known, rank[np.maximum(cls.unit, 0)] if len(rank) else 0, -1)
-        ordered = [mem[np.argsort(key[mem], kind="stable")] for mem in cls.members]
-        for dorder in dorders:
-            gp = np.zeros(groups.B, dtype=np.int64)
-            for c, mem in enumerate(ordered):
-                seq = np.repeat(np.array(dorder), counts[c, list(dorder)])
-                seq = seq[:len(mem)] if len(seq) >= len(mem) else np.r_[seq, np.full(len(mem) - len(seq), dorder[0])]
-                gp[mem] = seq
-            cands.append((cycle(gp), gp))
-    cands.sort(key=lambda x: x[0])
-    for _, gp in cands:
-        if ok is None or ok(gp):
-            return gp
-    return cands[0][1]
+        flat = np.concatenate([mem[np.argsort(key[mem], kind="stable")] for mem in cls.members])
+        gp = np.zeros((len(dorders), groups.B), dtype=np.int64)
+        gp[:, flat] = devs
+        cands.append(gp)
+    cands = np.concatenate(cands)
+    order = np.argsort(block_cycle_many(groups, cands), kind="stable")
+    ok = block_memory_ok_many(pb, groups, cands[order])
+    return cands[order[int(np.argmax(ok))] if ok.any() else order[0]]
 
 
-def _loads_key(groups: Blocks, gp: np.ndarray) -> tuple[float, float]:
-    D = groups.cost.shape[1]
-    dev = np.bincount(gp, weights=groups.cost[np.arange(groups.B), gp], minlength=D)
-    link = np.zeros(D * D)
-    a, b = gp[groups.esrc], gp[groups.edst]
-    cut = a != b
-    np.add.at(link, a[cut] * D + b[cut], groups.coef[np.flatnonzero(cut), a[cut], b[cut]])
-    allr = np.r_[dev, link]
-    return float(allr.max()), float((allr ** 2).sum())
+def _loads_key(groups: Blocks, gps: np.ndarray) -> np.ndarray:
+    """``[2, P]``: cycle time and sum of squared resource loads of ``[P, G]`` group placements."""
+    dev, link = block_loads_many(groups, gps)
+    allr = np.concatenate([dev, link], axis=1)
+    return np.stack([allr.max(1), (allr ** 2).sum(1)])
 
 
-def shift_search(groups: Blocks, cls: Classes, gp: np.ndarray, deadline: float, ok=None) -> np.ndarray:
+def shift_search(pb: Problem, groups: Blocks, cls: Classes, gp: np.ndarray, deadline: float) -> np.ndarray:
     """Rotate each class's device sequence over its layers by one position either way while that lowers (cycle
-    time, sum of squared loads): keeps every count, realigns cuts across layer boundaries. ``ok(gp)`` vetoes moves
-    (memory)."""
+    time, sum of squared loads): keeps every count, realigns cuts across layer boundaries; moves that break a memory
+    budget are not taken.
+
+    Each sweep over the classes is first-improvement in class order; the trials of all classes still ahead of the
+    sweep are scored at once, and scoring restarts after the class of an accepted move."""
     gp = gp.copy()
-    key = _loads_key(groups, gp)
+    key = _loads_key(groups, gp[None])[:, 0]
+    movable = [c for c, mem in enumerate(cls.members) if len(mem) >= 2]
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
-        for c, mem in enumerate(cls.members):
-            if len(mem) < 2 or len(np.unique(gp[mem])) < 2:
-                continue
-            for step in (1, -1):
-                trial = gp.copy()
-                trial[mem] = np.roll(gp[mem], step)
-                k = _loads_key(groups, trial)
-                if (k[0] < key[0] * (1 - 1e-9) or (k[0] <= key[0] * (1 + 1e-12) and k[1] < key[1] * (1 - 1e-9))) \
-                        and (ok is None or ok(trial)):
-                    gp, key, improved = trial, k, True
-                    break
+        start = 0
+        while start < len(movable) and time.perf_counter() < deadline:
+            todo = [c for c in movable[start:] if len(np.unique(gp[cls.members[c]])) >= 2]
+            if not todo:
+                break
+            trials = np.repeat(gp[None], 2 * len(todo), axis=0)
+            for i, c in enumerate(todo):
+                mem = cls.members[c]
+                trials[2 * i, mem] = np.roll(gp[mem], 1)
+                trials[2 * i + 1, mem] = np.roll(gp[mem], -1)
+            k = _loads_key(groups, trials)
+            better = (k[0] < key[0] * (1 - 1e-9)) | ((k[0] <= key[0] * (1 + 1e-12)) & (k[1] < key[1] * (1 - 1e-9)))
+            cand = np.flatnonzero(better)
+            if len(cand):
+                cand = cand[block_memory_ok_many(pb, groups, trials[cand])]
+            if not len(cand):
+                break
+            t = int(cand[0])
+            gp, key, improved = trials[t], k[:, t], True
+            start = movable.index(todo[t // 2]) + 1
     return gp

@@ -30,21 +30,45 @@ def link_coef(pb: Problem) -> np.ndarray:
 
 def loads(pb: Problem, place: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-device compute load ``[D]`` and per-link transfer load ``[D, D]`` (seconds per workload step)."""
-    D = pb.D
-    wc = pb.wcost
-    dev = np.bincount(place, weights=wc[np.arange(pb.n), place], minlength=D).astype(np.float64)
-    link = np.zeros((D, D))
-    a, b = place[pb.esrc], place[pb.edst]
-    cut = (a != b) & (pb.ewbytes > 0)
-    if cut.any():
-        coef = link_coef(pb)
-        np.add.at(link, (a[cut], b[cut]), coef[np.flatnonzero(cut), a[cut], b[cut]])
+    dev, link = loads_many(pb, np.asarray(place)[None])
+    return dev[0], link[0]
+
+
+def loads_many(pb: Problem, places: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`loads` of ``P`` placements at once.
+
+    Args:
+        pb: the problem.
+        places: ``[P, n]`` device of every kernel in each placement.
+
+    Returns:
+        ``([P, D] compute loads, [P, D, D] link loads)`` in seconds per workload step; each entry sums its terms in
+        kernel (edge) order, so it equals the one-placement sum bit for bit.
+    """
+    places = np.asarray(places, dtype=np.int64)
+    P, D = places.shape[0], pb.D
+    rows = np.arange(P)[:, None] * D
+    w = pb.wcost[np.arange(pb.n)[None], places]
+    dev = np.bincount((rows + places).ravel(), weights=w.ravel(), minlength=P * D).reshape(P, D)
+    data = np.flatnonzero(pb.ewbytes > 0)
+    a, b = places[:, pb.esrc[data]], places[:, pb.edst[data]]
+    cut = a != b
+    pi, ei = np.nonzero(cut)
+    a, b = a[pi, ei], b[pi, ei]
+    vals = link_coef(pb)[data[ei], a, b]
+    link = np.bincount(pi * D * D + a * D + b, weights=vals, minlength=P * D * D).reshape(P, D, D)
     return dev, link
 
 
 def cycle_seconds(pb: Problem, place: np.ndarray) -> float:
-    dev, link = loads(pb, place)
-    return float(max(dev.max(), link.max()))
+    """Cycle time of one placement (seconds per workload step)."""
+    return float(cycle_many(pb, np.asarray(place)[None])[0])
+
+
+def cycle_many(pb: Problem, places: np.ndarray) -> np.ndarray:
+    """Cycle times ``[P]`` of ``[P, n]`` placements (each equal to :func:`cycle_seconds` of that placement)."""
+    dev, link = loads_many(pb, places)
+    return np.maximum(dev.max(1), link.reshape(len(link), -1).max(1))
 
 
 def _preds(pb: Problem) -> list[list[int]]:
@@ -114,15 +138,14 @@ def memory(pb: Problem, place: np.ndarray) -> dict[str, np.ndarray | list]:
         device the sorted names of the PARAMETER buffers it holds.
     """
     D = pb.D
-    weight, state, act = np.zeros(D), np.zeros(D), np.zeros(D)
-    names: list[list[str]] = [[] for _ in range(D)]
-    for r in pb.resident:
-        on = np.unique(place[r.holders])
-        target = weight if r.kind == "parameter" else state if r.kind == "state" else act
-        target[on] += r.nbytes
-        if r.kind == "parameter":
-            for g in on:
-                names[g].append(r.name)
+    on = resident_on(pb, np.asarray(place)[None])[0]  # [R, D]
+    nbytes = _holder_entries(pb)[2]
+    kinds = np.array([r.kind for r in pb.resident], dtype=object)
+    part = {k: (nbytes * (kinds == k)) @ on.astype(np.int64) for k in ("parameter", "state")}
+    weight, state = part["parameter"].astype(np.float64), part["state"].astype(np.float64)
+    act = ((nbytes * ((kinds != "parameter") & (kinds != "state"))) @ on.astype(np.int64)).astype(np.float64)
+    params = np.flatnonzero(kinds == "parameter")
+    names = [[pb.resident[r].name for r in params[on[params, g]]] for g in range(D)]
     peak = np.zeros(D)
     for p in range(len(pb.programs)):
         ks = pb.program_slice(p)
@@ -141,18 +164,63 @@ def _peak(kernels: np.ndarray, pb: Problem, p: int) -> float:
     return float(_temp_peak(kernels.tolist(), pb.reads, pb.writes, pb.temp_bytes[p]))
 
 
+def _holder_entries(pb: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(buffer, kernel, nbytes)``: one entry per (resident buffer, holder kernel) pair, and the buffers' bytes;
+    computed once per problem."""
+    h = getattr(pb, "_holder_entries", None)
+    if h is None:
+        sizes = [len(r.holders) for r in pb.resident]
+        buf = np.repeat(np.arange(len(pb.resident)), sizes)
+        ker = np.concatenate([r.holders for r in pb.resident]) if pb.resident else np.zeros(0, np.int64)
+        h = (buf, ker.astype(np.int64), np.array([r.nbytes for r in pb.resident], dtype=np.int64))
+        pb._holder_entries = h
+    return h
+
+
+def resident_on(pb: Problem, places: np.ndarray) -> np.ndarray:
+    """Whether each resident buffer lives on each device: ``[P, R, D]`` bool for ``[P, n]`` placements (a buffer
+    lives wherever one of its holder kernels runs)."""
+    places = np.asarray(places, dtype=np.int64)
+    buf, ker, _ = _holder_entries(pb)
+    on = np.zeros((places.shape[0], len(pb.resident), pb.D), dtype=bool)
+    on[np.arange(places.shape[0])[:, None], buf[None], places[:, ker]] = True
+    return on
+
+
 def resident_bytes(pb: Problem, place: np.ndarray) -> np.ndarray:
-    """Bytes of resident buffers (weights, state, inputs) per device: what the solvers' memory rows count."""
-    out = np.zeros(pb.D)
-    for r in pb.resident:
-        out[np.unique(place[r.holders])] += r.nbytes
-    return out
+    """Bytes of resident buffers (weights, state, inputs) per device: what the solvers' memory rows count.
+
+    Args:
+        pb: the problem.
+        place: ``[n]`` placement (returns ``[D]``) or ``[P, n]`` placements (returns ``[P, D]``).
+    """
+    place = np.asarray(place, dtype=np.int64)
+    many = place.ndim == 2
+    on = resident_on(pb, place if many else place[None])
+    nbytes = _holder_entries(pb)[2]
+    out = np.einsum("prd,r->pd", on.astype(np.int64), nbytes).astype(np.float64)  # integers: exact
+    return out if many else out[0]
+
+
+def budgets_bind(pb: Problem) -> bool:
+    """Whether some placement could break a memory budget: ``False`` when all resident buffers together with the
+    activation reserve fit on every device (then every placement fits)."""
+    if np.isinf(pb.budgets).all():
+        return False
+    total = float(_holder_entries(pb)[2].sum())
+    return bool(np.any(total + pb.reserve > pb.budgets * (1 + 1e-9)))
+
+
+def fits_many(pb: Problem, places: np.ndarray) -> np.ndarray:
+    """``[P]`` bool: whether each placement fits every budget it uses (resident bytes + activation reserve)."""
+    places = np.asarray(places, dtype=np.int64)
+    if not budgets_bind(pb):
+        return np.ones(len(places), dtype=bool)
+    used = resident_bytes(pb, places) + pb.reserve
+    on = (places[:, :, None] == np.arange(pb.D)[None, None]).any(1)
+    return np.all(~on | (used <= pb.budgets * (1 + 1e-9)), axis=1)
 
 
 def memory_ok(pb: Problem, place: np.ndarray) -> bool:
     """Whether ``place`` fits every budget with the activation reserve of :attr:`Problem.reserve`."""
-    if np.isinf(pb.budgets).all():
-        return True
-    used = resident_bytes(pb, place)
-    on = np.bincount(place, minlength=pb.D) > 0
-    return bool(np.all(~on | (used + pb.reserve <= pb.budgets * (1 + 1e-9))))
+    return bool(fits_many(pb, np.asarray(place)[None])[0])

@@ -106,9 +106,8 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     if bound <= 0.0:
         bound = zero_comm_bound(cls.cost, cls.L, cls.pinned, groups.forbidden)
     if counts is not None:
-        gp = realize(pb, groups, cls, counts, lambda g: block_cycle(groups, g),
-                     lambda g: block_memory_ok(pb, groups, g))
-        gp = shift_search(groups, cls, gp, t0 + 0.9 * time_limit, lambda g: block_memory_ok(pb, groups, g))
+        gp = realize(pb, groups, cls, counts)
+        gp = shift_search(pb, groups, cls, gp, t0 + 0.9 * time_limit)
         if tied:  # single-group moves repair what the fill order got wrong (edges to the untied end layers)
             gp = local_search(pb, groups, gp, t0 + 0.9 * time_limit)
         if block_memory_ok(pb, groups, gp):

@@ -1,0 +1,266 @@
+"""The scheduler's batched / vectorised scoring against the per-placement, per-buffer loops it replaced.
+
+Each reference below is the earlier implementation, kept here verbatim in spirit (loops over buffers, placements,
+candidates), so that a fast path that drifts from the documented model fails here, not in a plan's quality.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pytest
+
+from torch_tessera.scheduler import Workload
+from torch_tessera.scheduler.baselines import _layer_dp
+from torch_tessera.scheduler.blocks import (aggregate, block_cycle, block_cycle_many, block_memory_ok,
+                                            block_memory_ok_many, tie_layers)
+from torch_tessera.scheduler.counts import build_classes, realize, shift_search, split_by_cost, unit_orders
+from torch_tessera.scheduler.evaluate import (cycle_many, cycle_seconds, fits_many, link_coef, loads, memory,
+                                              memory_ok, resident_bytes)
+from torch_tessera.scheduler.problem import _temp_peak, compile_problem
+from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag
+
+
+
+def _problem(D: int, tight: bool = False):
+    """Prefill + decode of a 4-layer transformer with a KV cache (STATE shared by name), ``D`` devices; ``tight``:
+    budgets that about half of :func:`_placements` fit."""
+    devs = ("big", "small", "mid", "big2")[:D]
+    peaks = {"big2": (800e12, 4.2e12, 4e-6)}
+    from torch_tessera.scheduler.synthetic import DEVICE_PEAKS
+
+    peaks.update(DEVICE_PEAKS)
+    pre = transformer_dag(layers=4, tokens=256, context=1024, rope_tables=True, unlabelled_boundary=True)
+    dec = transformer_dag(layers=4, tokens=16, context=1024, rope_tables=True, unlabelled_boundary=True)
+    wl = Workload.llm(pre, roofline_costs(pre, devs, peaks=peaks), dec, roofline_costs(dec, devs, seed=1, peaks=peaks),
+                      8.0)
+    tp = nvlink_topology(devs)
+    pb = compile_problem(wl, tp, micro_batches=2)
+    if not tight:
+        return pb
+    peak = [ref_resident_bytes(pb, place).max() for place in _placements(pb, 40, seed=D)]
+    return compile_problem(wl, tp, micro_batches=2, memory_budgets=[pb.reserve + np.median(peak)] * D)
+
+
+def _placements(pb, count: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    out = rng.integers(0, pb.D, size=(count, int(pb.group.max()) + 1))[:, pb.group]  # groups kept together
+    out[0] = 0  # one device only
+    return out
+
+
+# -- references: the per-buffer / per-placement loops -------------------------------------------------------------
+
+def ref_resident_bytes(pb, place):
+    out = np.zeros(pb.D)
+    for r in pb.resident:
+        out[np.unique(place[r.holders])] += r.nbytes
+    return out
+
+
+def ref_memory_ok(pb, place):
+    if np.isinf(pb.budgets).all():
+        return True
+    used = ref_resident_bytes(pb, place)
+    on = np.bincount(place, minlength=pb.D) > 0
+    return bool(np.all(~on | (used + pb.reserve <= pb.budgets * (1 + 1e-9))))
+
+
+def ref_loads(pb, place):
+    dev = np.bincount(place, weights=pb.wcost[np.arange(pb.n), place], minlength=pb.D).astype(np.float64)
+    link = np.zeros((pb.D, pb.D))
+    a, b = place[pb.esrc], place[pb.edst]
+    cut = (a != b) & (pb.ewbytes > 0)
+    np.add.at(link, (a[cut], b[cut]), link_coef(pb)[np.flatnonzero(cut), a[cut], b[cut]])
+    return dev, link
+
+
+def ref_memory(pb, place):
+    weight, state, act = np.zeros(pb.D), np.zeros(pb.D), np.zeros(pb.D)
+    names = [[] for _ in range(pb.D)]
+    for r in pb.resident:
+        on = np.unique(place[r.holders])
+        target = weight if r.kind == "parameter" else state if r.kind == "state" else act
+        target[on] += r.nbytes
+        if r.kind == "parameter":
+            for g in on:
+                names[g].append(r.name)
+    peak = np.zeros(pb.D)
+    for p in range(len(pb.programs)):
+        ks = pb.program_slice(p)
+        for g in range(pb.D):
+            mine = ks[place[ks] == g]
+            if len(mine):
+                peak[g] = max(peak[g], _temp_peak(mine.tolist(), pb.reads, pb.writes, pb.temp_bytes[p]))
+    return weight, state, act + peak, [sorted(n) for n in names]
+
+
+def ref_block_cycle(blocks, bplace):
+    D = blocks.cost.shape[1]
+    dev = np.bincount(bplace, weights=blocks.cost[np.arange(blocks.B), bplace], minlength=D)
+    link = np.zeros((D, D))
+    a, b = bplace[blocks.esrc], bplace[blocks.edst]
+    cut = a != b
+    np.add.at(link, (a[cut], b[cut]), blocks.coef[np.flatnonzero(cut), a[cut], b[cut]])
+    return float(max(dev.max(), link.max()))
+
+
+def ref_block_memory_ok(pb, blocks, bplace):
+    used = np.zeros(pb.D)
+    for nb, h in zip(blocks.res_bytes, blocks.res_holders):
+        used[np.unique(bplace[h])] += nb
+    on = np.bincount(bplace, minlength=pb.D) > 0
+    return bool(np.all(~on | (used + pb.reserve <= pb.budgets * (1 + 1e-9))))
+
+
+def ref_realize(pb, groups, cls, counts, ok):
+    D = pb.D
+    dorders = list(itertools.permutations(range(D))) if D <= 4 else [tuple(range(D))]
+    known = cls.unit >= 0
+    ranks = unit_orders(np.unique(cls.unit[known]))
+    cands = []
+    for rank in ranks.values():
+        key = np.where(known, rank[np.maximum(cls.unit, 0)], -1)
+        ordered = [mem[np.argsort(key[mem], kind="stable")] for mem in cls.members]
+        for dorder in dorders:
+            gp = np.zeros(groups.B, dtype=np.int64)
+            for c, mem in enumerate(ordered):
+                seq = np.repeat(np.array(dorder), counts[c, list(dorder)])
+                seq = seq[:len(mem)] if len(seq) >= len(mem) else np.r_[seq, np.full(len(mem) - len(seq), dorder[0])]
+                gp[mem] = seq
+            cands.append((ref_block_cycle(groups, gp), gp))
+    cands.sort(key=lambda x: x[0])
+    for _, gp in cands:
+        if ok(gp):
+            return gp
+    return cands[0][1]
+
+
+def ref_loads_key(groups, gp):
+    D = groups.cost.shape[1]
+    dev = np.bincount(gp, weights=groups.cost[np.arange(groups.B), gp], minlength=D)
+    link = np.zeros(D * D)
+    a, b = gp[groups.esrc], gp[groups.edst]
+    cut = a != b
+    np.add.at(link, a[cut] * D + b[cut], groups.coef[np.flatnonzero(cut), a[cut], b[cut]])
+    allr = np.r_[dev, link]
+    return float(allr.max()), float((allr ** 2).sum())
+
+
+def ref_shift_search(groups, cls, gp, ok):
+    gp = gp.copy()
+    key = ref_loads_key(groups, gp)
+    improved = True
+    while improved:
+        improved = False
+        for c, mem in enumerate(cls.members):
+            if len(mem) < 2 or len(np.unique(gp[mem])) < 2:
+                continue
+            for step in (1, -1):
+                trial = gp.copy()
+                trial[mem] = np.roll(gp[mem], step)
+                k = ref_loads_key(groups, trial)
+                if (k[0] < key[0] * (1 - 1e-9) or (k[0] <= key[0] * (1 + 1e-12) and k[1] < key[1] * (1 - 1e-9))) \
+                        and ok(trial):
+                    gp, key, improved = trial, k, True
+                    break
+    return gp
+
+
+def ref_layer_dp(seq, pre, cross, U, unit):
+    k = len(seq)
+    best = np.full((k, U + 1), np.inf)
+    arg = np.zeros((k, U + 1), dtype=np.int64)
+    best[0, 1:] = pre[1:, seq[0]] - pre[0, seq[0]]
+    for s in range(1, k):
+        g, gp = seq[s], seq[s - 1]
+        for i in range(s + 1, U + 1):
+            j = np.arange(s, i)
+            val = np.maximum.reduce([best[s - 1, j], pre[i, g] - pre[j, g], cross[j, gp, g]])
+            arg[s, i] = j[int(val.argmin())]
+            best[s, i] = val.min()
+    bounds = [U]
+    for s in range(k - 1, 0, -1):
+        bounds.append(int(arg[s, bounds[-1]]))
+    stage = np.searchsorted(np.array(bounds[::-1]), unit, side="right")
+    return np.array(seq, dtype=np.int64)[np.minimum(stage, k - 1)]
+
+
+# -- tests ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("D", [2, 3, 4])
+def test_resident_bytes_and_memory_match_per_buffer_loops(D):
+    pb = _problem(D, tight=True)
+    places = _placements(pb, 40, seed=D)
+    many = resident_bytes(pb, places)
+    fits = fits_many(pb, places)
+    for i, place in enumerate(places):
+        ref = ref_resident_bytes(pb, place)
+        assert np.array_equal(resident_bytes(pb, place), ref)
+        assert np.array_equal(many[i], ref)
+        assert fits[i] == memory_ok(pb, place) == ref_memory_ok(pb, place)
+        w, s, a, names = ref_memory(pb, place)
+        m = memory(pb, place)
+        assert np.array_equal(m["weight"], w) and np.array_equal(m["state"], s)
+        assert np.array_equal(m["activation"], a) and m["weights"] == names
+    assert fits.any() and not fits.all()
+
+
+@pytest.mark.parametrize("D", [2, 4])
+def test_cycle_times_of_many_placements_match_one_at_a_time(D):
+    pb = _problem(D)
+    places = _placements(pb, 30, seed=10 + D)
+    cyc = cycle_many(pb, places)
+    for i, place in enumerate(places):
+        dev, link = ref_loads(pb, place)
+        d2, l2 = loads(pb, place)
+        assert np.array_equal(dev, d2) and np.array_equal(link, l2)  # same sums in the same order: bit for bit
+        assert cyc[i] == cycle_seconds(pb, place) == max(dev.max(), link.max())
+
+
+@pytest.mark.parametrize("D", [2, 3])
+def test_block_scoring_and_memory_match_one_at_a_time(D):
+    pb = _problem(D, tight=True)
+    label, _ = tie_layers(pb)
+    for blocks in (aggregate(pb, pb.group), aggregate(pb, label)):
+        rng = np.random.default_rng(D)
+        bp = rng.integers(0, D, size=(25, blocks.B))
+        cyc, ok = block_cycle_many(blocks, bp), block_memory_ok_many(pb, blocks, bp)
+        for i in range(len(bp)):
+            assert cyc[i] == block_cycle(blocks, bp[i]) == ref_block_cycle(blocks, bp[i])
+            assert ok[i] == block_memory_ok(pb, blocks, bp[i]) == ref_block_memory_ok(pb, blocks, bp[i])
+        assert ok.any() and not ok.all()
+
+
+@pytest.mark.parametrize("D,tight", [(2, False), (3, False), (2, True)])
+def test_realize_and_shift_search_match_the_loops(D, tight):
+    pb = _problem(D, tight)
+    groups = aggregate(pb, pb.group)
+    label, _ = tie_layers(pb)
+    glabel = np.zeros(groups.B, dtype=np.int64)
+    glabel[pb.group] = label
+    cls = build_classes(pb, groups, split_by_cost(groups, glabel))
+    ok = lambda gp: ref_block_memory_ok(pb, groups, gp)  # noqa: E731
+    rng = np.random.default_rng(D)
+    for _ in range(4):
+        counts = np.zeros((cls.C, D), np.int64)
+        for c in range(cls.C):  # random counts summing to L
+            counts[c] = np.bincount(rng.integers(0, D, size=cls.L[c]), minlength=D)
+        gp = realize(pb, groups, cls, counts)
+        assert np.array_equal(gp, ref_realize(pb, groups, cls, counts, ok))
+        far = time.perf_counter() + 60
+        assert np.array_equal(shift_search(pb, groups, cls, gp, far), ref_shift_search(groups, cls, gp, ok))
+
+
+def test_layer_dp_matches_the_loop():
+    rng = np.random.default_rng(0)
+    for U, D in ((1, 2), (5, 2), (12, 3), (32, 4)):
+        ucost = rng.uniform(1e-4, 1e-3, (U, D))
+        pre = np.vstack([np.zeros(D), np.cumsum(ucost, 0)])
+        cross = rng.uniform(0, 5e-4, (U + 1, D, D))
+        unit = np.repeat(np.arange(U), 3)
+        for k in range(1, min(D, U) + 1):
+            for seq in itertools.permutations(range(D), k):
+                assert np.array_equal(_layer_dp(seq, pre, cross, U, unit), ref_layer_dp(seq, pre, cross, U, unit))
