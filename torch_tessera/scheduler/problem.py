@@ -283,7 +283,7 @@ def _buffers(wl: Workload, index, reads, writes, prog, uf: _UnionFind, written: 
         for k in ks[1:]:
             uf.union(ks[0], k)
     handovers = []
-    for name in {nm for (_, nm) in state_writers}:
+    for name in sorted({nm for (_, nm) in state_writers}):  # sorted: plans must not depend on hash seeds
         progs = sorted({p for (p, nm) in state_access if nm == name})
         for p, q in zip(progs, progs[1:]):
             src = state_writers.get((p, name))
@@ -295,7 +295,7 @@ def _buffers(wl: Workload, index, reads, writes, prog, uf: _UnionFind, written: 
             dst = state_writers.get((q, name)) or state_access[(q, name)]
             handovers.append((src[0], dst[0], written.get((p, name), kinds[name][1]), name))
     resident = [Resident(nm, kinds[nm][0], kinds[nm][1], np.array(sorted(set(ks)), dtype=np.int64))
-                for nm, ks in holders.items()]
+                for nm, ks in sorted(holders.items())]
     return resident, handovers
 
 
