@@ -132,6 +132,29 @@ def test_counts_on_real_dag_shapes(D, monkeypatch):
     assert red.predicted_seconds <= full.predicted_seconds * 1.02
 
 
+@pytest.mark.parametrize("D", [2, 3])
+def test_layers_of_other_shapes_are_aligned(D, monkeypatch):
+    """A first layer with one more kernel (as real LLMs' first layer) and a last layer with one less are aligned with
+    the others by op class: their other kernels join the repeated classes. The counts bound stays valid and the plan within 2 % of the exact MILP."""
+    from torch_tessera.scheduler.blocks import tie_layers
+    from torch_tessera.scheduler.problem import compile_problem
+
+    devs = ("big", "small", "mid")[:D]
+    dag = transformer_dag(layers=4, tokens=256, context=2048, first_layer_extra=True, unlabelled_boundary=True)
+    costs, tp = roofline_costs(dag, devs, seed=D), nvlink_topology(devs)  # 4 layers: the exact MILP takes ~2 s
+    pb = compile_problem(Workload.single(dag, costs), tp)
+    exact_blocks = int(tie_layers(pb, align=False)[0].max()) + 1
+    aligned_blocks = int(tie_layers(pb)[0].max()) + 1
+    # layer 0's 11 kernels like the others' and the last layer's 10 (its boundary add is outside the layers) joined
+    assert aligned_blocks == exact_blocks - 11 - 10 == 11 + 5  # one per layer position; scale, embedding, norm, head
+    full = plan(dag, costs, tp, tie_layers=False, cache_dir=False, time_limit=60, mip_gap=1e-6)
+    monkeypatch.setattr(solve, "EXACT_BLOCKS", 0)
+    red = plan(dag, costs, tp, cache_dir=False, mip_gap=1e-6)
+    assert red.lower_bound_seconds <= full.predicted_seconds * (1 + 1e-6)
+    assert red.predicted_seconds == pytest.approx(ref_cycle(dag, costs, tp, red.placement), rel=1e-9)
+    assert red.predicted_seconds <= full.predicted_seconds * 1.02
+
+
 def test_layer_units_join_boundary_kernels():
     from torch_tessera.scheduler.blocks import layer_units
     from torch_tessera.scheduler.problem import compile_problem

@@ -109,7 +109,7 @@ def _buf(buffers: dict[str, Buffer], name: str, kind: BufferKind, nbytes: int) -
 def transformer_dag(layers: int = 2, tokens: int = 64, hidden: int = 1024, ffn: int = 2816, context: int = 1024,
                     dtype_bytes: int = 2, kv_hidden: int | None = None, vocab: int = 32000,
                     unsure_every: int = 0, rope_tables: bool = False,
-                    unlabelled_boundary: bool = False) -> DependencyGraph:
+                    unlabelled_boundary: bool = False, first_layer_extra: bool = False) -> DependencyGraph:
     """A decoder-only transformer's kernel DAG: 11 kernels per layer plus embedding, final norm and LM head.
 
     Args:
@@ -124,6 +124,8 @@ def transformer_dag(layers: int = 2, tokens: int = 64, hidden: int = 1024, ffn: 
             RoPE cos/sin tables of real models: one producer, an edge into every layer).
         unlabelled_boundary: leave each layer's last ``add`` without a layer index (as Inductor's fused residual
             add + next RMSNorm, whose provenance spans two layers).
+        first_layer_extra: give layer 0 one more kernel than the others (an input scaling before its first norm), as
+            real models' first layer differs (Llama-3.1-8B's has an RMSNorm the others fuse into the previous layer).
 
     Returns:
         The DAG; KV caches are STATE buffers named ``kv.<layer>`` (shared by name between prefill and decode DAGs).
@@ -155,6 +157,10 @@ def transformer_dag(layers: int = 2, tokens: int = 64, hidden: int = 1024, ffn: 
         w_gu, w_d = w("gate_up.weight", hidden * 2 * ffn), w("down.weight", ffn * hidden)
         n1, n2 = w("norm1.weight", hidden), w("norm2.weight", hidden)
         unsure = bool(unsure_every) and l % unsure_every == 0
+        if first_layer_extra and l == 0:
+            xs = act("x.0s", hidden)
+            ks.append(SynthKernel("scale", "elementwise", [x], [xs], 1.0 * t * hidden, l))
+            x = xs
         ks += [
             SynthKernel("rmsnorm", "norm", [x, n1], [h], 4.0 * t * hidden, l),
             SynthKernel("mm_qkv", "gemm", [h, w_qkv], [qkv], 2.0 * t * hidden * (hidden + 2 * kvh), l),
