@@ -69,9 +69,14 @@ def test_layer_counts_reduction_matches_full_milp(layers, D, monkeypatch):
 def test_counts_bound_is_tight_on_identical_layers():
     dag = transformer_dag(layers=12, tokens=256, context=2048)
     devs = ("big", "small")
-    p = plan(dag, roofline_costs(dag, devs), nvlink_topology(devs), cache_dir=False)
+    costs, tp = roofline_costs(dag, devs), nvlink_topology(devs)
+    p = plan(dag, costs, tp, cache_dir=False)
     assert p.gap < 0.005
     assert "counted" in " ".join(p.solver.notes)
+    assert p.solver.method.startswith("counts-lp")  # the rounded LP counts were within mip_gap: no MILP
+    exact = plan(dag, costs, tp, cache_dir=False, mip_gap=1e-6)  # the counts MILP too, to its end
+    assert p.lower_bound_seconds <= exact.predicted_seconds * (1 + 1e-9)
+    assert p.predicted_seconds <= exact.predicted_seconds * (1 + 0.005)
 
 
 def test_summary_and_json_round_trip():

@@ -16,9 +16,10 @@ from torch_tessera.scheduler import Workload
 from torch_tessera.scheduler.baselines import _layer_dp
 from torch_tessera.scheduler.blocks import (aggregate, block_cycle, block_cycle_many, block_memory_ok,
                                             block_memory_ok_many, tie_layers)
-from torch_tessera.scheduler.counts import build_classes, realize, shift_search, split_by_cost, unit_orders
-from torch_tessera.scheduler.evaluate import (cycle_many, cycle_seconds, fits_many, link_coef, loads, memory,
-                                              memory_ok, resident_bytes)
+from torch_tessera.scheduler.counts import (build_classes, realize, round_counts, shift_search, solve_counts,
+                                            split_by_cost, unit_orders)
+from torch_tessera.scheduler.evaluate import (cycle_many, cycle_seconds, fits_many, link_coef, loads, makespans,
+                                              memory, memory_ok, resident_bytes)
 from torch_tessera.scheduler.problem import _temp_peak, compile_problem
 from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag
 
@@ -95,6 +96,33 @@ def ref_memory(pb, place):
             if len(mine):
                 peak[g] = max(peak[g], _temp_peak(mine.tolist(), pb.reads, pb.writes, pb.temp_bytes[p]))
     return weight, state, act + peak, [sorted(n) for n in names]
+
+
+def ref_makespans(pb, place):
+    preds = [[] for _ in range(pb.n)]
+    for e, t in enumerate(pb.edst.tolist()):
+        if pb.ekind[e] != "STATE":
+            preds[t].append(e)
+    finish = np.zeros(pb.n)
+    out = np.zeros(len(pb.programs))
+    for p in range(len(pb.programs)):
+        dev_free = [0.0] * pb.D
+        link_free = np.zeros((pb.D, pb.D))
+        for k in pb.program_slice(p).tolist():
+            d = place[k]
+            ready = 0.0
+            for e in preds[k]:
+                s = pb.esrc[e]
+                t = finish[s]
+                if place[s] != d and pb.ebytes[e] > 0:
+                    start = max(t, link_free[place[s], d])
+                    t = start + pb.alpha[place[s], d] + pb.ebytes[e] / pb.bw[place[s], d]
+                    link_free[place[s], d] = t
+                ready = max(ready, t)
+            finish[k] = max(ready, dev_free[d]) + pb.cost[k, d]
+            dev_free[d] = finish[k]
+            out[p] = max(out[p], finish[k])
+    return out
 
 
 def ref_block_cycle(blocks, bplace):
@@ -221,6 +249,13 @@ def test_cycle_times_of_many_placements_match_one_at_a_time(D):
 
 
 @pytest.mark.parametrize("D", [2, 3])
+def test_makespans_match_the_loop_over_numpy_arrays(D):
+    pb = _problem(D)
+    for place in _placements(pb, 20, seed=20 + D):
+        assert np.array_equal(makespans(pb, place), ref_makespans(pb, place))
+
+
+@pytest.mark.parametrize("D", [2, 3])
 def test_block_scoring_and_memory_match_one_at_a_time(D):
     pb = _problem(D, tight=True)
     label, _ = tie_layers(pb)
@@ -264,3 +299,33 @@ def test_layer_dp_matches_the_loop():
         for k in range(1, min(D, U) + 1):
             for seq in itertools.permutations(range(D), k):
                 assert np.array_equal(_layer_dp(seq, pre, cross, U, unit), ref_layer_dp(seq, pre, cross, U, unit))
+
+
+def test_round_counts_keeps_every_class_size():
+    rng = np.random.default_rng(0)
+    for D in (2, 3, 4):
+        L = rng.integers(1, 40, size=50)
+        frac = rng.dirichlet(np.ones(D), size=50) * L[:, None]
+        frac[::7, -1] = 0.0  # devices the LP left empty
+        frac[::7] *= (L[::7] / frac[::7].sum(1))[:, None]
+        n = round_counts(frac, L)
+        assert np.array_equal(n.sum(1), L) and (n >= 0).all()
+        assert np.all(np.abs(n - frac) < 1.0 + 1e-9)
+        assert np.all(n[::7, -1] == 0)
+        assert np.array_equal(round_counts(np.rint(frac * 0 + n), L), n)  # integral counts stay as they are
+
+
+@pytest.mark.parametrize("D", [2, 3])
+def test_counts_lp_bound_is_below_the_milp_bound(D):
+    """The LP relaxation's optimum is a valid bound too: never above the MILP's proven bound."""
+    pb = _problem(D, tight=D == 2)
+    groups = aggregate(pb, pb.group)
+    label, _ = tie_layers(pb)
+    glabel = np.zeros(groups.B, dtype=np.int64)
+    glabel[pb.group] = label
+    cls = build_classes(pb, groups, split_by_cost(groups, glabel))
+    lp, frac = solve_counts(pb, cls, groups.forbidden, 30.0, relax=True, presolve=False)
+    mip, counts = solve_counts(pb, cls, groups.forbidden, 30.0, mip_gap=1e-6)
+    assert lp.status == "optimal" and mip.status == "optimal"
+    assert 0 < lp.bound <= mip.bound * (1 + 1e-6) and mip.bound <= mip.objective * (1 + 1e-6)
+    assert np.allclose(frac.sum(1), cls.L) and np.array_equal(counts.sum(1), cls.L)

@@ -28,6 +28,7 @@ import numpy as np
 
 from torch_tessera.scheduler.blocks import (Blocks, block_cycle_many, block_loads_many, block_memory_ok_many,
                                             layer_units)
+from torch_tessera.scheduler.evaluate import budgets_bind
 from torch_tessera.scheduler.milp import EPS, MilpResult, _Model, _result
 from torch_tessera.scheduler.problem import Problem
 
@@ -129,11 +130,16 @@ def _families(groups: Blocks, of: np.ndarray, L: np.ndarray) -> list[tuple[float
 
 
 def solve_counts(pb: Problem, cls: Classes, forbidden: np.ndarray, time_limit: float,
-                 upper: float | None = None, mip_gap: float = 5e-3) -> tuple[MilpResult, np.ndarray | None]:
+                 upper: float | None = None, mip_gap: float = 5e-3, relax: bool = False,
+                 presolve: bool = True) -> tuple[MilpResult, np.ndarray | None]:
     """Solve the counts MILP until proven within ``mip_gap`` (relative) or ``time_limit`` seconds.
 
-    Returns ``(result, n)`` with ``n [C, D]`` integer counts (``None`` if no solution); ``result.bound`` is a valid
-    lower bound on the cycle time of every placement."""
+    Args:
+        relax: solve the LP relaxation instead (its optimum is also a valid bound; the counts come back fractional).
+        presolve: run HiGHS' presolve.
+
+    Returns ``(result, n)`` with ``n [C, D]`` integer counts (float when ``relax``; ``None`` if no solution);
+    ``result.bound`` is a valid lower bound on the cycle time of every placement."""
     t0 = time.perf_counter()
     D, C, F = pb.D, cls.C, len(cls.fk)
     scale = float(upper) if upper and np.isfinite(upper) and upper > 0 else float(np.minimum(
@@ -181,11 +187,25 @@ def solve_counts(pb: Problem, cls: Classes, forbidden: np.ndarray, time_limit: f
         m.rows_coo(np.zeros(2 * C, np.int64), np.r_[n[:, g], n[:, h]], np.r_[cost[:, g], -cost[:, h]], 0.0, np.inf, 1)
     shrink = 1.0 + EPS * D
     ob = upper / scale * shrink * (1 + 1e-6) if upper and np.isfinite(upper) else None
-    res = m.solve(time_limit, ob, mip_gap)
+    res = m.solve(time_limit, ob, mip_gap, relax=relax, presolve=presolve)
     out = _result(res, scale, lambda xs: None, t0, shrink)
-    counts = np.rint(res.x[n]).astype(np.int64) if res.x is not None else None
-    log.debug("counts MILP: %d classes, %d edge classes, %d vars: %s %.3f s", C, F, m.nv, out.status, out.wall)
+    counts = None if res.x is None else res.x[n] if relax else np.rint(res.x[n]).astype(np.int64)
+    log.debug("counts %s: %d classes, %d edge classes, %d vars: %s %.3f s", "LP" if relax else "MILP", C, F, m.nv,
+              out.status, out.wall)
     return out, counts
+
+
+def round_counts(frac: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """Integer counts ``[C, D]`` from fractional ones: each row floored, then its remaining members given to the
+    devices with the largest fractional parts (so every row still sums to ``L``; a device with 0 stays at 0)."""
+    frac = np.maximum(np.asarray(frac, dtype=np.float64), 0.0)
+    out = np.floor(frac + 1e-6).astype(np.int64)
+    rest = np.where(frac > 0, frac - out, -1.0)  # devices the LP left empty come last
+    short = np.asarray(L, dtype=np.int64) - out.sum(1)
+    order = np.argsort(-rest, axis=1, kind="stable")
+    give = np.arange(frac.shape[1])[None, :] < short[:, None]  # the first `short` devices of each row's order
+    np.add.at(out, (np.nonzero(give)[0], order[give]), 1)
+    return out
 
 
 def identical_device_pairs(pb: Problem, forbidden: np.ndarray) -> list[tuple[int, int]]:
@@ -211,6 +231,10 @@ def identical_device_pairs(pb: Problem, forbidden: np.ndarray) -> list[tuple[int
 
 
 def _memory_rows(m: _Model, pb: Problem, cls: Classes, n: np.ndarray, forbidden: np.ndarray) -> None:
+    """Resident bytes of each device within its budget less the activation reserve (in GB); no rows when every
+    resident buffer fits on every device together (then no placement can break a budget)."""
+    if not budgets_bind(pb):
+        return
     cap = (pb.budgets - pb.reserve) / 1e9
     limited = [g for g in range(pb.D) if np.isfinite(cap[g]) and not forbidden[g]]
     if not limited or not cls.res:

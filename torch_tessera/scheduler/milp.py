@@ -88,7 +88,10 @@ class _Model:
         self.rhi.append(np.broadcast_to(np.asarray(hi, float), (nrows,)))
         self.nr += nrows
 
-    def solve(self, time_limit: float, objective_bound: float | None = None, mip_gap: float = 1e-6):
+    def solve(self, time_limit: float, objective_bound: float | None = None, mip_gap: float = 1e-6,
+              relax: bool = False, presolve: bool = True):
+        """Solve with HiGHS; ``relax``: the LP relaxation (integrality dropped, no cut-off); ``presolve=False`` skips
+        HiGHS' presolve (on the counts LPs it costs more than it saves: 14 vs 7 ms, 160 vs 37 ms)."""
         A = coo_matrix((np.concatenate(self.vals), (np.concatenate(self.rows), np.concatenate(self.cols))),
                        shape=(self.nr, self.nv)).tocsr()
         dump_dir = DUMP_DIR.get()
@@ -100,12 +103,13 @@ class _Model:
             write_mps(path, np.concatenate(self.c), np.concatenate(self.integ), np.concatenate(self.lb),
                       np.concatenate(self.ub), A, np.concatenate(self.rlo), np.concatenate(self.rhi))
             log.info("wrote the MILP (%d variables, %d rows) to %s", self.nv, self.nr, path)
-        opts = {"time_limit": max(1e-3, float(time_limit)), "presolve": True, "mip_rel_gap": float(mip_gap)}
-        if objective_bound is not None:
+        opts = {"time_limit": max(1e-3, float(time_limit)), "presolve": bool(presolve), "mip_rel_gap": float(mip_gap)}
+        if objective_bound is not None and not relax:
             opts["objective_bound"] = float(objective_bound)
+        integ = np.concatenate(self.integ)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # objective_bound is passed to HiGHS verbatim
-            return milp(np.concatenate(self.c), integrality=np.concatenate(self.integ),
+            return milp(np.concatenate(self.c), integrality=np.zeros_like(integ) if relax else integ,
                         bounds=Bounds(np.concatenate(self.lb), np.concatenate(self.ub)),
                         constraints=LinearConstraint(A, np.concatenate(self.rlo), np.concatenate(self.rhi)),
                         options=opts)
@@ -174,6 +178,8 @@ def _result(res, scale: float, bplace_from, t0: float, shrink: float = 1.0) -> M
     wall = time.perf_counter() - t0
     nodes = int(getattr(res, "mip_node_count", 0) or 0)
     bound = getattr(res, "mip_dual_bound", None)
+    if bound is None and status == "optimal" and res.fun is not None:  # an LP: its optimum bounds the MILP
+        bound = float(res.fun) * (1 - 1e-7)  # within HiGHS' LP tolerances
     bound = 0.0 if bound is None or not np.isfinite(bound) else float(bound) * scale / shrink
     if res.x is None:
         return MilpResult(None, np.inf, bound, status if status != "optimal" else "failed", nodes, wall)

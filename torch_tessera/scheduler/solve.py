@@ -22,7 +22,8 @@ import numpy as np
 from torch_tessera.errors import InfeasiblePlanError
 from torch_tessera.scheduler import milp
 from torch_tessera.scheduler.blocks import Blocks, aggregate, block_cycle, block_memory_ok, tie_layers
-from torch_tessera.scheduler.counts import build_classes, realize, shift_search, solve_counts, split_by_cost
+from torch_tessera.scheduler.counts import (build_classes, realize, round_counts, shift_search, solve_counts,
+                                             split_by_cost)
 from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok
 from torch_tessera.scheduler.heuristics import (chain_dp, greedy_cycle, heft_latency, is_chain, latency_bound,
                                                  local_search, zero_comm_bound)
@@ -95,17 +96,10 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     glabel = np.zeros(groups.B, dtype=np.int64)
     glabel[pb.group] = label
     cls = build_classes(pb, groups, split_by_cost(groups, glabel) if tied else glabel)
-    budget = t0 + 0.85 * time_limit - time.perf_counter()
-    counts_gap = mip_gap
-    if tied:  # the counts MILP is a relaxation whose plan is polished afterwards: stop it at a looser gap
-        budget = min(budget, 0.5 * time_limit)
-        counts_gap = max(2 * mip_gap, COUNTS_GAP)
-    res, counts = solve_counts(pb, cls, groups.forbidden, max(1e-3, budget), upper=best[0] if best else None,
-                               mip_gap=counts_gap)
-    bound = res.bound if res.status in ("optimal", "time limit") else 0.0
-    if bound <= 0.0:
-        bound = zero_comm_bound(cls.cost, cls.L, cls.pinned, groups.forbidden)
-    if counts is not None:
+
+    def realise(counts: np.ndarray, how: str) -> None:
+        """Realise ``counts`` as a group placement, polish it, keep it if it beats ``best``."""
+        nonlocal best, method
         gp = realize(pb, groups, cls, counts)
         gp = shift_search(pb, groups, cls, gp, t0 + 0.9 * time_limit)
         if tied:  # single-group moves repair what the fill order got wrong (edges to the untied end layers)
@@ -113,7 +107,31 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         if block_memory_ok(pb, groups, gp):
             v = block_cycle(groups, gp)
             if best is None or v < best[0] * (1 - 1e-12):
-                best, method = (v, groups.expand(gp)), "milp+local" if tied else "milp"
+                best, method = (v, groups.expand(gp)), how
+
+    counts_end = t0 + 0.85 * time_limit
+    counts_gap, bound, res = mip_gap, 0.0, None
+    if tied:  # the counts MILP is a relaxation whose plan is polished afterwards: stop it at a looser gap
+        counts_end = min(counts_end, time.perf_counter() + 0.5 * time_limit)
+        counts_gap = max(2 * mip_gap, COUNTS_GAP)
+        # its LP relaxation first: a bound as good as the MILP's root bound on real DAGs, and rounded counts that
+        # often realise within mip_gap of it, in a fraction of the MILP's time (Llama-3.1-8B, 4 devices: 0.06 s vs
+        # 2.3 s); the MILP runs only when they do not
+        res, frac = solve_counts(pb, cls, groups.forbidden, max(1e-3, counts_end - time.perf_counter()), relax=True,
+                                 presolve=False)
+        if res.status == "optimal":
+            bound = res.bound
+        if frac is not None:
+            realise(round_counts(frac, cls.L), "lp+local")
+    if best is None or best[0] > bound * (1 + mip_gap) or not tied:
+        res, counts = solve_counts(pb, cls, groups.forbidden, max(1e-3, counts_end - time.perf_counter()),
+                                   upper=best[0] if best else None, mip_gap=counts_gap)
+        if res.status in ("optimal", "time limit"):
+            bound = max(bound, res.bound)
+        if counts is not None:
+            realise(counts, "milp+local" if tied else "milp")
+    if bound <= 0.0:
+        bound = zero_comm_bound(cls.cost, cls.L, cls.pinned, groups.forbidden)
     if best is None:
         raise_infeasible(pb, groups, "" if res.status == "infeasible" else
                          f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
