@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torch_tessera.scheduler.evaluate import link_coef
-from torch_tessera.scheduler.problem import Problem, _UnionFind
+from torch_tessera.scheduler.evaluate import _holder_entries, link_coef
+from torch_tessera.scheduler.problem import Problem
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,13 @@ def aggregate(pb: Problem, label: np.ndarray) -> Blocks:
     else:
         coef, esrc, edst = np.zeros((0, D, D)), np.zeros(0, np.int64), np.zeros(0, np.int64)
     merged: dict[tuple[int, ...], int] = {}
-    for r in pb.resident:
-        key = tuple(np.unique(label[r.holders]).tolist())
-        merged[key] = merged.get(key, 0) + r.nbytes
+    buf, ker, nbytes = _holder_entries(pb)
+    pairs = np.unique(buf * max(B, 1) + label[ker])  # (buffer, block) holding it, by buffer then block
+    owner = pairs // max(B, 1)
+    blocks_of = np.split(pairs % max(B, 1), np.flatnonzero(owner[1:] != owner[:-1]) + 1) if len(pairs) else []
+    for r, held in zip(owner[np.r_[True, owner[1:] != owner[:-1]]].tolist() if len(pairs) else [], blocks_of):
+        key = tuple(held.tolist())
+        merged[key] = merged.get(key, 0) + int(nbytes[r])
     cap = pb.budgets - pb.reserve
     return Blocks(label=label, cost=cost, pinned=pinned, forbidden=cap < 0, esrc=esrc, edst=edst, coef=coef,
                   res_bytes=np.array(list(merged.values()), dtype=np.float64),
@@ -88,19 +92,24 @@ def layer_units(pb: Problem) -> list[int | None]:
     """Layer *unit* of each kernel: its ``layer`` attribute, or for a kernel without one that sits between two
     layered kernels of its program (Inductor fuses the residual add and the next RMSNorm into one kernel whose
     provenance spans two layers) the layer of the nearest preceding layered kernel; ``None`` before a program's first
-    layer and after its last (embedding, final norm, head), so that the last layer keeps the shape of the others."""
-    unit: list[int | None] = [None] * pb.n
+    layer and after its last (embedding, final norm, head), so that the last layer keeps the shape of the others.
+    Computed once per problem (the list is shared: do not modify it)."""
+    unit = getattr(pb, "_units", None)
+    if unit is not None:
+        return unit
+    lay = np.array([-1 if l is None else int(l) for l in pb.layer], dtype=np.int64)
+    out = np.full(pb.n, -1, dtype=np.int64)
     for p in range(len(pb.programs)):
-        ks = pb.program_slice(p).tolist()
-        labelled = [i for i, k in enumerate(ks) if pb.layer[k] is not None]
-        if not labelled:
+        ks = pb.program_slice(p)
+        l = lay[ks]
+        labelled = np.flatnonzero(l >= 0)
+        if not len(labelled):
             continue
-        cur = None
-        for i in range(labelled[0], labelled[-1] + 1):
-            k = ks[i]
-            if pb.layer[k] is not None:
-                cur = pb.layer[k]
-            unit[k] = cur
+        last = np.maximum.accumulate(np.where(l >= 0, np.arange(len(ks)), -1))  # nearest labelled kernel before
+        span = slice(labelled[0], labelled[-1] + 1)
+        out[ks[span]] = l[last[span]]
+    unit = [None if u < 0 else u for u in out.tolist()]
+    pb._units = unit
     return unit
 
 
@@ -120,50 +129,63 @@ def tie_layers(pb: Problem, align: bool = True) -> tuple[np.ndarray, int]:
     left 94 of 182 classes as single groups (2 x 2 layers of 23 kernels) and split the rest in two.
 
     Returns:
-        ``(label, tied_layers)``: a partition coarsening ``pb.group``, and how many layers were tied to another.
+        ``(label, tied_layers)``: a partition coarsening ``pb.group`` (blocks numbered in the order of their first
+        group), and how many layers were tied to another.
     """
     G = int(pb.group.max()) + 1 if pb.n else 0
-    uf = _UnionFind(G)
     units = layer_units(pb)
     members: dict[tuple[int, int], list[int]] = {}
-    for k in range(pb.n):
-        if units[k] is not None:
-            members.setdefault((int(pb.prog[k]), int(units[k])), []).append(k)
+    prog = pb.prog.tolist()
+    for k, u in enumerate(units):
+        if u is not None:
+            members.setdefault((prog[k], u), []).append(k)
     pos = {k: i for ks in members.values() for i, k in enumerate(ks)}
     internal: dict[tuple[int, int], list[tuple[int, int, float]]] = {key: [] for key in members}
-    for s, t, b in zip(pb.esrc.tolist(), pb.edst.tolist(), pb.ebytes.tolist()):
-        if b > 0 and units[s] is not None and units[s] == units[t] and pb.prog[s] == pb.prog[t]:
-            internal[(int(pb.prog[s]), int(units[s]))].append((pos[s], pos[t], b))
+    uarr = np.array([-1 if u is None else u for u in units], dtype=np.int64)
+    inside = np.flatnonzero((pb.ebytes > 0) & (uarr[pb.esrc] >= 0) & (uarr[pb.esrc] == uarr[pb.edst])
+                            & (pb.prog[pb.esrc] == pb.prog[pb.edst]))
+    for s, t, b in zip(pb.esrc[inside].tolist(), pb.edst[inside].tolist(), pb.ebytes[inside].tolist()):
+        internal[(prog[s], units[s])].append((pos[s], pos[t], b))
     by_sig: dict[tuple, list[tuple[int, int]]] = {}
     for key, ks in members.items():
         sig = (key[0], tuple(pb.op_class[k] for k in ks), tuple(sorted(internal[key])))
         by_sig.setdefault(sig, []).append(key)
-
-    def tie(k0: int, k: int) -> None:
-        g0, g = int(pb.group[k0]), int(pb.group[k])
-        if pb.pinned[g0] < 0 and pb.pinned[g] < 0:
-            uf.union(g0, g)
-
+    pairs: list[tuple[list[int], list[int]]] = []  # kernels to tie, as (kernels, kernels) of equal length
     tied = 0
     for keys in by_sig.values():
         for key in keys[1:]:
-            for k0, k in zip(members[keys[0]], members[key]):
-                tie(k0, k)
+            pairs.append((members[keys[0]], members[key]))
             tied += 1
     if align:
-        tied += _align_structures(pb, by_sig, members, tie)
-    label = uf.labels()[pb.group]
+        tied += _align_structures(by_sig, members, pairs)
+    label = _tie_groups(pb, G, pairs)[pb.group]
     log.debug("layer tying: %d layers tied, %d groups -> %d blocks", tied, G, int(label.max()) + 1 if pb.n else 0)
     return label, tied
+
+
+def _tie_groups(pb: Problem, G: int, pairs: list[tuple[list[int], list[int]]]) -> np.ndarray:
+    """Block of each group once the groups of every kernel pair are joined (pinned groups left alone); blocks are
+    numbered in the order of their smallest group, as :meth:`problem._UnionFind.labels` numbers them."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    if not pairs or not G:
+        return np.arange(G, dtype=np.int64)
+    a = pb.group[np.concatenate([np.asarray(x, dtype=np.int64) for x, _ in pairs])]
+    b = pb.group[np.concatenate([np.asarray(y, dtype=np.int64) for _, y in pairs])]
+    free = (pb.pinned[a] < 0) & (pb.pinned[b] < 0)
+    graph = coo_matrix((np.ones(int(free.sum())), (a[free], b[free])), shape=(G, G))
+    _, label = connected_components(graph, directed=False)  # numbered as first seen scanning groups 0, 1, ...
+    return label.astype(np.int64)
 
 
 #: Least fraction of the longer op-class sequence that must match for :func:`tie_layers` to align two structures.
 ALIGN_MIN = 0.8
 
 
-def _align_structures(pb: Problem, by_sig: dict, members: dict, tie) -> int:
-    """Tie the kernels of each unit whose structure is not its program's most common one to the matching kernels
-    of a unit that has it (op class sequences aligned by ``difflib``). Returns how many units were tied."""
+def _align_structures(by_sig: dict, members: dict, pairs: list) -> int:
+    """Add to ``pairs`` the kernels of each unit whose structure is not its program's most common one, with the
+    matching kernels of a unit that has it (op class sequences aligned by ``difflib``). Returns how many units."""
     import difflib
 
     common: dict[int, tuple] = {}
@@ -179,10 +201,10 @@ def _align_structures(pb: Problem, by_sig: dict, members: dict, tie) -> int:
         if sum(b.size for b in blocks) < ALIGN_MIN * max(len(ref[1]), len(sig[1])):
             continue
         k_ref = members[by_sig[ref][0]]
+        ia = [b.a + i for b in blocks for i in range(b.size)]
+        ib = [b.b + i for b in blocks for i in range(b.size)]
         for key in keys:
-            for b in blocks:
-                for i in range(b.size):
-                    tie(k_ref[b.a + i], members[key][b.b + i])
+            pairs.append(([k_ref[i] for i in ia], [members[key][i] for i in ib]))
             tied += 1
     return tied
 

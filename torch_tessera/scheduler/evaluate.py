@@ -71,44 +71,58 @@ def cycle_many(pb: Problem, places: np.ndarray) -> np.ndarray:
     return np.maximum(dev.max(1), link.reshape(len(link), -1).max(1))
 
 
-def _preds(pb: Problem) -> list[list[int]]:
+def _preds(pb: Problem) -> list[list[tuple[int, float]]]:
+    """Per kernel its ``(source kernel, bytes)`` over the program's edges (STATE hand-overs left out), in edge order;
+    computed once per problem."""
     p = getattr(pb, "_preds", None)
     if p is None:
         p = [[] for _ in range(pb.n)]
-        for e, (s, t) in enumerate(zip(pb.esrc.tolist(), pb.edst.tolist())):
-            if pb.ekind[e] != "STATE":
-                p[t].append(e)
+        for s, t, b, kind in zip(pb.esrc.tolist(), pb.edst.tolist(), pb.ebytes.tolist(), pb.ekind):
+            if kind != "STATE":
+                p[t].append((s, b))
         pb._preds = p
     return p
+
+
+def _as_lists(pb: Problem) -> tuple[list, list, list, list]:
+    """``(cost, alpha, bw, kernels of each program)`` as Python lists, for the list-schedule loop (indexing numpy
+    arrays element by element costs several times more); once per problem."""
+    c = getattr(pb, "_lists", None)
+    if c is None:
+        c = (pb.cost.tolist(), pb.alpha.tolist(), pb.bw.tolist(),
+             [pb.program_slice(p).tolist() for p in range(len(pb.programs))])
+        pb._lists = c
+    return c
 
 
 def makespans(pb: Problem, place: np.ndarray) -> np.ndarray:
     """Makespan of one run of each program (seconds), list-scheduled as in the module docstring."""
     preds = _preds(pb)
-    finish = np.zeros(pb.n)
-    esrc, ebytes = pb.esrc.tolist(), pb.ebytes.tolist()
-    pl = place.tolist()
-    cost = pb.cost
+    cost, alpha, bw, kernels = _as_lists(pb)
+    finish = [0.0] * pb.n
+    pl = np.asarray(place).tolist()
     out = np.zeros(len(pb.programs))
     for p in range(len(pb.programs)):
         dev_free = [0.0] * pb.D
-        link_free = np.zeros((pb.D, pb.D))
+        link_free = [[0.0] * pb.D for _ in range(pb.D)]
         end = 0.0
-        for k in pb.program_slice(p).tolist():
+        for k in kernels[p]:
             d = pl[k]
             ready = 0.0
-            for e in preds[k]:
-                s = esrc[e]
+            for s, nbytes in preds[k]:
                 t = finish[s]
-                if pl[s] != d and ebytes[e] > 0:
-                    start = max(t, link_free[pl[s], d])
-                    t = start + pb.alpha[pl[s], d] + ebytes[e] / pb.bw[pl[s], d]
-                    link_free[pl[s], d] = t
-                ready = max(ready, t)
-            f = max(ready, dev_free[d]) + cost[k, d]
+                a = pl[s]
+                if a != d and nbytes > 0:  # the copy waits for its producer and for its link
+                    free = link_free[a]
+                    t = max(t, free[d]) + alpha[a][d] + nbytes / bw[a][d]
+                    free[d] = t
+                if t > ready:
+                    ready = t
+            f = max(ready, dev_free[d]) + cost[k][d]
             finish[k] = f
             dev_free[d] = f
-            end = max(end, f)
+            if f > end:
+                end = f
         out[p] = end
     return out
 
@@ -159,9 +173,13 @@ def memory(pb: Problem, place: np.ndarray) -> dict[str, np.ndarray | list]:
 
 
 def _peak(kernels: np.ndarray, pb: Problem, p: int) -> float:
-    from torch_tessera.scheduler.problem import _temp_peak
+    from torch_tessera.scheduler.problem import _live_peak
 
-    return float(_temp_peak(kernels.tolist(), pb.reads, pb.writes, pb.temp_bytes[p]))
+    touch = getattr(pb, "_touch", None)
+    if touch is None:
+        touch = [r | w for r, w in zip(pb.reads, pb.writes)]
+        pb._touch = touch
+    return float(_live_peak(kernels.tolist(), touch, pb.temp_bytes[p]))
 
 
 def _holder_entries(pb: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -142,11 +142,12 @@ def _cost_matrix(p: WorkloadProgram, devices: tuple[str, ...], nodes: list[int])
         raise ConfigError(f"cost table of {p.name!r} covers devices {c.devices}, topology has {devices}; "
                           f"profile or model the same device set")
     cols = [c.devices.index(d) for d in devices]
-    missing = [k for k in nodes if k not in c._index]
+    index = c._index
+    missing = [k for k in nodes if k not in index]
     if missing:
         raise ConfigError(f"cost table of {p.name!r} lacks launches {missing[:5]} ({len(missing)} missing); "
                           f"rebuild it from this program")
-    rows = np.array([c._index[k] for k in nodes], dtype=np.int64)
+    rows = np.array([index[k] for k in nodes], dtype=np.int64)
     return c.seconds[rows][:, cols].astype(np.float64)
 
 
@@ -178,14 +179,18 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
         raise ConfigError(f"micro_batches must be >= 1, got {micro_batches}")
     prog, launch, costs, names, ocls, layers, reads, writes, unsure = [], [], [], [], [], [], [], [], []
     index: dict[tuple[int, int], int] = {}
+    local: list[dict[int, int]] = []  # per program: launch index -> global kernel index
     for pi, p in enumerate(wl.programs):
-        nodes = sorted(p.dag.graph.nodes)
+        attrs = dict(p.dag.graph.nodes(data=True))
+        nodes = sorted(attrs)
         costs.append(_cost_matrix(p, devices, nodes))
+        local.append({k: len(prog) + i for i, k in enumerate(nodes)})
+        index.update({(pi, k): i for k, i in local[-1].items()})
+        prog += [pi] * len(nodes)
+        launch += nodes
         for k in nodes:
-            a = p.dag.graph.nodes[k]
-            index[(pi, k)] = len(prog)
-            prog.append(pi), launch.append(k), names.append(a.get("name", str(k)))
-            ocls.append(a.get("op_class", "other")), layers.append(a.get("layer"))
+            a = attrs[k]
+            names.append(a.get("name", str(k))), ocls.append(a.get("op_class", "other")), layers.append(a.get("layer"))
             reads.append(frozenset(a.get("reads", ()))), writes.append(frozenset(a.get("writes", ())))
             unsure.append(bool(a.get("unsure", False)))
     n = len(prog)
@@ -196,16 +201,20 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
 
     esrc, edst, ebytes, ekind, eranges = [], [], [], [], []
     for pi, p in enumerate(wl.programs):
-        for u, v, d in p.dag.graph.edges(data=True):
-            nb = int(d.get("bytes", 0)) if "RAW" in d.get("kinds", ()) else 0
-            esrc.append(index[(pi, u)]), edst.append(index[(pi, v)]), ebytes.append(nb)
-            ekind.append("RAW" if nb else "ORDER"), eranges.append(tuple(d.get("ranges", ())))
+        at = local[pi]
+        for u, nbrs in p.dag.graph.adjacency():  # the order of graph.edges(data=True), without its views
+            su = at[u]
+            for v, d in nbrs.items():
+                nb = int(d.get("bytes", 0)) if "RAW" in d.get("kinds", ()) else 0
+                esrc.append(su), edst.append(at[v]), ebytes.append(nb)
+                ekind.append("RAW" if nb else "ORDER"), eranges.append(tuple(d.get("ranges", ())))
     ewbytes = [b * freq[prog[s]] for b, s in zip(ebytes, esrc)]
     ewcount = [(freq[prog[s]] * micro_batches if b else 0.0) for b, s in zip(ebytes, esrc)]
 
     uf = _UnionFind(n)
     written = _written_bytes(esrc, ebytes, eranges, prog)
-    resident, handovers = _buffers(wl, index, reads, writes, prog, uf, written)
+    touch = [r | w for r, w in zip(reads, writes)]
+    resident, handovers = _buffers(wl, touch, writes, prog, uf, written)
     for (s, t, nbytes, name) in handovers:
         esrc.append(s), edst.append(t), ebytes.append(nbytes), ekind.append("STATE")
         eranges.append(((name, 0, nbytes),)), ewbytes.append(float(nbytes)), ewcount.append(1.0)
@@ -219,7 +228,7 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
 
     temp_bytes = [{b.name: b.nbytes for b in p.dag.buffers.values() if b.kind == BufferKind.TEMP}
                   for p in wl.programs]
-    reserve = max(_temp_peak(np.flatnonzero(prog_a == pi), reads, writes, temp_bytes[pi])
+    reserve = max(_live_peak(np.flatnonzero(prog_a == pi).tolist(), touch, temp_bytes[pi])
                   for pi in range(len(wl.programs)))
     return Problem(
         devices=devices, programs=tuple(p.name for p in wl.programs), roles=tuple(p.role for p in wl.programs),
@@ -255,7 +264,7 @@ def _written_bytes(esrc, ebytes, eranges, prog) -> dict[tuple[int, str], int]:
     return out
 
 
-def _buffers(wl: Workload, index, reads, writes, prog, uf: _UnionFind, written: dict[tuple[int, str], int]):
+def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, written: dict[tuple[int, str], int]):
     """Resident buffers (weights, inputs, state) with their holder kernels; STATE owners merged; hand-over edges.
 
     A STATE buffer written by program p and used by the next program q that uses it is handed over once per workload
@@ -266,17 +275,20 @@ def _buffers(wl: Workload, index, reads, writes, prog, uf: _UnionFind, written: 
     kinds: dict[str, tuple[str, int]] = {}
     state_writers: dict[tuple[int, str], list[int]] = {}
     state_access: dict[tuple[int, str], list[int]] = {}
+    state_progs: dict[str, set[int]] = {}
+    TEMP, STATE = BufferKind.TEMP, BufferKind.STATE  # enum attribute lookups are slow in a loop this hot
     for k in range(len(prog)):
         buffers = wl.programs[prog[k]].dag.buffers
-        for name in reads[k] | writes[k]:
+        for name in touch[k]:
             b = buffers.get(name)
-            if b is None or b.kind == BufferKind.TEMP:
+            if b is None or b.kind is TEMP:
                 continue
             holders.setdefault(name, []).append(k)
-            old = kinds.get(name, (b.kind.value, 0))
-            kinds[name] = (old[0], max(old[1], int(b.nbytes)))
-            if b.kind == BufferKind.STATE:
+            old = kinds.get(name)
+            kinds[name] = (b.kind.value, int(b.nbytes)) if old is None else (old[0], max(old[1], int(b.nbytes)))
+            if b.kind is STATE:
                 state_access.setdefault((prog[k], name), []).append(k)
+                state_progs.setdefault(name, set()).add(prog[k])
                 if name in writes[k]:
                     state_writers.setdefault((prog[k], name), []).append(k)
     for ks in state_writers.values():
@@ -284,7 +296,7 @@ def _buffers(wl: Workload, index, reads, writes, prog, uf: _UnionFind, written: 
             uf.union(ks[0], k)
     handovers = []
     for name in sorted({nm for (_, nm) in state_writers}):  # sorted: plans must not depend on hash seeds
-        progs = sorted({p for (p, nm) in state_access if nm == name})
+        progs = sorted(state_progs[name])
         for p, q in zip(progs, progs[1:]):
             src = state_writers.get((p, name))
             if not src:
@@ -350,10 +362,15 @@ def _apply_pins(pins, wl: Workload, index, group: np.ndarray, devices: tuple[str
 
 def _temp_peak(kernels: Sequence[int], reads, writes, temp: dict[str, int]) -> int:
     """Peak bytes of live TEMP buffers when ``kernels`` run in order on one device (live from first to last touch)."""
+    return _live_peak(range(len(kernels)), [reads[k] | writes[k] for k in kernels], temp)
+
+
+def _live_peak(kernels: Sequence[int], touch: Sequence[frozenset], temp: dict[str, int]) -> int:
+    """:func:`_temp_peak` with each kernel's buffers given as ``touch[k]`` (reads and writes)."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for pos, k in enumerate(kernels):
-        for b in reads[k] | writes[k]:
+        for b in touch[k]:
             if b in temp:
                 first.setdefault(b, pos)
                 last[b] = pos
