@@ -79,6 +79,22 @@ def test_counts_bound_is_tight_on_identical_layers():
     assert p.predicted_seconds <= exact.predicted_seconds * (1 + 0.005)
 
 
+@pytest.mark.parametrize("share", [0.3, 0.5])
+def test_rounded_lp_counts_respect_memory_budgets(share):
+    """A budget that holds ``share`` of the model on the big device: rounding the LP's counts up there would break it
+    (as on Mixtral, 2 devices); the rounding is repaired and the plan fits, within mip_gap of its bound."""
+    from torch_tessera.lowering.program import BufferKind
+
+    dag = transformer_dag(layers=12, tokens=256, context=2048)
+    devs = ("big", "small")
+    total = sum(b.nbytes for b in dag.buffers.values() if b.kind != BufferKind.TEMP)
+    tp = nvlink_topology(devs, memory=[int(share * total), total])
+    p = plan(dag, roofline_costs(dag, devs), tp, cache_dir=False)
+    assert p.solver.method.startswith("counts-lp")
+    assert all(m <= b for m, b in zip(p.memory_bytes, tp.memory))
+    assert p.gap <= 0.005
+
+
 def test_summary_and_json_round_trip():
     dag = transformer_dag(layers=2, tokens=64, context=512)
     devs = ("big", "small")

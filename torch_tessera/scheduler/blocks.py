@@ -244,13 +244,13 @@ def memory_binds(pb: Problem, blocks: Blocks) -> bool:
     return bool(np.any(float(blocks.res_bytes.sum()) + pb.reserve > pb.budgets * (1 + 1e-9)))
 
 
-def block_memory_ok_many(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np.ndarray:
-    """``[P]`` bool: whether each of ``[P, B]`` block placements fits the budgets (resident bytes + activation
-    reserve on every used device)."""
+def block_memory_over(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np.ndarray:
+    """``[P, D]`` bool: the devices whose budget each of ``[P, B]`` block placements breaks (resident bytes +
+    activation reserve, on devices it uses)."""
     bplaces = np.asarray(bplaces, dtype=np.int64)
     P, D = bplaces.shape[0], pb.D
     if not memory_binds(pb, blocks):
-        return np.ones(P, dtype=bool)
+        return np.zeros((P, D), dtype=bool)
     sizes = [len(h) for h in blocks.res_holders]
     buf = np.repeat(np.arange(len(sizes)), sizes)
     hold = np.concatenate(blocks.res_holders) if sizes else np.zeros(0, np.int64)
@@ -258,7 +258,13 @@ def block_memory_ok_many(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np
     on[np.arange(P)[:, None], buf[None], bplaces[:, hold]] = True
     used = np.einsum("prd,r->pd", on.astype(np.float64), blocks.res_bytes)
     dev_on = (bplaces[:, :, None] == np.arange(D)[None, None]).any(1)
-    return np.all(~dev_on | (used + pb.reserve <= pb.budgets * (1 + 1e-9)), axis=1)
+    return dev_on & (used + pb.reserve > pb.budgets * (1 + 1e-9))
+
+
+def block_memory_ok_many(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np.ndarray:
+    """``[P]`` bool: whether each of ``[P, B]`` block placements fits the budgets (resident bytes + activation
+    reserve on every used device)."""
+    return ~block_memory_over(pb, blocks, bplaces).any(1)
 
 
 def block_memory_ok(pb: Problem, blocks: Blocks, bplace: np.ndarray) -> bool:

@@ -21,7 +21,8 @@ import numpy as np
 
 from torch_tessera.errors import InfeasiblePlanError
 from torch_tessera.scheduler import milp
-from torch_tessera.scheduler.blocks import Blocks, aggregate, block_cycle, block_memory_ok, tie_layers
+from torch_tessera.scheduler.blocks import (Blocks, aggregate, block_cycle, block_memory_ok, block_memory_over,
+                                            tie_layers)
 from torch_tessera.scheduler.counts import (build_classes, realize, round_counts, shift_search, solve_counts,
                                              split_by_cost)
 from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok
@@ -97,10 +98,25 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     glabel[pb.group] = label
     cls = build_classes(pb, groups, split_by_cost(groups, glabel) if tied else glabel)
 
-    def realise(counts: np.ndarray, how: str) -> None:
-        """Realise ``counts`` as a group placement, polish it, keep it if it beats ``best``."""
+    def realise(counts: np.ndarray, how: str, frac: np.ndarray | None = None) -> None:
+        """Realise ``counts`` as a group placement, polish it, keep it if it beats ``best``. With the LP's ``frac``
+        counts, while the realisation breaks a memory budget, the class rounded up on a short device that holds the
+        most resident bytes gives that member back to the device it was rounded down on."""
         nonlocal best, method
         gp = realize(pb, groups, cls, counts)
+        while frac is not None:
+            over = block_memory_over(pb, groups, gp[None])[0]
+            up = (counts > frac + 1e-6) & over[None, :]
+            if not up.any():
+                break
+            c = max(np.flatnonzero(up.any(1)), key=lambda c: class_bytes[c])
+            room = np.where((frac[c] > 0) & ~over, frac[c] - counts[c], -np.inf)
+            if not np.isfinite(room).any():
+                break
+            counts = counts.copy()
+            counts[c, int(np.flatnonzero(up[c])[0])] -= 1
+            counts[c, int(np.argmax(room))] += 1
+            gp = realize(pb, groups, cls, counts)
         gp = shift_search(pb, groups, cls, gp, t0 + 0.9 * time_limit)
         if tied:  # single-group moves repair what the fill order got wrong (edges to the untied end layers)
             gp = local_search(pb, groups, gp, t0 + 0.9 * time_limit)
@@ -109,6 +125,10 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             if best is None or v < best[0] * (1 - 1e-12):
                 best, method = (v, groups.expand(gp)), how
 
+    class_bytes = np.zeros(cls.C)  # resident bytes held by each class (what rounding it down frees)
+    for nbytes, q, holders in cls.res:
+        for c, _, _ in holders:
+            class_bytes[c] += nbytes * q
     counts_end = t0 + 0.85 * time_limit
     counts_gap, bound, res = mip_gap, 0.0, None
     if tied:  # the counts MILP is a relaxation whose plan is polished afterwards: stop it at a looser gap
@@ -122,7 +142,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         if res.status == "optimal":
             bound = res.bound
         if frac is not None:
-            realise(round_counts(frac, cls.L), "lp+local")
+            realise(round_counts(frac, cls.L), "lp+local", frac)
     if best is None or best[0] > bound * (1 + mip_gap) or not tied:
         res, counts = solve_counts(pb, cls, groups.forbidden, max(1e-3, counts_end - time.perf_counter()),
                                    upper=best[0] if best else None, mip_gap=counts_gap)
