@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch_tessera.scheduler.evaluate import cycle_seconds, latency_seconds, loads, memory
+from torch_tessera.scheduler.evaluate import latency_seconds, loads, memory
 from torch_tessera.scheduler.problem import Problem
 from torch_tessera.scheduler.types import CutEdge, Plan, SolverInfo
 
@@ -16,24 +16,25 @@ def make_plan(pb: Problem, place: np.ndarray, *, policy: str, objective: str, lo
     replica device is busy for the whole cycle)."""
     place = np.asarray(place, dtype=np.int64)
     dev, link = loads(pb, place)
+    cyc = float(max(dev.max(), link.max())) if cycle is None else cycle  # = cycle_seconds(pb, place)
     if replicas:
         dev = np.array([cycle if g in replicas else 0.0 for g in range(pb.D)])
-    cyc = cycle_seconds(pb, place) if cycle is None else cycle
     lat = latency_seconds(pb, place) if latency is None else latency
     mem = mem or memory(pb, place)
     placements = {}
     orders = {}
     for p, name in enumerate(pb.programs):
         ks = pb.program_slice(p)
-        placements[name] = {int(pb.launch[k]): int(place[k]) for k in ks}
-        orders[name] = tuple(tuple(int(pb.launch[k]) for k in ks[place[ks] == g]) for g in range(pb.D))
-    cuts = []
-    for e in np.flatnonzero((place[pb.esrc] != place[pb.edst]) & (pb.ebytes > 0)).tolist():
-        s, t = int(pb.esrc[e]), int(pb.edst[e])
-        cuts.append(CutEdge(program=pb.programs[pb.prog[s]], src=int(pb.launch[s]), dst=int(pb.launch[t]),
-                            src_device=int(place[s]), dst_device=int(place[t]), nbytes=int(pb.ebytes[e]),
-                            ranges=tuple(tuple(r) for r in pb.eranges[e]), kind=pb.ekind[e],
-                            dst_program=pb.programs[pb.prog[t]]))
+        launch, where = pb.launch[ks], place[ks]
+        placements[name] = dict(zip(launch.tolist(), where.tolist()))
+        orders[name] = tuple(tuple(launch[where == g].tolist()) for g in range(pb.D))
+    cut = np.flatnonzero((place[pb.esrc] != place[pb.edst]) & (pb.ebytes > 0))
+    s_, t_ = pb.esrc[cut], pb.edst[cut]
+    progs, launch, pl = pb.prog.tolist(), pb.launch.tolist(), place.tolist()
+    cuts = [CutEdge(program=pb.programs[progs[s]], src=launch[s], dst=launch[t], src_device=pl[s], dst_device=pl[t],
+                    nbytes=int(nb), ranges=tuple(tuple(r) for r in pb.eranges[e]), kind=pb.ekind[e],
+                    dst_program=pb.programs[progs[t]])
+            for e, s, t, nb in zip(cut.tolist(), s_.tolist(), t_.tolist(), pb.ebytes[cut].tolist())]
     value = cyc if objective == "cycle" else lat
     return Plan(
         policy=policy, devices=pb.devices, placements=placements, cut_edges=tuple(cuts), orders=orders,

@@ -86,14 +86,20 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     deadline = t0 + time_limit
     groups = aggregate(pb, pb.group)
     label, tied = tie_layers(pb) if use_ties else (pb.group, 0)
-    work = aggregate(pb, label) if tied else groups
-    notes = [f"{tied} repeated layer(s) counted: {groups.B} groups -> {work.B} classes"] if tied else []
+    notes = [f"{tied} repeated layer(s) counted: {groups.B} groups -> {int(label.max()) + 1} classes"] if tied else []
 
-    # warm start: list heuristic + local search on the tied blocks (few when layers repeat)
-    hp = local_search(pb, work, greedy_cycle(pb, work), t0 + 0.15 * time_limit)
     best, method = None, "heft"
-    if block_memory_ok(pb, work, hp):
-        best = (block_cycle(work, hp), work.expand(hp))
+
+    def warm_start() -> None:
+        """List heuristic + local search on the tied blocks (few when layers repeat): an incumbent for the MILP."""
+        nonlocal best, method
+        work = aggregate(pb, label) if tied else groups
+        hp = local_search(pb, work, greedy_cycle(pb, work), t0 + 0.15 * time_limit)
+        if block_memory_ok(pb, work, hp):
+            v = block_cycle(work, hp)
+            if best is None or v < best[0] * (1 - 1e-12):
+                best, method = (v, work.expand(hp)), "heft"
+
     glabel = np.zeros(groups.B, dtype=np.int64)
     glabel[pb.group] = label
     cls = build_classes(pb, groups, split_by_cost(groups, glabel) if tied else glabel)
@@ -144,6 +150,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         if frac is not None:
             realise(round_counts(frac, cls.L), "lp+local", frac)
     if best is None or best[0] > bound * (1 + mip_gap) or not tied:
+        warm_start()
         res, counts = solve_counts(pb, cls, groups.forbidden, max(1e-3, counts_end - time.perf_counter()),
                                    upper=best[0] if best else None, mip_gap=counts_gap)
         if res.status in ("optimal", "time limit"):
