@@ -112,3 +112,23 @@ def test_mismatched_costs_are_config_errors():
     with pytest.raises(ConfigError, match="memory_budgets has 1 entries"):
         plan(dag, costs, topo(2), memory_budgets=[1], cache_dir=False)
     assert np.isfinite(plan(dag, costs, topo(2), memory_budgets={"d0": 10**12}, cache_dir=False).predicted_seconds)
+
+
+@pytest.mark.parametrize("layers,share", [(4, 0.6), (8, 0.6), (8, 0.8)])
+def test_latency_plan_when_only_split_placements_fit(layers, share):
+    """Budgets of ``share`` of the model per device: no single device holds it and (at 0.6) no tied placement either,
+    which made the latency policy raise while the throughput policy planned. Now it plans, within the budgets, and
+    never worse than the layer baseline chosen for latency."""
+    dag = transformer_dag(layers=layers, tokens=256, context=2048)
+    devs = ("big", "small")
+    total = sum(b.nbytes for b in dag.buffers.values() if b.kind != BufferKind.TEMP)
+    tp = nvlink_topology(devs, memory=[int(share * total)] * 2)
+    costs = roofline_costs(dag, devs)
+    p = plan(dag, costs, tp, policy="latency", cache_dir=False, time_limit=5)
+    assert all(m <= b for m, b in zip(p.memory_bytes, tp.memory))
+    assert p.lower_bound_seconds <= p.predicted_seconds == p.latency_seconds
+    try:
+        layer = plan(dag, costs, tp, policy="layer", objective="latency", cache_dir=False)
+    except InfeasiblePlanError:
+        return
+    assert p.latency_seconds <= layer.latency_seconds * (1 + 1e-9)

@@ -129,12 +129,15 @@ def makespans(pb: Problem, place: np.ndarray) -> np.ndarray:
 
 def handover_seconds(pb: Problem, place: np.ndarray) -> float:
     """Seconds of STATE hand-overs between programs per workload step (one copy each, when owners differ)."""
+    state = getattr(pb, "_state_edges", None)
+    if state is None:
+        state = [e for e, kind in enumerate(pb.ekind) if kind == "STATE"]
+        pb._state_edges = state
     tot = 0.0
-    for e, kind in enumerate(pb.ekind):
-        if kind == "STATE":
-            a, b = place[pb.esrc[e]], place[pb.edst[e]]
-            if a != b:
-                tot += pb.alpha[a, b] + pb.ebytes[e] / pb.bw[a, b]
+    for e in state:
+        a, b = place[pb.esrc[e]], place[pb.edst[e]]
+        if a != b:
+            tot += pb.alpha[a, b] + pb.ebytes[e] / pb.bw[a, b]
     return tot
 
 
