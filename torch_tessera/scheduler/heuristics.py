@@ -95,15 +95,18 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
         delta[bi, :, place] -= blocks.cost[bi, place][:, None]
         if E:
             cur = np.where(cut, coef[np.arange(E), ps, pd_], 0.0)
+            gs = np.tile(g_ar, E)
+            idx, val = [], []
             for end, other in ((src, pd_), (dst, ps)):
                 # remove the edge's current load for every target device, add its load for the new pair
                 rows = np.repeat(end, D)
-                gs = np.tile(g_ar, E)
-                np.add.at(delta, (rows, gs, D + np.repeat(ps * D + pd_, D)), -np.repeat(cur, D))
+                idx.append((rows * D + gs) * R + D + np.repeat(ps * D + pd_, D))
+                val.append(-np.repeat(cur, D))
                 oth = np.repeat(other, D)
                 a, c = (gs, oth) if end is src else (oth, gs)
-                newv = np.where(a != c, coef[np.repeat(np.arange(E), D), a, c], 0.0)
-                np.add.at(delta, (rows, gs, D + a * D + c), newv)
+                idx.append((rows * D + gs) * R + D + a * D + c)
+                val.append(np.where(a != c, coef[np.repeat(np.arange(E), D), a, c], 0.0))
+            delta += np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=B * D * R).reshape(B, D, R)
         new = base[None, None] + delta
         score = new.max(2)
         sq = (new ** 2).sum(2)
