@@ -1,18 +1,14 @@
 """The two policies: how the heuristics, the MILPs and the bounds are combined into one placement.
 
-Throughput: repeated layers become classes (structures aligned across layers, :func:`blocks.tie_layers`) -> the
-counts LP (:mod:`counts`; its optimum is a valid lower bound for every placement) -> its counts rounded and realised
-(a fill of each class's layers, device by device, in a common layer order; rounded up members given back while a
-memory budget breaks), shift search, untied local search -> only if that plan is not within the counts gap
-(``max(2 mip_gap, COUNTS_GAP)``) of the bound: list heuristic + local search on the tied classes, then the counts MILP
-from the best plan so far, realised the same way -> the untied MILP when the problem is small and the plan is not yet
-within ``RESOLVE_GAP`` of the bound -> untied local search. Without repeated layers (or ``tie_layers=False``) the
-list heuristic gives the incumbent and the counts MILP is the exact placement MILP.
+Throughput: repeated layers become classes -> list heuristic + local search on the tied classes (incumbent, cutoff)
+-> counts MILP (:mod:`counts`; its dual bound is a valid lower bound for every placement) -> realisation of the
+counts (a fill of each class's layers, device by device, in a common layer order), shift search, untied local search
+-> the untied MILP when the problem is small and the plan is not yet within ``RESOLVE_GAP`` of the bound -> untied
+local search. Without
+repeated layers (or ``tie_layers=False``) the counts MILP is the exact placement MILP.
 
-Latency: exact DP when every program is a path; otherwise HEFT, single-device and baseline (layer, af, pd)
-candidates (the throughput plan when none fits memory), then the critical-path MILP (skipped with tied layers above
-``LATENCY_TIED_MILP_KERNELS``), each candidate re-scored by the list-schedule simulator, then single-block moves
-scored the same way.
+Latency: exact DP when every program is a path; otherwise HEFT and single-device candidates, then the critical-path
+MILP, each candidate re-scored by the list-schedule simulator, then single-block moves scored the same way.
 """
 
 from __future__ import annotations
@@ -152,15 +148,15 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         counts_end = min(counts_end, time.perf_counter() + 0.5 * time_limit)
         counts_gap = max(2 * mip_gap, COUNTS_GAP)
         # its LP relaxation first: a bound as good as the MILP's root bound on real DAGs, and rounded counts that
-        # often realise within the counts gap of it, in a fraction of the MILP's time (Llama-3.1-8B, 4 devices:
-        # 0.06 s vs 2.3 s); the MILP runs only when they do not (it stops at that gap too)
+        # often realise within mip_gap of it, in a fraction of the MILP's time (Llama-3.1-8B, 4 devices: 0.06 s vs
+        # 2.3 s); the MILP runs only when they do not
         res, frac = solve_counts(pb, cls, groups.forbidden, max(1e-3, counts_end - time.perf_counter()), relax=True,
                                  presolve=False)
         if res.status == "optimal":
             bound = res.bound
         if frac is not None:
             realise(round_counts(frac, cls.L), "lp+local", frac)
-    if best is None or best[0] > bound * (1 + counts_gap) or not tied:
+    if best is None or best[0] > bound * (1 + mip_gap) or not tied:
         warm_start()
         res, counts = solve_counts(pb, cls, groups.forbidden, max(1e-3, counts_end - time.perf_counter()),
                                    upper=best[0] if best else None, mip_gap=counts_gap)
