@@ -156,7 +156,8 @@ def test_counts_on_real_dag_shapes(D, monkeypatch):
 @pytest.mark.parametrize("D", [2, 3])
 def test_layers_of_other_shapes_are_aligned(D, monkeypatch):
     """A first layer with one more kernel (as real LLMs' first layer) and a last layer with one less are aligned with
-    the others by op class: their other kernels join the repeated classes. The counts bound stays valid and the plan within 2 % of the exact MILP."""
+    the others by op class: their other kernels join the repeated classes. The counts bound stays valid and the plan
+    within 2 % of the exact MILP."""
     from torch_tessera.scheduler.blocks import tie_layers
     from torch_tessera.scheduler.problem import compile_problem
 

@@ -162,7 +162,8 @@ def _best_of_baselines(pb, sol):
     log.info("throughput: the %s placement beats the solver's (%.6g s vs %.6g s); using it", names[best],
              values[best], values[0])
     return dc_replace(sol, place=stack[best], value=float(values[best]),
-                      method=f"{sol.method}+{names[best]}-warm-start", notes=list(sol.notes) + [f"the {names[best]} placement scored better than the solver's"])
+                      method=f"{sol.method}+{names[best]}-warm-start",
+                      notes=list(sol.notes) + [f"the {names[best]} placement scored better than the solver's"])
 
 
 def _from_solution(pb, sol, policy: str, objective: str, t0: float) -> Plan:
