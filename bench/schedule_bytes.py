@@ -1,0 +1,45 @@
+"""Bytes a placement's schedule copies per call, by purpose (cut, input, gather), for a registry model's programs.
+
+Usage: ``python bench/schedule_bytes.py [MODEL] [DEVICES] [POLICY,...]`` (defaults: llama, sim:a100,sim:l40s,
+af,throughput). Lowers the full-size model without weights (as ``tessera plan`` does), plans each policy from the
+cost model, builds the runtime's schedule (:func:`torch_tessera.runtime.schedule.build_schedule`) and sums its copy
+steps; no device is needed.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from torch_tessera.backend.workload import model_workload  # noqa: E402
+from torch_tessera.lowering.program import BufferKind  # noqa: E402
+from torch_tessera.runtime.devices import parse_devices  # noqa: E402
+from torch_tessera.runtime.schedule import CopyStep, build_schedule  # noqa: E402
+from torch_tessera.scheduler import plan  # noqa: E402
+
+
+def main(argv: list[str]) -> None:
+    model = argv[0] if argv else "llama"
+    specs = parse_devices(argv[1] if len(argv) > 1 else "sim:a100,sim:l40s")
+    policies = (argv[2] if len(argv) > 2 else "af,throughput").split(",")
+    mw = model_workload(model, specs, size="full")
+    for policy in policies:
+        p = plan(mw.workload, None, mw.topology, policy=policy, cache_dir=False)
+        for prog, wp in zip(mw.programs, mw.workload.programs):
+            sched = build_schedule(prog, wp.dag, p.placements[wp.name], 0)
+            nbytes, count = collections.Counter(), collections.Counter()
+            for st in sched.steps:
+                if isinstance(st, CopyStep):
+                    nbytes[st.purpose] += st.nbytes
+                    count[st.purpose] += 1
+            state = sum(b.nbytes for b in prog.buffers.values() if b.kind == BufferKind.STATE)
+            print(f"{policy} {wp.name}: " + ", ".join(f"{k} {v / 1e9:.3f} GB in {count[k]} copies"
+                                                     for k, v in sorted(nbytes.items()))
+                  + f"; STATE {state / 1e9:.2f} GB")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
