@@ -6,7 +6,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from torch_tessera.errors import ConfigError, DeviceOutOfMemoryError
+from torch_tessera.errors import DeviceOutOfMemoryError
 from torch_tessera.measure.execute import make_plans, run_plan
 from torch_tessera.measure.profile import measured_workload
 from torch_tessera.measure.programs import build_programs, compile_program
@@ -28,17 +28,11 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
     Raises:
         ConfigError: bad settings. DeviceUnavailableError: a device string that is not available here.
     """
-    from torch_tessera.runtime.devices import parse_devices
+    from torch_tessera.runtime.devices import parse_run_devices
     from torch_tessera.scheduler import Plan
 
-    specs = parse_devices(s.devices)
-    if len(specs) < 2:
-        raise ConfigError(f"--measure compares plans over several devices; got {s.devices!r}")
-    on_cuda = all(sp.is_gpu for sp in specs)
-    if any(sp.is_gpu for sp in specs) != on_cuda:
-        raise ConfigError("--measure needs all GPUs or all CPU virtual devices, not a mix")
+    specs, on_cuda, home = parse_run_devices(s.devices, "--measure")
     graphs = on_cuda if s.cuda_graphs is None else s.cuda_graphs
-    home = f"cuda:{specs[0].index}" if on_cuda else "cpu"
     seconds: dict[str, float] = {}
 
     def step(desc: str, n: int = 1) -> None:

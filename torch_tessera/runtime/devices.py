@@ -411,6 +411,31 @@ def parse_devices(s: str, *, assume_gpu: str | None = None) -> list[DeviceSpec]:
     return specs
 
 
+def parse_run_devices(s: str, what: str) -> tuple[list[DeviceSpec], bool, str]:
+    """Devices a measured run places programs over: at least two, all GPUs or all CPU virtual devices.
+
+    Args:
+        s: comma-separated device strings (:func:`parse_devices`).
+        what: who asks, for the error messages (e.g. ``"--measure"``).
+
+    Returns:
+        ``(specs, on_cuda, home)`` where ``home`` is the torch device the model's tensors go to.
+
+    Raises:
+        ConfigError: fewer than two devices, or GPUs mixed with CPU devices.
+        DeviceUnavailableError: a device string that is not available here.
+    """
+    from torch_tessera.errors import ConfigError
+
+    specs = parse_devices(s)
+    if len(specs) < 2:
+        raise ConfigError(f"{what} places programs over several devices; got {s!r}")
+    on_cuda = all(sp.is_gpu for sp in specs)
+    if any(sp.is_gpu for sp in specs) != on_cuda:
+        raise ConfigError(f"{what} needs all GPUs or all CPU virtual devices, not a mix")
+    return specs, on_cuda, (f"cuda:{specs[0].index}" if on_cuda else "cpu")
+
+
 def detect_gpus() -> list[DeviceSpec]:
     """Specs of the whole CUDA GPUs this process sees (empty without CUDA)."""
     if not torch.cuda.is_available():

@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import torch
 
 from torch_tessera.errors import ConfigError, EngineProtocolError
-from torch_tessera.serving.engine import DECODE, PREFILL, Batch, Engine, StepResult
+from torch_tessera.serving.engine import DECODE, PREFILL, Batch, Engine, StepResult, check_batch
 
 log = logging.getLogger(__name__)
 
@@ -126,17 +126,11 @@ class CompiledModel:
     def __init__(self, s: EngineSettings) -> None:
         from torch_tessera.measure import Compiled, compile_program
         from torch_tessera.models import build_module
-        from torch_tessera.runtime.devices import parse_devices
+        from torch_tessera.runtime.devices import parse_run_devices
         from torch_tessera.serving.row_cache import RowCacheLM
 
-        specs = parse_devices(s.devices)
-        if len(specs) < 2:
-            raise ConfigError(f"the compiled engine places programs over several devices; got {s.devices!r}")
-        on_cuda = all(sp.is_gpu for sp in specs)
-        if any(sp.is_gpu for sp in specs) != on_cuda:
-            raise ConfigError("the compiled engine needs all GPUs or all CPU virtual devices, not a mix")
+        specs, on_cuda, self.home = parse_run_devices(s.devices, "the compiled engine")
         self.settings = s
-        self.home = f"cuda:{specs[0].index}" if on_cuda else "cpu"
         graphs = on_cuda if s.cuda_graphs is None else s.cuda_graphs
         lm = build_module(s.model, s.size, device=self.home,
                           dtype=torch.bfloat16 if on_cuda else torch.float32).model.eval()
@@ -330,11 +324,7 @@ class CompiledEngine:
         return [self._rows[rid][1] for rid in batch.request_ids]
 
     def _check(self, batch: Batch, kind: str) -> None:
-        if batch.kind != kind:
-            raise EngineProtocolError(f"{kind}: got a batch of kind {batch.kind!r}")
-        if batch.plan != self.plan:
-            raise EngineProtocolError(f"{kind}: batch runs plan {batch.plan!r} but the engine's plan is "
-                                      f"{self.plan!r}; call switch_plan first")
+        check_batch(batch, kind, self.plan)
 
 
 def make_compiled_engine(model: str | CompiledModel, devices: Sequence[str], policy: str,

@@ -172,6 +172,19 @@ def reference_tokens(request_id: int, output_tokens: int) -> tuple[int, ...]:
     return tuple(tokens)
 
 
+def check_batch(batch: Batch, kind: str, plan: str) -> None:
+    """What every engine checks of a batch it is asked to run as ``kind`` under its current ``plan``.
+
+    Raises:
+        EngineProtocolError: the batch is of another kind, or was formed for another plan than ``plan``.
+    """
+    if batch.kind != kind:
+        raise EngineProtocolError(f"{kind}: got a batch of kind {batch.kind!r}")
+    if batch.plan != plan:
+        raise EngineProtocolError(f"{kind}: batch runs plan {batch.plan!r} but the engine's plan is "
+                                  f"{plan!r}; call switch_plan first")
+
+
 class SimulatedEngine:
     """An :class:`Engine` whose step times come from per-plan :class:`PlanCost` figures and whose tokens come from
     :func:`sim_token`. It checks the loop: a request prefilled twice, decoded out of order, decoded before prefill or
@@ -229,8 +242,4 @@ class SimulatedEngine:
             self._released.add(rid)
 
     def _check(self, batch: Batch, kind: str) -> None:
-        if batch.kind != kind:
-            raise EngineProtocolError(f"{kind}: got a batch of kind {batch.kind!r}")
-        if batch.plan != self.plan:
-            raise EngineProtocolError(f"{kind}: batch runs plan {batch.plan!r} but the engine's plan is "
-                                      f"{self.plan!r}; call switch_plan first")
+        check_batch(batch, kind, self.plan)
