@@ -77,3 +77,33 @@ def test_hf_generate_with_graphs_equals_eager(stand_in_graphs, mode):
     for ex in (prefill, decode):  # every copy of the schedule ran once per call, none of them twice
         per_call = sum(1 for st in ex.schedule.steps if type(st).__name__ == "CopyStep")
         assert sum(n for purpose, n in ex.transfers.items() if purpose != "weights") == per_call * ex.calls
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+def test_state_kept_on_its_owner_with_graphs(stand_in_graphs, mode):
+    """Every launch on device 1 and the state declared to live there (``set_state_homes``): captured once, the
+    state is updated in place once per call where it lives, and no copy of it is in the graph."""
+    from torch_tessera.lowering.program import BufferKind
+    from torch_tessera.runtime.schedule import CopyStep
+
+    torch.manual_seed(0)
+    model, ref = StatefulCounter(), StatefulCounter()
+    backend = RecordingBackend(cuda_graphs=mode, devices="cpu:0,cpu:1", policy="home")
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    with torch.no_grad():
+        x = torch.randn(4, 16)
+        torch.testing.assert_close(compiled(x), ref(x))
+        runner = backend.executors[0]
+        runner.set_placement({launch.index: 1 for launch in runner.program.launches})
+        ex = runner.executor
+        owners = ex.state_owners()
+        assert owners and set(owners.values()) == {1}
+        ex.set_state_homes(owners)
+        buffers = ex.program.buffers
+        assert not [s for s in ex.schedule.steps
+                    if isinstance(s, CopyStep) and buffers[s.buffer].kind == BufferKind.STATE]
+        for call in range(3):
+            x = torch.randn(4, 16)
+            torch.testing.assert_close(compiled(x), ref(x), msg=lambda m: f"call {call}: {m}")
+            torch.testing.assert_close(model.state, ref.state, msg=lambda m: f"state after call {call}: {m}")
+    assert (ex.calls, ex.captures) == (3, 1)

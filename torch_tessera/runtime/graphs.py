@@ -95,15 +95,16 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
     home = pools[executor.home]
     static_inputs: dict[str, torch.Tensor] = {}
     bound: dict[str, int] = {}
+    executor.check_state_devices(inputs)
     for spec, value in zip(program.inputs, inputs):
-        if not isinstance(spec, TensorArg) or spec.buffer in home:
+        if not isinstance(spec, TensorArg) or spec.buffer in home or spec.buffer in bound:
             continue
         kind = program.buffers[spec.buffer].kind
         if kind == BufferKind.INPUT:
             home.allocate(spec.buffer, program.buffers[spec.buffer].nbytes)
             static_inputs[spec.buffer] = home.storages[spec.buffer]
-        else:
-            bind_input(home, spec, value, len(bound))
+        else:  # weights and state, bound where the caller keeps them (state may live off the home device)
+            bind_input(pools[executor.input_pool_index(spec.buffer)], spec, value, len(bound))
             bound[spec.buffer] = value.data_ptr()
     _copy_inputs(program, home, inputs, static_inputs)
     torch.cuda.synchronize()  # the warm-up below runs on other streams: the static inputs must have landed
@@ -339,6 +340,8 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
     else:
         main = executor.streams[executor.home]
         main.wait_stream(torch.cuda.current_stream(executor.devices[executor.home].torch_device))
+        for d in sorted(set(executor.state_homes.values())):  # state kept elsewhere may be in flight there
+            main.wait_stream(torch.cuda.current_stream(executor.devices[d].torch_device))
         with torch.cuda.stream(main):
             for k, static in state.copy_list:
                 static.copy_(inputs[k], non_blocking=True)

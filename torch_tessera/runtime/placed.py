@@ -28,7 +28,15 @@ from torch_tessera.runtime.executor import (
     fresh_extern_outputs,
     launch_buffers,
 )
-from torch_tessera.runtime.schedule import copy_hazards, CopyStep, LaunchStep, Schedule, SyncStep, build_schedule
+from torch_tessera.runtime.schedule import (
+    copy_hazards,
+    CopyStep,
+    LaunchStep,
+    Schedule,
+    SyncStep,
+    build_schedule,
+    state_owners,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +96,8 @@ class PlacedExecutor:
         # devices that share memory (SM partitions of one GPU) share one buffer pool; CPU virtual devices never do
         keys = [str(d.torch_device) if d.torch_device.type == "cuda" else f"virtual{i}" for i, d in enumerate(devices)]
         self.domains = [keys.index(k) for k in keys]
+        self.dag = dag
+        self.state_homes: dict[str, int] = {}
         self.schedule: Schedule = build_schedule(program, dag, placement, home, self.domains)
         self.transfers: Counter[str] = Counter()
         self.bytes_moved: Counter[str] = Counter()
@@ -106,9 +116,7 @@ class PlacedExecutor:
         self._weights: list[BufferPool] = self.make_pools()
         self._setup_done = False
         self._edges_this_call = set()
-        self._free_after = self._last_uses()
-        hazards = copy_hazards(self.schedule, dag, self.domains)
-        self._copy_waits = {id(self.schedule.steps[i]): h for i, h in hazards.items()}  # see copy_hazards
+        self._derive_from_schedule()
         if cuda_graphs and not all(self._is_cuda):
             raise TesseraError("cuda_graphs=True needs every device to be a CUDA device")
         if cuda_graphs not in (False, True, "whole", "segments"):
@@ -118,6 +126,68 @@ class PlacedExecutor:
         self.graph_mode = "segments" if cuda_graphs == "segments" else "whole"
         self.captures = 0
         self._graphs: Any = None
+
+    # -- resident state ---------------------------------------------------------------------------------------------
+    def state_owners(self) -> dict[str, int]:
+        """STATE input buffer -> index of the device it belongs on under this placement (where its writers run; see
+        :func:`torch_tessera.runtime.schedule.state_owners`)."""
+        return state_owners(self.program, self.dag, self.schedule.placement, self.home)
+
+    def set_state_homes(self, homes: Mapping[str, int]) -> None:
+        """Declare that the caller keeps each named STATE buffer (KV cache, SSM state) on device ``homes[name]``
+        (an index into ``devices``) instead of the home device, and passes it there from the next call on.
+
+        State kept on its owner (:meth:`state_owners`) is neither copied in nor gathered back: the per-call
+        transfers the plan's throughput model assumes do not exist (measured 2026-11-29 on two H200s: a homo-R decode
+        with the KV cache on GPU 0 copied 2.3 GB in and out per call, 8 layers). Each call checks that the tensors
+        passed for these buffers live on the declared devices (CUDA; CPU virtual devices cannot be told apart).
+
+        Raises:
+            TesseraError: a name that is not a STATE input of the program, a device index out of range, or a STATE
+                buffer that is also a program output (its bytes must come back to the home device).
+        """
+        states = {a.buffer for a in self.program.inputs
+                  if isinstance(a, TensorArg) and self.program.buffers[a.buffer].kind == BufferKind.STATE}
+        unknown = sorted(set(homes) - states)
+        if unknown:
+            raise TesseraError(f"set_state_homes: {unknown[:5]} are not STATE inputs of this program "
+                               f"(its STATE inputs: {sorted(states)[:8]})")
+        bad = {n: d for n, d in homes.items() if not 0 <= d < len(self.devices)}
+        if bad:
+            raise TesseraError(f"set_state_homes: device indices {bad} out of range for {len(self.devices)} devices")
+        outputs = {o.buffer for o in self.program.outputs if isinstance(o, TensorArg)}
+        clash = sorted(n for n, d in homes.items() if n in outputs and self.domains[d] != self.domains[self.home])
+        if clash:
+            raise TesseraError(f"set_state_homes: {clash} are also outputs of the program; they must stay on the "
+                               f"home device {self.devices[self.home].name}")
+        self.state_homes = {n: d for n, d in homes.items() if self.domains[d] != self.domains[self.home]}
+        self.schedule = build_schedule(self.program, self.dag, self.schedule.placement, self.home, self.domains,
+                                       self.state_homes)
+        self._derive_from_schedule()
+        self._graphs = None  # captured graphs bake the old copies in
+        self.__dict__.pop("_pipeline_plan", None)
+        log.info("state kept on its devices: %s", {n: self.devices[d].name for n, d in self.state_homes.items()})
+
+    def _derive_from_schedule(self) -> None:
+        self._free_after = self._last_uses()
+        hazards = copy_hazards(self.schedule, self.dag, self.domains)
+        self._copy_waits = {id(self.schedule.steps[i]): h for i, h in hazards.items()}  # see copy_hazards
+
+    def input_pool_index(self, buffer: str) -> int:
+        """Index of the device whose pool binds the caller's tensor for input ``buffer``."""
+        return self.state_homes.get(buffer, self.home)
+
+    def check_state_devices(self, inputs: Sequence[Any]) -> None:
+        """Raise :class:`TesseraError` if a tensor passed for a STATE buffer kept off the home device lives
+        elsewhere than :meth:`set_state_homes` declared (CUDA devices only)."""
+        if not self.state_homes:
+            return
+        for i, (spec, value) in enumerate(zip(self.program.inputs, inputs)):
+            if isinstance(spec, TensorArg) and spec.buffer in self.state_homes and isinstance(value, torch.Tensor):
+                want = self.devices[self.state_homes[spec.buffer]].torch_device
+                if want.type == "cuda" and value.device != want:
+                    raise TesseraError(f"input {i} ({spec.buffer}) is on {value.device}, but set_state_homes "
+                                       f"declared it lives on {want}")
 
     # -- bookkeeping -----------------------------------------------------------------------------------------------
     def make_pools(self) -> list[BufferPool]:
@@ -220,10 +290,11 @@ class PlacedExecutor:
         pools = self.make_pools()
         for p, w in zip(pools, self._weights):
             p.storages.update(w.storages)
-        home_pool = pools[self.home]
+        self.check_state_devices(inputs)
         for i, (spec, value) in enumerate(zip(program.inputs, inputs)):
-            if isinstance(spec, TensorArg) and spec.buffer not in home_pool:
-                bind_input(home_pool, spec, value, i)
+            pool = pools[self.input_pool_index(spec.buffer)] if isinstance(spec, TensorArg) else None
+            if pool is not None and spec.buffer not in pool:
+                bind_input(pool, spec, value, i)
         if not self._setup_done:
             for step in self.schedule.setup:
                 self._copy(step, pools)

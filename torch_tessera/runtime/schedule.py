@@ -83,12 +83,14 @@ class Schedule:
 
 
 def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int = 0,
-                   domains: Sequence[int] | None = None) -> Schedule:
+                   domains: Sequence[int] | None = None, state_homes: Mapping[str, int] | None = None) -> Schedule:
     """Steps that run ``program`` with each launch on ``placement[launch]``, computing what one device would.
 
-    Device ``home`` holds the caller's tensors. Every RAW edge cut by the placement becomes one copy of exactly the
-    bytes the consumer needs from the producer; graph inputs are copied to the other devices that read them (weights
-    once, at setup); the final bytes of outputs and of state buffers come back to ``home``.
+    Device ``home`` holds the caller's tensors, except the STATE buffers named in ``state_homes``, which the caller
+    keeps on that device (resident state: a KV cache on the device whose launches write it). Every RAW edge cut by
+    the placement becomes one copy of exactly the bytes the consumer needs from the producer; graph inputs are
+    copied from where they live to the other devices that read them (weights once, at setup); the final bytes of
+    outputs come back to ``home``, those of state buffers to where each state lives.
 
     Args:
         program: the program.
@@ -97,15 +99,17 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
         home: the caller's device.
         domains: memory domain of each device (devices in one domain share storages: SM partitions of one GPU);
             default: every device its own. Dependencies within a domain across devices become :class:`SyncStep`.
+        state_homes: STATE buffer name -> device index its caller's tensor lives on (default ``home``).
 
     Raises:
         ValueError: a launch has no device in ``placement``.
     """
+    homes = dict(state_homes or {})
     missing = [l.index for l in program.launches if l.index not in placement]
     if missing:
         raise ValueError(f"placement has no device for launches {missing[:10]}")
     g = dag.graph
-    n_dev = max(list(placement.values()) + [home]) + 1
+    n_dev = max(list(placement.values()) + [home] + list(homes.values())) + 1
     dom = list(domains) if domains is not None else list(range(max(n_dev, home + 1)))
     readers: dict[str, set[int]] = {}
     for n, d in g.nodes(data=True):
@@ -113,12 +117,17 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
             readers.setdefault(b, set()).add(placement[n])
     setup: list[CopyStep] = []
     per_call: list[Step] = []
-    for name in dict.fromkeys(a.buffer for a in program.inputs if isinstance(a, TensorArg)):
+    input_names = list(dict.fromkeys(a.buffer for a in program.inputs if isinstance(a, TensorArg)))
+    unwritten = _input_bytes_read(program, dag, placement, dom, input_names)
+    for name in input_names:
         buf = program.buffers[name]
+        src = homes.get(name, home)
         targets = {min(d for d in readers.get(name, set()) if dom[d] == k) for k in {dom[d] for d in readers.get(name, set())}}
-        for dev in sorted(t for t in targets if dom[t] != dom[home]):
-            step = CopyStep(home, dev, name, 0, buf.nbytes, "weights" if buf.kind == BufferKind.PARAMETER else "input")
-            (setup if buf.kind == BufferKind.PARAMETER else per_call).append(step)
+        for dev in sorted(t for t in targets if dom[t] != dom[src]):
+            kind = "weights" if buf.kind == BufferKind.PARAMETER else "input"
+            spans = [(0, buf.nbytes)] if kind == "weights" else unwritten.get((name, dom[dev]), [])
+            for s, e in spans:
+                (setup if kind == "weights" else per_call).append(CopyStep(src, dev, name, s, e, kind))
     cut: list[tuple[int, int]] = []
     for launch in program.launches:
         v = launch.index
@@ -136,36 +145,98 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
                 for b, s, e in d["ranges"]:
                     per_call.append(CopyStep(pu, pv, b, s, e, "cut", (u, v)))
         per_call.append(LaunchStep(v, placement[v]))
-    per_call.extend(_gathers(program, dag, placement, home, dom))
+    per_call.extend(_gathers(program, dag, placement, home, dom, homes))
     return Schedule(tuple(setup), tuple(per_call), dict(placement), tuple(cut))
 
 
+def _input_bytes_read(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int],
+                      dom: Sequence[int], names: Sequence[str]) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """``(input buffer, memory domain) -> byte ranges`` that launches of that domain read before any launch of the
+    program wrote them: the graph input's own bytes a device needs. Bytes written earlier in the call reach a
+    reader through its RAW edge (a cut copy) or are already there, so copying them in as well would move them
+    twice (a KV cache read after the launch that updates it: the whole cache in as input, then again as the cut)."""
+    g = dag.graph
+    wanted = set(names)
+    written: dict[str, list[tuple[int, int]]] = {}
+    out: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for launch in program.launches:
+        node = g.nodes[launch.index]
+        d = dom[placement[launch.index]]
+        for b, s, e in node["read_ranges"]:
+            if b in wanted:
+                out.setdefault((b, d), []).extend(_subtract((s, e), written.get(b, [])))
+        for b, s, e in node["write_ranges"]:
+            if b in wanted:
+                written[b] = merge_ranges(written.get(b, []) + [(s, e)])
+    return {k: merge_ranges(v) for k, v in out.items()}
+
+
+def _subtract(span: tuple[int, int], ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``span`` minus the merged, sorted ``ranges``."""
+    s, e = span
+    out = []
+    for a, b in ranges:
+        if b <= s or a >= e:
+            continue
+        if a > s:
+            out.append((s, a))
+        s = max(s, b)
+        if s >= e:
+            break
+    if s < e:
+        out.append((s, e))
+    return out
+
+
 def _gathers(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int,
-             dom: Sequence[int]) -> list[CopyStep]:
-    """Copies bringing the last-written bytes of outputs and state buffers back to ``home``."""
+             dom: Sequence[int], state_homes: Mapping[str, int]) -> list[CopyStep]:
+    """Copies bringing the last-written bytes of outputs back to ``home`` and of state buffers back to where each
+    lives (``state_homes``, default ``home``)."""
     histories: dict[str, StorageHistory] = {}
     for launch in program.launches:
         for b, s, e in dag.graph.nodes[launch.index]["write_ranges"]:
             h = histories.setdefault(b, StorageHistory(program.buffers[b].nbytes))
             h.write(s, e, launch.index)
-    wanted: dict[str, list[tuple[int, int]]] = {}
+    wanted: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for o in program.outputs:
         if isinstance(o, TensorArg):
-            wanted.setdefault(o.buffer, []).append(o.byte_span)
+            wanted.setdefault((o.buffer, home), []).append(o.byte_span)
     for b in program.buffers.values():
         if b.kind == BufferKind.STATE:
-            wanted.setdefault(b.name, []).append((0, b.nbytes))
+            wanted.setdefault((b.name, state_homes.get(b.name, home)), []).append((0, b.nbytes))
     out: list[CopyStep] = []
     sink = -1
-    for name, spans in wanted.items():
+    for (name, dst), spans in wanted.items():
         h = histories.get(name)
         if h is None:
             continue
         for s, e in merge_ranges(spans):
             for writer, got in sorted(h.read(s, e, sink).items()):
-                if dom[placement[writer]] != dom[home]:
+                if dom[placement[writer]] != dom[dst]:
                     for gs, ge in merge_ranges(got):
-                        out.append(CopyStep(placement[writer], home, name, gs, ge, "gather"))
+                        out.append(CopyStep(placement[writer], dst, name, gs, ge, "gather"))
+    return out
+
+
+def state_owners(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int],
+                 home: int = 0) -> dict[str, int]:
+    """Device index each STATE input of ``program`` belongs on under ``placement``: the device of its writers (the
+    scheduler puts every writer of a STATE buffer on one device; with several, the first writer's), else of its
+    first reader, else ``home``. Keeping the caller's state there (:meth:`PlacedExecutor.set_state_homes`) means no
+    launch copies it in or gathers it back."""
+    first_writer: dict[str, int] = {}
+    first_reader: dict[str, int] = {}
+    g = dag.graph
+    for launch in program.launches:
+        node = g.nodes[launch.index]
+        for b in node["writes"]:
+            first_writer.setdefault(b, placement[launch.index])
+        for b in node["reads"]:
+            first_reader.setdefault(b, placement[launch.index])
+    out: dict[str, int] = {}
+    for a in program.inputs:
+        if isinstance(a, TensorArg) and program.buffers[a.buffer].kind == BufferKind.STATE:
+            out[a.buffer] = first_writer.get(a.buffer, first_reader.get(a.buffer, home))
     return out
 
 
