@@ -52,6 +52,11 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     homos = rows["homo-L"]["output_per_s"] + rows["homo-R"]["output_per_s"]
     assert rows["request-dist"]["output_per_s"] == pytest.approx(homos)
     assert rows["pd"]["how"].startswith("derived")
+    # the KV cache is kept on the device that writes it: homo-R copies in only the token ids and positions and
+    # gathers only the logits (with the cache at home it moved the whole cache each way every call)
+    logits = {"prefill": 1 * 16 * 256 * 4, "decode": 4 * 1 * 256 * 4}  # fp32 logits of one call (tiny: vocab 256)
+    for name, moved in meta["runs"]["homo-R"]["bytes_per_call"].items():
+        assert moved.get("input", 0) <= 512 and 0 < moved.get("gather", 0) <= logits[name], (name, moved)
     assert "MEASURED" in out and (tmp_path / "bench.png").stat().st_size > 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Any, Callable, Sequence
@@ -91,19 +92,48 @@ def _small_state(prog: Compiled, batches: Sequence[list]) -> list[tuple[torch.Te
 
 def _micro_batches(prog: Compiled, m: int) -> list[list]:
     """``m`` input lists for ``run_pipelined``: same weights and inputs, each with its own STATE (KV cache, SSM
-    state), copied after :meth:`Compiled.reset`."""
-    from torch_tessera.lowering.program import BufferKind, TensorArg
+    state), copied after :meth:`Compiled.reset` onto the device the executor keeps it on (its owner)."""
+    return [PlacedCall(prog).args for _ in range(m)]
 
-    prog.reset()
-    program = prog.runner.program
-    out = []
-    for _ in range(m):
-        args = []
+
+class PlacedCall:
+    """One program called on its executor directly, its STATE inputs (KV cache, SSM state) kept on the devices
+    that own them under the current placement (:meth:`PlacedExecutor.set_state_homes`), as a deployment of the plan
+    would keep them: no per-call copy of the state in or out, which the plans' throughput model does not charge.
+
+    The state is copied from the module's state after :meth:`Compiled.reset` (a saved copy stays beside it on the
+    same device); :meth:`restore` puts it back, so that every call computes :attr:`Compiled.want`.
+    """
+
+    def __init__(self, prog: Compiled) -> None:
+        from torch_tessera.lowering.program import BufferKind, TensorArg
+
+        ex = prog.runner.executor
+        homes = ex.state_owners()
+        if not getattr(ex, "state_homes", None) and any(ex.domains[d] != ex.domains[ex.home] for d in homes.values()):
+            ex.set_state_homes(homes)
+        prog.reset()
+        program = prog.runner.program
+        self.executor, self.args, self.saved = ex, [], []
         for spec, v in zip(program.inputs, prog.args):
-            state = isinstance(spec, TensorArg) and program.buffers[spec.buffer].kind == BufferKind.STATE
-            args.append(v.clone() if state else v)
-        out.append(args)
-    return out
+            if isinstance(spec, TensorArg) and program.buffers[spec.buffer].kind == BufferKind.STATE:
+                dev = ex.devices[homes.get(spec.buffer, ex.home)].torch_device
+                live = v.to(dev, copy=True)
+                self.saved.append((live, live.clone()))
+                v = live
+            self.args.append(v)
+
+    def restore(self, small_only: bool = False) -> None:
+        """Every STATE input back to its value after :meth:`Compiled.reset`; with ``small_only`` only the small ones
+        (<= ``SMALL_STATE_BYTES``: cache-length counters, enough to keep positions inside the cache)."""
+        from torch_tessera.measure.profile import SMALL_STATE_BYTES
+
+        for live, saved in self.saved:
+            if not small_only or live.numel() * live.element_size() <= SMALL_STATE_BYTES:
+                live.copy_(saved)
+
+    def __call__(self) -> list:
+        return self.executor.run(self.args)
 
 
 def _output(outputs: Sequence[Any], want: torch.Tensor) -> torch.Tensor:
@@ -124,13 +154,21 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
     """
     out: dict[str, Any] = {"equal": True, "max_abs_error": 0.0, "cut_edges": 0, "seconds": {},
                            "pipelined_seconds": {}}
+    calls = {}
     for prog in progs:
         runner = prog.runner
         runner.set_placement(p.placements[prog.name], p)
         sync = lambda: _devices_sync(runner)  # noqa: E731
         with torch.no_grad():
-            ok, err = _close(prog(), prog.want, prog.dtype)
-            t = _median_seconds(lambda: prog.fn(*prog.inputs), prog.reset, sync, s.warmup, s.repeats)
+            call = calls[prog.name] = PlacedCall(prog)
+            moved = dict(runner.executor.bytes_moved)
+            call.restore()
+            ok, err = _close(_output(call(), prog.want), prog.want, prog.dtype)
+            out.setdefault("bytes_per_call", {})[prog.name] = {
+                k: v - moved.get(k, 0) for k, v in runner.executor.bytes_moved.items() if k != "weights"}
+            t = _median_seconds(call, call.restore, sync, s.warmup, s.repeats)
+            if all(d.torch_device.type == "cuda" for d in runner.devices):
+                out.setdefault("device_busy", {})[prog.name] = device_busy(call, call.restore, sync)
             out["cut_edges"] += runner.executor.cut_edges_transferred
             out["equal"] &= ok
             out["max_abs_error"] = max(out["max_abs_error"], err)
@@ -159,11 +197,59 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
                     times.append((time.perf_counter() - t0) / s.micro_batches)
                 out["pipelined_seconds"][prog.name] = statistics.median(times)
     if s.concurrent_steps and len(progs) > 1 and len({d for pl in p.placements.values() for d in pl.values()}) > 1:
-        out["concurrent_step_seconds"] = concurrent_step_seconds(progs, s)
+        out["concurrent_step_seconds"] = concurrent_step_seconds(progs, s, calls)
     return out
 
 
-def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings) -> float:
+def device_busy(fn: Callable[[], Any], before: Callable[[], None], sync: Callable[[], None]) -> dict:
+    """Where one call's time goes on the GPUs: one call of ``fn`` traced with ``torch.profiler`` (CUPTI sees the
+    kernels and copies inside CUDA graphs), per GPU index: ``kernels`` (count), ``kernel_ms`` (union of the kernels'
+    busy intervals: concurrent kernels count once), ``copy_ms`` (same for memcpy/memset), and ``wall_ms`` (first start
+    to last end over all GPUs). A plan whose ``wall_ms`` is far above every GPU's ``kernel_ms`` waits (on hops,
+    events, the host) rather than computes. Returns ``{"error": ...}`` if the profiler fails (never raises)."""
+    try:
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        before()
+        sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            sync()
+        spans: dict[tuple[int, str], list[tuple[float, float]]] = {}
+        counts: dict[int, int] = {}
+        for e in prof.events():
+            if e.device_type != DeviceType.CUDA:
+                continue
+            kind = "copy" if e.name.startswith(("Memcpy", "Memset")) else "kernel"
+            spans.setdefault((e.device_index, kind), []).append((e.time_range.start, e.time_range.end))
+            if kind == "kernel":
+                counts[e.device_index] = counts.get(e.device_index, 0) + 1
+        if not spans:
+            return {"error": "the profiler recorded no GPU activity"}
+
+        def union_ms(iv: list[tuple[float, float]]) -> float:
+            total, end = 0.0, -math.inf
+            for a, b in sorted(iv):
+                if a > end:
+                    total += b - a
+                    end = b
+                elif b > end:
+                    total += b - end
+                    end = b
+            return total / 1e3
+
+        everything = [x for iv in spans.values() for x in iv]
+        out: dict[str, Any] = {"wall_ms": (max(b for _, b in everything) - min(a for a, _ in everything)) / 1e3}
+        for dev in sorted({d for d, _ in spans}):
+            out[f"gpu{dev}"] = {"kernels": counts.get(dev, 0), "kernel_ms": union_ms(spans.get((dev, "kernel"), [])),
+                                "copy_ms": union_ms(spans.get((dev, "copy"), []))}
+        return out
+    except Exception as e:  # noqa: BLE001 - a diagnostic must not end the bench
+        return {"error": f"{type(e).__name__}: {e}"[:200]}
+
+
+def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls: dict[str, PlacedCall]) -> float:
     """Wall seconds per workload step with the programs running AT THE SAME TIME, each from its own host thread
     (its own executor streams): ``concurrent_steps`` steps' worth of calls (``frequency x steps`` of each program).
 
@@ -171,8 +257,9 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings) -> fl
     while the decode of others runs elsewhere) and what the serial composition ``sum_p frequency_p x T_p`` cannot
     show: measured 2026-11-29 on two H200s, throughput plans that put most decode work on the GPU1 partition and the
     prefill on GPU0 ran at 0.25-0.3x of their model when their programs were timed one after another. The programs
-    share STATE (the KV cache): each call restores the small counters first (:meth:`Compiled.reset`), so positions
-    stay inside the cache; values written concurrently are not checked here (each plan's result is checked alone).
+    share STATE (the KV cache): ``calls`` (program name -> :class:`PlacedCall`) runs each on its executor with its
+    state on its owner; each call restores the small counters first, so positions stay inside the cache; values
+    written concurrently are not checked here (each plan's result is checked alone).
     """
     import threading
 
@@ -192,10 +279,11 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings) -> fl
         start.wait()
         try:
             with torch.no_grad():
+                call = calls[prog.name]
                 for _ in range(counts[prog.name]):
                     with turn:
-                        prog.reset()
-                        prog.fn(*prog.inputs)
+                        call.restore(small_only=True)
+                        call()
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(e)
 

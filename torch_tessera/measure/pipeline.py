@@ -80,8 +80,15 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
             "measured_kernel_seconds": {n: [float(x) for x in t.seconds.sum(axis=0)] for n, t in tables.items()},
             "cost_sources": {n: t.source for n, t in tables.items()},
             "prices": {sp.name: (sp.price_per_hour, sp.price_source) for sp in specs}, "seconds": seconds,
-            "settings": asdict(s), "timings_meaningful": on_cuda}
+            "settings": asdict(s), "timings_meaningful": on_cuda,
+            "runs": {n: {k: v for k, v in r.items() if k in RUN_DETAILS} for n, r in runs.items()}}
     return rows, meta
+
+
+#: what each executed plan's run reports beside its row (per program): bytes copied by purpose in one call, GPU
+#: busy time of one call (:func:`~torch_tessera.measure.execute.device_busy`), call times
+RUN_DETAILS = ("seconds", "pipelined_seconds", "concurrent_step_seconds", "bytes_per_call", "device_busy", "cut_edges",
+               "error")
 
 
 def total_steps(n_devices: int, n_programs: int = 2) -> int:
