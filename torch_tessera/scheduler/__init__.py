@@ -24,7 +24,7 @@ from torch_tessera.scheduler.blocks import aggregate
 from torch_tessera.scheduler.build import make_plan
 from torch_tessera.scheduler.heuristics import latency_bound, zero_comm_bound
 from torch_tessera.scheduler.problem import as_workload, compile_problem
-from torch_tessera.scheduler.solve import solve_latency, solve_throughput
+from torch_tessera.scheduler.solve import TRANSFER_TOLERANCE, solve_latency, solve_throughput
 from torch_tessera.scheduler.types import (CutEdge, NotApplicableError, Plan, SolverInfo, Workload,  # noqa: F401
                                            WorkloadProgram)
 
@@ -91,7 +91,7 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
     if solved and cache_dir is not False:
         directory = cache.default_dir() if cache_dir in (None, True) else cache.Path(cache_dir)
         key = cache.plan_key(pb, policy, {"time_limit": time_limit, "tie_layers": tie_layers,
-                                                    "mip_gap": mip_gap})
+                                                    "mip_gap": mip_gap, "transfer_tolerance": TRANSFER_TOLERANCE})
         hit = cache.load(directory, key)
         if hit is not None:
             log.info("plan cache hit %s (%s)", key, directory)

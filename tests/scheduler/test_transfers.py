@@ -1,0 +1,45 @@
+"""The throughput plan's second objective (`scheduler.transfers`): the same cycle time with fewer bytes moved."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from torch_tessera.scheduler.blocks import Blocks, block_cycle
+from torch_tessera.scheduler.transfers import trim_limit, trim_transfers
+
+
+def _blocks(update_cost: tuple[float, float]) -> Blocks:
+    """Two devices; a producer (group 0) feeds a KV-cache update (group 2) over a big edge, and the update feeds a
+    reader (group 1) over a small one: cutting the big edge or the small one balances the devices the same way."""
+    coef = np.zeros((2, 2, 2))
+    coef[0, 0, 1] = coef[0, 1, 0] = 0.5  # 0 -> 2: the whole cache
+    coef[1, 0, 1] = coef[1, 1, 0] = 0.01  # 2 -> 1: one token's K/V
+    return Blocks(label=np.arange(3), cost=np.array([[1.0, 1.0], [1.0, 1.0], list(update_cost)]),
+                  pinned=np.full(3, -1), forbidden=np.zeros(2, dtype=bool), esrc=np.array([0, 2]),
+                  edst=np.array([2, 1]), coef=coef, res_bytes=np.zeros(0), res_holders=[])
+
+
+def test_moves_the_update_to_its_producer_when_the_cycle_stays():
+    b = _blocks((0.01, 0.01))
+    place = np.array([0, 1, 1])
+    value = block_cycle(b, place)
+    got, cycle, saved = trim_transfers(b, place, value, deadline=np.inf)
+    assert got.tolist() == [0, 1, 0]
+    assert cycle == pytest.approx(value) and saved == pytest.approx(0.49)
+
+
+def test_keeps_the_plan_when_the_move_costs_cycle_time():
+    b = _blocks((0.2, 0.05))  # slower on device 0, where it would make that device the bottleneck
+    place = np.array([0, 1, 1])
+    value = block_cycle(b, place)
+    got, cycle, saved = trim_transfers(b, place, value, deadline=np.inf)
+    assert got.tolist() == [0, 1, 1] and cycle == value and saved == 0.0
+    moved, cycle2, _ = trim_transfers(b, place, value * 1.5, deadline=np.inf)  # a looser limit lets it move
+    assert moved.tolist() == [0, 1, 0] and value < cycle2 <= value * 1.5
+
+
+def test_limit_keeps_the_solvers_gap_promise():
+    assert trim_limit(1.0, 0.999, 5e-3, 5e-3) == pytest.approx(0.999 / 0.995 * (1 - 1e-9))
+    assert trim_limit(1.0, 0.9, 5e-3, 5e-3) == 1.0  # already outside the gap: no increase at all
+    assert trim_limit(1.0, 1.0, 5e-3, 1e-2) == pytest.approx(1.005)
