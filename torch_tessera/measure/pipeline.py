@@ -81,7 +81,12 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
             "cost_sources": {n: t.source for n, t in tables.items()},
             "prices": {sp.name: (sp.price_per_hour, sp.price_source) for sp in specs}, "seconds": seconds,
             "settings": asdict(s), "timings_meaningful": on_cuda,
-            "runs": {n: {k: v for k, v in r.items() if k in RUN_DETAILS} for n, r in runs.items()}}
+            "runs": {n: {k: v for k, v in r.items() if k in RUN_DETAILS} for n, r in runs.items()},
+            "plans": {n: {"placements": {pr: [int(pl[i]) for i in sorted(pl)] for pr, pl in p.placements.items()},
+                          "solver_notes": list(p.solver.notes)}
+                      for n, p in plans.items() if isinstance(p, Plan)},
+            "launch_names": {p.name: [getattr(l, "kernel", None) or getattr(l, "op", "?")
+                                      for l in p.runner.program.launches] for p in progs}}
     return rows, meta
 
 
