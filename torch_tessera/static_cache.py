@@ -22,7 +22,8 @@ cacheless forward (see :mod:`torch_tessera.backend.workload`).
 
 Versions: written against ``transformers`` 5.24 (``forward(..., cache=...)``, ``StaticLayer.cumulative_length``
 counts the tokens written); for earlier 5.x versions (``past_key_values=`` and ``cache_position=``) the same
-wrapper passes those instead. Only 5.24 is exercised by the tests on this machine.
+wrapper passes those instead (:func:`cache_arguments`). ``tests/models/test_static_cache.py`` passes under 5.24 and
+5.17.
 """
 
 from __future__ import annotations
@@ -38,6 +39,24 @@ from torch_tessera.errors import UnsupportedModelError
 KV_CACHE_FAMILIES = ("llm", "moe")
 #: Buffer name prefixes of the cache (one buffer per layer each).
 KEY_PREFIX, VALUE_PREFIX, LENGTH_PREFIX = "kv_key_", "kv_value_", "kv_length_"
+
+
+def cache_arguments(lm: torch.nn.Module) -> tuple[str, bool]:
+    """How ``lm.forward`` takes a cache object: the keyword's name, and whether it also takes ``cache_position``.
+
+    ``transformers`` 5.24 names the keyword ``cache``; earlier 5.x versions (5.17 checked) ``past_key_values``.
+    Either version takes an unknown keyword into ``**kwargs`` without complaint, so passing the wrong one silently
+    runs the model without the cache.
+
+    Args:
+        lm: a ``transformers`` causal LM.
+
+    Returns:
+        ``(keyword, takes_cache_position)``: ``("cache", False)`` for Llama on 5.24, ``("past_key_values", False)``
+        on 5.17.
+    """
+    params = inspect.signature(lm.forward).parameters
+    return ("cache" if "cache" in params else "past_key_values"), "cache_position" in params
 
 
 def has_kv_cache(name: str) -> bool:
@@ -90,9 +109,7 @@ class StaticCacheLM(torch.nn.Module):
             self.register_buffer(f"{VALUE_PREFIX}{i}", layer.values, persistent=False)
             if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
                 self.register_buffer(f"{LENGTH_PREFIX}{i}", layer.cumulative_length, persistent=False)
-        params = inspect.signature(lm.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
-        self._takes_cache_position = "cache_position" in params
+        self._cache_kwarg, self._takes_cache_position = cache_arguments(lm)
 
     def _bind(self) -> None:
         """Point the cache's layers at this module's buffers (``torch.export`` and ``.to()`` replace them)."""

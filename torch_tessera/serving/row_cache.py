@@ -15,15 +15,22 @@ row by its own positions (key slot ``j`` is visible to a query at position ``p``
 Buffers: ``kv_key_<i>``, ``kv_value_<i>`` ``[rows, kv_heads, context, head_dim]`` (the names of
 :mod:`torch_tessera.static_cache`, so the scheduler sees the same KV STATE), no length counters.
 
-Checked with ``transformers`` 5.24 (``LlamaAttention`` calls ``cache.update(k, v, layer_idx, kwargs=...)``; a 4-D
-``attention_mask`` is used as given).
+Versions: checked with ``transformers`` 5.24 (``forward(..., cache=...)``; ``LlamaAttention`` calls
+``cache.update(k, v, layer_idx, kwargs=...)``) and 5.17 (``forward(..., past_key_values=...)``; ``update(k, v,
+layer_idx)``); in both a 4-D ``attention_mask`` is used as given. The keyword is chosen from ``lm.forward``'s
+signature (:func:`~torch_tessera.static_cache.cache_arguments`): both versions swallow an unknown keyword into
+``**kwargs``, and a model that ignores the cache attends over the new tokens only, so :meth:`RowCacheLM.forward`
+checks that every layer wrote the cache and raises otherwise.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from torch_tessera.static_cache import KEY_PREFIX, VALUE_PREFIX
+from torch_tessera.errors import UnsupportedModelError
+from torch_tessera.static_cache import KEY_PREFIX, VALUE_PREFIX, cache_arguments
 
 
 class _RowCache:
@@ -33,6 +40,7 @@ class _RowCache:
 
     def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], positions: torch.Tensor) -> None:
         self.keys, self.values, self.positions = keys, values, positions
+        self.updated: set[int] = set()  # layers whose K/V were written in this call
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         """Write ``key_states``/``value_states`` ``[B, H, T, D]`` at each row's positions; return the whole cache."""
@@ -41,6 +49,7 @@ class _RowCache:
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         keys.scatter_(2, index, key_states)
         values.scatter_(2, index, value_states)
+        self.updated.add(layer_idx)
         return keys, values
 
 
@@ -71,6 +80,7 @@ class RowCacheLM(torch.nn.Module):
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         shape = (rows, config.num_key_value_heads, context, head_dim)
         self.rows, self.context, self.layers = rows, context, config.num_hidden_layers
+        self._cache_kwarg, self._takes_cache_position = cache_arguments(lm)
         for i in range(self.layers):
             self.register_buffer(f"{KEY_PREFIX}{i}", torch.zeros(shape, dtype=param.dtype, device=param.device),
                                  persistent=False)
@@ -82,10 +92,25 @@ class RowCacheLM(torch.nn.Module):
         return [getattr(self, f"{p}{i}") for i in range(self.layers) for p in (KEY_PREFIX, VALUE_PREFIX)]
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Logits of ``input_ids`` ``[rows, tokens]`` at ``position_ids`` ``[rows, tokens]``; writes their K/V.
+
+        Raises:
+            UnsupportedModelError: a layer of the model did not write its K/V through the cache (the installed
+                ``transformers`` does not take the cache by the keyword :func:`cache_arguments` chose).
+        """
         keys = [getattr(self, f"{KEY_PREFIX}{i}") for i in range(self.layers)]
         values = [getattr(self, f"{VALUE_PREFIX}{i}") for i in range(self.layers)]
         slots = torch.arange(self.context, device=position_ids.device)
         mask = (slots[None, None, None, :] <= position_ids[:, None, :, None])  # [rows, 1, tokens, context]
         cache = _RowCache(keys, values, position_ids)
-        return self.lm(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, cache=cache,
-                       use_cache=True).logits
+        kwargs: dict[str, Any] = {self._cache_kwarg: cache}
+        if self._takes_cache_position:  # used only to build a mask (ours is 4-D) and by caches (ours ignores it)
+            kwargs["cache_position"] = position_ids[0]
+        logits = self.lm(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
+                         **kwargs).logits
+        if len(cache.updated) != self.layers:
+            raise UnsupportedModelError(
+                f"{type(self.lm).__name__} wrote K/V through the row cache in {len(cache.updated)} of {self.layers} "
+                f"layers (passed as {self._cache_kwarg}=): this transformers version takes its cache differently; "
+                f"see torch_tessera.static_cache.cache_arguments")
+        return logits
