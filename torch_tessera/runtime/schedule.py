@@ -82,6 +82,12 @@ class Schedule:
         return [s for s in self.steps if isinstance(s, CopyStep) and s.purpose == purpose]
 
 
+def _input_span(program: KernelProgram, name: str) -> tuple[int, int]:
+    """Bytes ``[start, end)`` of buffer ``name`` that the program's graph inputs over it address."""
+    spans = [a.byte_span for a in program.inputs if isinstance(a, TensorArg) and a.buffer == name]
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
 def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int = 0,
                    domains: Sequence[int] | None = None) -> Schedule:
     """Steps that run ``program`` with each launch on ``placement[launch]``, computing what one device would.
@@ -116,8 +122,11 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
     for name in dict.fromkeys(a.buffer for a in program.inputs if isinstance(a, TensorArg)):
         buf = program.buffers[name]
         targets = {min(d for d in readers.get(name, set()) if dom[d] == k) for k in {dom[d] for d in readers.get(name, set())}}
+        # a non-parameter input may be bound shifted into a caller's storage (``bind_input``: ``ids[:, t:t + 1]``),
+        # which then holds only the bytes its views address, not the storage recorded at lowering: copy those
+        start, end = (0, buf.nbytes) if buf.kind == BufferKind.PARAMETER else _input_span(program, name)
         for dev in sorted(t for t in targets if dom[t] != dom[home]):
-            step = CopyStep(home, dev, name, 0, buf.nbytes, "weights" if buf.kind == BufferKind.PARAMETER else "input")
+            step = CopyStep(home, dev, name, start, end, "weights" if buf.kind == BufferKind.PARAMETER else "input")
             (setup if buf.kind == BufferKind.PARAMETER else per_call).append(step)
     cut: list[tuple[int, int]] = []
     for launch in program.launches:
