@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from torch_tessera.benchmark import plan_names
 from torch_tessera.cli import main
@@ -165,3 +166,45 @@ def test_measure_rejects_simulated_devices(capsys):
     assert main(["bench", "--measure", "--model", "llama", "--size", "tiny", "--devices", "cpu:0,sim:l40s"]) == 2
     err = capsys.readouterr().err
     assert "sim:l40s is simulated" in err and "cuda:N@Ksm" in err
+
+
+class _Chaotic(torch.nn.Module):
+    """A tanh network at gain 3 (chaotic): its bf16 eager output is far from its fp32 output (cosine 0.958), as
+    random-weight Mamba-2.8B's is at 8 layers (eager bf16 vs fp32 cosine 0.965 for a 16-token prefill, measured on
+    CPU 2026-11-30)."""
+
+    def __init__(self, width: int = 64, depth: int = 18) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.weights = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(width, width) * 3 / width ** 0.5)
+                                              for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for w in self.weights:
+            x = torch.tanh(x @ w)
+        return x.float()
+
+
+def test_bf16_check_measures_against_fp32_where_eager_bf16_is_itself_far_from_it(caplog):
+    """Cosine with eager first; failing that, a compiled output no further from the fp32 reference than eager is
+    equal, and one further (a wrong result) is not."""
+    from torch_tessera.measure.execute import close_to_eager
+    from torch_tessera.measure.programs import Compiled
+
+    module = _Chaotic().to(torch.bfloat16)
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    prog = Compiled("step", module, (x,))
+    with torch.no_grad():
+        prog.want = module(x)
+    ref = prog.fp32_reference()
+    cos = torch.nn.functional.cosine_similarity
+    assert cos(prog.want.flatten(), ref.flatten(), dim=0) < 0.99  # eager bf16 itself is far from fp32
+    assert next(module.parameters()).dtype == torch.bfloat16  # the reference ran on a copy
+    assert close_to_eager(prog.want.clone(), prog)[0]  # the cosine path
+    near = ref + 1e-3 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(2))
+    assert cos(near.flatten(), prog.want.flatten(), dim=0) < 0.999
+    assert close_to_eager(near, prog)[0]  # within eager's own bf16 error
+    assert "equal within eager's own" in caplog.text
+    wrong = torch.roll(ref, 1, dims=0)  # every row another input's answer
+    ok, err = close_to_eager(wrong, prog)
+    assert not ok and err > 0.1 and "DIFFERENT" in caplog.text

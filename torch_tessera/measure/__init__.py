@@ -19,8 +19,9 @@ Stages (:func:`~torch_tessera.measure.pipeline.measure_plans`), one module each:
    plan with free transfers over the same measured costs. A baseline that does not apply (``pd`` with one program,
    ``af`` without attention kernels) is kept as its reason.
 4. **Run and time** (:mod:`.execute`). Each per-program placement (``homo-*``, ``af``, ``layer``, ``tessera``) is set
-   on every compiled program, checked against eager (``assert_close`` in fp32; cosine >= 0.999 in bf16) and timed
-   (median of ``repeats`` calls, devices synchronised). Plans on several devices are also run with
+   on every compiled program, checked against eager (``assert_close`` in fp32; in bf16 cosine >= 0.999, or failing
+   that an RMSE to an fp32 reference within 3x eager's own: :func:`~torch_tessera.measure.execute.close_to_eager`)
+   and timed (median of ``repeats`` calls, devices synchronised). Plans on several devices are also run with
    ``micro_batches`` independent micro-batches through ``PlacedExecutor.run_pipelined`` (2 slots), each with its own
    state.
 5. **Compose rows** (:mod:`.rows`): throughput from the measured times (formulas in

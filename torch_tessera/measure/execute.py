@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import time
@@ -13,6 +14,8 @@ import torch
 from torch_tessera.errors import TesseraError
 from torch_tessera.measure.programs import Compiled
 from torch_tessera.measure.settings import MeasureSettings
+
+log = logging.getLogger(__name__)
 
 
 def _devices_sync(runner: Any) -> None:
@@ -39,18 +42,50 @@ def _median_seconds(fn: Callable[[], Any], before: Callable[[], None], sync: Cal
     return float(statistics.median(times))
 
 
-def _close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> tuple[bool, float]:
-    """Equal at the model's tolerance: ``assert_close`` when the model runs in fp32, cosine >= 0.999 in bf16/fp16
-    (judged by the model's ``dtype``, not the output's: Mamba returns fp32 logits from bf16 weights)."""
+#: bf16/fp16 models: equal when the cosine with the eager output is at least this...
+COSINE_MIN = 0.999
+#: ...or, failing that, when the RMSE to the fp32 reference is at most this many times eager's own RMSE to it (plus
+#: ``RMSE_SLACK``): Inductor's accuracy check (``torch._dynamo.utils.same`` with ``fp64_ref``: 2x, 3x for bf16/fp16
+#: results; 3x here).
+RMSE_MULTIPLIER, RMSE_SLACK = 3.0, 1e-5
+
+
+def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).pow(2).mean().sqrt())
+
+
+def close_to_eager(got: torch.Tensor, prog: Compiled) -> tuple[bool, float]:
+    """Whether ``got`` (one call's output) equals ``prog``'s eager output at the model's tolerance, and the max abs
+    error to it.
+
+    fp32 model: ``assert_close``. bf16/fp16 model (judged by the model's dtype, not the output's: Mamba returns fp32
+    logits from bf16 weights): cosine >= ``COSINE_MIN`` with eager; failing that, equal when ``got`` is no further
+    from the fp32 reference (:meth:`Compiled.fp32_reference`) than ``RMSE_MULTIPLIER`` x eager's own distance to it.
+    The second test is for models where bf16 eager is itself far from fp32, so that a compiled program (which keeps
+    fp32 inside its fused kernels) cannot match eager's rounding: Mamba-2.8B with random weights, 8 layers, 16-token
+    prefill, measured on CPU 2026-11-30 (transformers 5.17.0 and 5.24.0, bitwise the same eager outputs): eager bf16
+    vs fp32 cosine 0.965 (decode after a bf16 prefill: 0.84), stock Inductor vs eager bf16 cosine 0.984, max abs
+    5.8, vs fp32 0.976 (closer than eager). With 2 layers eager bf16 vs fp32 is 0.9995 and Inductor vs eager 0.9998.
+    The check is then only as sharp as eager's bf16 error: on such a model it cannot see errors smaller than that.
+    """
+    want = prog.want
     err = float((got.float() - want.float()).abs().max())
-    if dtype in (torch.bfloat16, torch.float16) or want.dtype in (torch.bfloat16, torch.float16):
-        cos = torch.nn.functional.cosine_similarity(got.float().flatten(), want.float().flatten(), dim=0)
-        return bool(cos >= 0.999), err
-    try:
-        torch.testing.assert_close(got, want)
+    if prog.dtype not in (torch.bfloat16, torch.float16) and want.dtype not in (torch.bfloat16, torch.float16):
+        try:
+            torch.testing.assert_close(got, want)
+            return True, err
+        except AssertionError:
+            return False, err
+    cos = float(torch.nn.functional.cosine_similarity(got.float().flatten(), want.float().flatten(), dim=0))
+    if cos >= COSINE_MIN:
         return True, err
-    except AssertionError:
-        return False, err
+    ref = prog.fp32_reference()
+    got_rmse, eager_rmse = _rmse(got, ref), _rmse(want, ref)
+    ok = got_rmse <= RMSE_MULTIPLIER * eager_rmse + RMSE_SLACK
+    log.warning("%s: cosine %.5f with eager %s (< %s); RMSE to the fp32 reference %.4g, eager's %.4g: %s", prog.name,
+                cos, prog.dtype, COSINE_MIN, got_rmse, eager_rmse,
+                f"equal within eager's own {prog.dtype} error" if ok else f"DIFFERENT (> {RMSE_MULTIPLIER}x eager's)")
+    return ok, err
 
 
 def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], float]:
@@ -164,7 +199,7 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
             call = calls[prog.name] = PlacedCall(prog)
             moved = dict(runner.executor.bytes_moved)
             call.restore()
-            ok, err = _close(_output(call(), prog.want), prog.want, prog.dtype)
+            ok, err = close_to_eager(_output(call(), prog.want), prog)
             out.setdefault("bytes_per_call", {})[prog.name] = {
                 k: v - moved.get(k, 0) for k, v in runner.executor.bytes_moved.items() if k != "weights"}
             t = _median_seconds(call, call.restore, sync, s.warmup, s.repeats)
@@ -185,7 +220,7 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
                 pipes[prog.name] = (batches, small)
                 results = runner.executor.run_pipelined(batches, slots=slots)  # also the warm-up (graph capture)
                 for res in results:
-                    ok, err = _close(_output(res, prog.want), prog.want, prog.dtype)
+                    ok, err = close_to_eager(_output(res, prog.want), prog)
                     out["equal"] &= ok
                     out["max_abs_error"] = max(out["max_abs_error"], err)
                 times = []

@@ -7,11 +7,15 @@ once with the tessera backend.
 | ``ssm`` | ``prefill`` (1 x prompt), ``decode`` (batch x 1) | conv/SSM state (:mod:`torch_tessera.ssm_state`) | the state saved after an eager prefill of the decode batch's prompts |
 | ``diffusion`` | ``denoise`` (one denoising step, the registry's batch) | none | nothing |
 
-Every call of a program therefore computes the same output as its eager reference (``Compiled.want``).
+Every call of a program therefore computes the same output as its eager reference (``Compiled.want``). In bf16 that
+reference carries bf16's own rounding, which a compiled program (fp32 inside fused kernels) does not share;
+:meth:`Compiled.fp32_reference` is the same call with the weights, inputs and state in fp32, against which the check in
+:mod:`.execute` measures both (see :func:`~torch_tessera.measure.execute.close_to_eager`).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -50,6 +54,7 @@ class Compiled:
     args: list = field(default_factory=list)
     restore: Callable[[], None] | None = None
     handover: tuple[str, ...] = ()
+    _want_fp32: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -71,6 +76,24 @@ class Compiled:
     def __call__(self) -> torch.Tensor:
         self.reset()
         return self.fn(*self.inputs)
+
+    def fp32_reference(self) -> torch.Tensor:
+        """The eager output of this call with the weights, floating inputs and state cast to fp32 (computed once).
+
+        A copy of :attr:`module` taken after :meth:`reset` (so it starts from the state this call starts from: the
+        bf16 state an eager bf16 prefill left, for Mamba's decode) is cast to fp32 and run eagerly, then dropped:
+        the home device briefly holds the weights (and state) once more, in fp32. Output as :attr:`want`'s shape,
+        fp32.
+        """
+        if self._want_fp32 is None:
+            self.reset()
+            ref = copy.deepcopy(self.module).float()
+            inputs = tuple(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                           for x in self.inputs)
+            with torch.no_grad():
+                self._want_fp32 = ref(*inputs).float().clone()
+            del ref
+        return self._want_fp32
 
 
 def cut_layers(model: torch.nn.Module, family: str, n: int | None) -> None:

@@ -82,6 +82,12 @@ class Schedule:
         return [s for s in self.steps if isinstance(s, CopyStep) and s.purpose == purpose]
 
 
+def _input_span(program: KernelProgram, name: str) -> tuple[int, int]:
+    """Bytes ``[start, end)`` of buffer ``name`` that the program's graph inputs over it address."""
+    spans = [a.byte_span for a in program.inputs if isinstance(a, TensorArg) and a.buffer == name]
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
 def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int = 0,
                    domains: Sequence[int] | None = None, state_homes: Mapping[str, int] | None = None) -> Schedule:
     """Steps that run ``program`` with each launch on ``placement[launch]``, computing what one device would.
@@ -123,11 +129,16 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
         buf = program.buffers[name]
         src = homes.get(name, home)
         targets = {min(d for d in readers.get(name, set()) if dom[d] == k) for k in {dom[d] for d in readers.get(name, set())}}
+        # a non-parameter input may be bound shifted into a caller's storage (``bind_input``: ``ids[:, t:t + 1]``),
+        # which then holds only the bytes its views address, not the storage recorded at lowering: copy only those
+        lo, hi = (0, buf.nbytes) if buf.kind == BufferKind.PARAMETER else _input_span(program, name)
         for dev in sorted(t for t in targets if dom[t] != dom[src]):
             kind = "weights" if buf.kind == BufferKind.PARAMETER else "input"
             spans = [(0, buf.nbytes)] if kind == "weights" else unwritten.get((name, dom[dev]), [])
             for s, e in spans:
-                (setup if kind == "weights" else per_call).append(CopyStep(src, dev, name, s, e, kind))
+                s, e = max(s, lo), min(e, hi)
+                if e > s:
+                    (setup if kind == "weights" else per_call).append(CopyStep(src, dev, name, s, e, kind))
     cut: list[tuple[int, int]] = []
     for launch in program.launches:
         v = launch.index
