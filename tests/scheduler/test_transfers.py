@@ -43,3 +43,20 @@ def test_limit_keeps_the_solvers_gap_promise():
     assert trim_limit(1.0, 0.999, 5e-3, 5e-3) == pytest.approx(0.999 / 0.995 * (1 - 1e-9))
     assert trim_limit(1.0, 0.9, 5e-3, 5e-3) == 1.0  # already outside the gap: no increase at all
     assert trim_limit(1.0, 1.0, 5e-3, 1e-2) == pytest.approx(1.005)
+
+
+def test_moves_a_chain_of_heavy_edges_together():
+    """KV-cache update (1) -> cache read (2) -> attention (3), with a small input (0 -> 1): the plan cuts 2 -> 3.
+    Moving 1 or 2 alone only moves the heavy cut; moving both next to the attention sheds it."""
+    coef = np.zeros((3, 2, 2))
+    coef[0, 0, 1] = coef[0, 1, 0] = 0.01  # 0 -> 1: one token's K
+    coef[1, 0, 1] = coef[1, 1, 0] = 0.5  # 1 -> 2: the whole cache
+    coef[2, 0, 1] = coef[2, 1, 0] = 0.5  # 2 -> 3: the whole cache, read for attention
+    b = Blocks(label=np.arange(4), cost=np.array([[2.0, 2.0], [0.01, 0.01], [0.01, 0.01], [1.0, 1.0]]),
+               pinned=np.full(4, -1), forbidden=np.zeros(2, dtype=bool), esrc=np.array([0, 1, 2]),
+               edst=np.array([1, 2, 3]), coef=coef, res_bytes=np.zeros(0), res_holders=[])
+    place = np.array([0, 0, 0, 1])
+    value = block_cycle(b, place)
+    got, cycle, saved = trim_transfers(b, place, value * 1.01, deadline=np.inf)
+    assert got.tolist() == [0, 1, 1, 1]
+    assert cycle <= value * 1.01 and saved == pytest.approx(0.49)

@@ -233,6 +233,10 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
                     sync()
                     times.append((time.perf_counter() - t0) / s.micro_batches)
                 out["pipelined_seconds"][prog.name] = statistics.median(times)
+                if all(d.torch_device.type == "cuda" for d in runner.devices):  # do the slots overlap on the GPUs?
+                    restore_small = lambda: [t.copy_(v) for t, v in small]  # noqa: E731
+                    out.setdefault("pipelined_busy", {})[prog.name] = device_busy(
+                        lambda: runner.executor.run_pipelined(batches, slots=slots), restore_small, sync)
     if s.concurrent_steps and len(progs) > 1 and len({d for pl in p.placements.values() for d in pl.values()}) > 1:
         out["concurrent_step_seconds"] = concurrent_step_seconds(progs, s, calls, pipes)
     return out

@@ -21,7 +21,11 @@ import numpy as np
 
 from torch_tessera.scheduler.blocks import Blocks, block_cycle_many, block_loads_many, block_memory_ok_many
 
-#: Passes over the candidate moves (each pass scores every single-group move at once, then applies the improving ones
+#: Cluster moves are tried for this many of the heaviest cut edges per pass, over clusters of at most ``CLUSTER_MAX``
+#: groups joined by edges at least ``CLUSTER_SHARE`` as heavy as the cut edge.
+CLUSTER_EDGES, CLUSTER_MAX, CLUSTER_SHARE = 64, 16, 0.25
+
+#: Passes over the candidate moves (each pass scores every candidate move at once, then applies the improving ones
 #: in order of bytes saved, re-checking each against the moves applied before it).
 PASSES = 3
 
@@ -53,18 +57,20 @@ def trim_transfers(blocks: Blocks, bplace: np.ndarray, limit: float, deadline: f
     cycle0, traffic0 = score(place[None])
     cur_cycle, cur_traffic = float(cycle0[0]), float(traffic0[0])
     start_traffic = cur_traffic
+    weight = blocks.coef.reshape(len(blocks.esrc), -1).max(1)  # seconds per step an edge costs when cut
+    nbrs: list[list[tuple[int, int]]] = [[] for _ in range(blocks.B)]
+    for e, (a, b) in enumerate(zip(blocks.esrc.tolist(), blocks.edst.tolist())):
+        nbrs[a].append((b, e))
+        nbrs[b].append((a, e))
     for _ in range(PASSES):
         if time.perf_counter() > deadline or cur_traffic <= 0:
             break
-        cut = place[blocks.esrc] != place[blocks.edst]
-        cand = np.unique(np.concatenate([blocks.esrc[cut], blocks.edst[cut]]))
-        cand = cand[blocks.pinned[cand] < 0]
-        moves = [(g, d) for g in cand.tolist() for d in range(D) if d != place[g] and allowed[d]]
+        moves = _moves(blocks, place, weight, nbrs, allowed)
         if not moves:
             break
         trial = np.repeat(place[None], len(moves), axis=0)
-        gs = np.array([g for g, _ in moves])
-        trial[np.arange(len(moves)), gs] = [d for _, d in moves]
+        for k, (gs, d) in enumerate(moves):
+            trial[k, gs] = d
         cyc, traffic = score(trial)
         good = np.flatnonzero((cyc <= limit) & (traffic < cur_traffic * (1 - 1e-9)))
         if pb is not None and len(good):
@@ -73,11 +79,11 @@ def trim_transfers(blocks: Blocks, bplace: np.ndarray, limit: float, deadline: f
             break
         improved = False
         for k in good[np.argsort(traffic[good])].tolist():
-            g, d = moves[k]
-            if place[g] == d:
+            gs, d = moves[k]
+            if (place[gs] == d).all():
                 continue
             new = place.copy()
-            new[g] = d
+            new[gs] = d
             c1, t1 = score(new[None])
             if c1[0] <= limit and t1[0] < cur_traffic * (1 - 1e-9) and (
                     pb is None or block_memory_ok_many(pb, blocks, new[None])[0]):
@@ -87,6 +93,39 @@ def trim_transfers(blocks: Blocks, bplace: np.ndarray, limit: float, deadline: f
         if not improved:
             break
     return place, cur_cycle, start_traffic - cur_traffic
+
+
+def _moves(blocks: Blocks, place: np.ndarray, weight: np.ndarray, nbrs: list, allowed: np.ndarray,
+           ) -> list[tuple[np.ndarray, int]]:
+    """Candidate moves ``(groups, device)``: each group at either end of a cut edge, alone to every other device;
+    and, for the heaviest cut edges, the *cluster* at either end to the other end's device: the groups on that end's
+    device joined to it by edges at least ``CLUSTER_SHARE`` as heavy as the cut. A single move cannot shed a cut
+    inside a chain of heavy edges (KV-cache update -> cache read -> attention: moving either kernel alone only moves
+    the cut), a cluster move can."""
+    D = blocks.cost.shape[1]
+    cut = np.flatnonzero(place[blocks.esrc] != place[blocks.edst])
+    free = blocks.pinned < 0
+    ends = np.unique(np.concatenate([blocks.esrc[cut], blocks.edst[cut]]))
+    moves = [(np.array([g]), d) for g in ends[free[ends]].tolist() for d in range(D) if d != place[g] and allowed[d]]
+    seen: set[tuple[tuple[int, ...], int]] = set()
+    for e in cut[np.argsort(-weight[cut])][:CLUSTER_EDGES].tolist():
+        for start, target in ((int(blocks.esrc[e]), int(place[blocks.edst[e]])),
+                              (int(blocks.edst[e]), int(place[blocks.esrc[e]]))):
+            if not allowed[target]:
+                continue
+            home, cutoff = place[start], CLUSTER_SHARE * weight[e]
+            comp, todo = {start}, [start]
+            while todo and len(comp) <= CLUSTER_MAX:
+                g = todo.pop()
+                for h, f in nbrs[g]:
+                    if h not in comp and place[h] == home and weight[f] >= cutoff:
+                        comp.add(h)
+                        todo.append(h)
+            key = (tuple(sorted(comp)), target)
+            if 1 < len(comp) <= CLUSTER_MAX and free[list(comp)].all() and key not in seen:
+                seen.add(key)
+                moves.append((np.array(key[0]), target))
+    return moves
 
 
 def trim_limit(value: float, bound: float, tolerance: float, mip_gap: float) -> float:
