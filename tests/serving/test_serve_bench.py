@@ -43,6 +43,9 @@ def test_sweep_prints_writes_json_and_plot(tmp_path, capsys):
     assert by["fast", 4.0]["slo_met"] and by["fast", 4.0]["norm_latency_mean_s"] < 0.005
     assert report["highest_swept_rate"] == {"fast": 4.0, "slow": None, "tessera": 4.0}
     assert all(p["requests"] == 30 for p in report["points"])
+    # every point was also written as it was measured, so a run stopped part-way keeps what it measured
+    lines = [json.loads(x) for x in (out / "serve_bench.partial.jsonl").read_text().splitlines()]
+    assert [(p["policy"], p["rate"]) for p in lines] == [(p["policy"], p["rate"]) for p in report["points"]]
     assert (out / "latency_vs_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     row = next(l for l in text.splitlines() if l.startswith("2 ") and " slow " in l)
     assert row.rstrip().endswith("NO")

@@ -49,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=("sim", "real"), default="sim", help="simulated or compiled engine")
     parser.add_argument("--size", choices=("tiny", "full"), default="full", help="model size (real engine)")
     parser.add_argument("--layers", type=int, default=None, help="keep the first N decoder layers (real engine)")
+    parser.add_argument("--no-cuda-graphs", action="store_true",
+                        help="real engine on GPUs: issue every launch from Python instead of replaying CUDA graphs")
     parser.add_argument("--policies", default=None,
                         help="policies to run, comma-separated (default: all in the cost file / the real set)")
     parser.add_argument("--sim-costs", default=None, metavar="FILE", help="per-policy cost figures (JSON)")
@@ -94,7 +96,8 @@ def build_policies(args: argparse.Namespace, config: ServeConfig) -> tuple[list[
             if args.trace else ([args.input_len], [args.output_len])
         settings = EngineSettings(model=args.model, devices=devices, buckets=config.buckets, policies=names,
                                   size=args.size, layers=args.layers, prompt_tokens=max(lengths[0]),
-                                  context=max(lengths[0]) + max(lengths[1]), output_tokens=float(args.output_len))
+                                  context=max(lengths[0]) + max(lengths[1]), output_tokens=float(args.output_len),
+                                  cuda_graphs=False if args.no_cuda_graphs else None)
         model = CompiledModel(settings)  # compiled, profiled and planned once for every policy
         return [Policy(n, (lambda n=n: CompiledEngine(model, n)), monitor if len(plans_of(n)) == 2 else "main")
                 for n in names], f"measured on {devices}"
@@ -169,8 +172,24 @@ def run(args: argparse.Namespace) -> int:
     slo_s = args.slo_ms / 1e3
     print(f"serve-bench: model {args.model}, engine {args.engine} ({source}), {len(requests)} requests per run, "
           f"SLO {args.slo_ms:g} ms/token")
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    partial = out / "serve_bench.partial.jsonl"  # one line per point as it is measured (kept if the run is stopped)
+    partial.write_text("")
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(rates) * len(policies), desc="serve-bench", unit="run")
+
+    def on_point(p) -> None:
+        with partial.open("a") as f:
+            f.write(json.dumps(_finite({"policy": p.policy, "rate": p.rate, "slo_met": p.slo_met,
+                                        **p.summary.to_dict()})) + "\n")
+        bar.set_description(f"{p.policy} at {p.rate:g} req/s: {p.summary.norm_latency_mean_s * 1e3:.3g} ms/token")
+        bar.update(1)
+
     points = sweep(policies, requests, rates, seed=args.seed, config=config, slo_s_per_token=slo_s,
-                   make_clock=make_clock)
+                   make_clock=make_clock, on_point=on_point)
+    bar.close()
     print(format_table(("req/s", "policy", "tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms",
                         "norm ms/tok", "switches", "SLO"), _rows(points)))
     sustained = sustained_rates(points)
@@ -187,8 +206,6 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(("policy", "swept", *(("bisected",) if searched else ())),
                        [[n, "none" if r is None else r, *((searched.get(n) or "outside range",) if searched else ())]
                         for n, r in sustained.items()]))
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     report = {"model": args.model, "engine": args.engine, "cost_source": source, "slo_ms_per_token": args.slo_ms,
               "requests_per_run": len(requests), "seed": args.seed, "buckets": list(config.buckets),
               "points": [{"policy": p.policy, "rate": p.rate, "slo_met": p.slo_met, **p.summary.to_dict()}

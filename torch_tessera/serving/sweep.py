@@ -58,7 +58,8 @@ class SweepPoint:
 
 def sweep(policies: Sequence[Policy], requests: Sequence[Request], rates: Sequence[float], *, seed: int = 0,
           config: ServeConfig = ServeConfig(), slo_s_per_token: float = DEFAULT_SLO_S_PER_TOKEN,
-          make_clock: Callable[[], Clock] = SimClock) -> list[SweepPoint]:
+          make_clock: Callable[[], Clock] = SimClock,
+          on_point: Callable[[SweepPoint], None] | None = None) -> list[SweepPoint]:
     """Run every policy at every rate on ``requests`` re-timed as a Poisson process (same seed at every rate).
 
     Args:
@@ -69,6 +70,8 @@ def sweep(policies: Sequence[Policy], requests: Sequence[Request], rates: Sequen
         config: buckets and prefill budget.
         slo_s_per_token: SLO on mean normalized latency, seconds per token.
         make_clock: a fresh clock per run (:class:`SimClock` for simulated engines, ``WallClock`` for real ones).
+        on_point: called with each point as soon as it is measured (progress, incremental results: a real sweep
+            runs for minutes, and a run stopped part-way keeps what it measured).
     """
     if not policies or not rates:
         raise ConfigError("a sweep needs at least one policy and one rate")
@@ -78,6 +81,8 @@ def sweep(policies: Sequence[Policy], requests: Sequence[Request], rates: Sequen
         for policy in policies:
             summary = policy.run(timed, config, make_clock())
             points.append(SweepPoint(policy.name, rate, summary, summary.meets(slo_s_per_token)))
+            if on_point is not None:
+                on_point(points[-1])
             log.info("%s at %.3g req/s: %.2f ms/token, %d switches", policy.name, rate,
                      summary.norm_latency_mean_s * 1e3, summary.switches)
     return points
