@@ -69,8 +69,10 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
     ``max_iters`` moves or at ``deadline`` (``time.perf_counter()`` seconds). Keeps pins and memory budgets.
 
     Every move's resource changes (:func:`_move_deltas`) are computed once, then after each move only for the moved
-    block and its neighbours (the only rows a move changes), summed in the same order as a full recomputation, so the
-    moves taken are those of recomputing every row each step."""
+    block and its neighbours (the only rows a move changes), bit for bit as a full recomputation would give them; they
+    are stored resources-first so that the max and the sum of squares over resources are fast element-wise
+    reductions (the sum then adds in resource order, which could only reorder moves whose sums tie to the last bit;
+    ``tests/scheduler/test_fast_paths.py`` checks the moves against recomputing every row with ``.sum(2)``)."""
     D, B = pb.D, blocks.B
     if D < 2 or B == 0:
         return place
@@ -83,7 +85,7 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
     movable[pin] = False
     limited = memory_binds(pb, blocks)
     nbr_ptr, nbr = _neighbours(B, src, dst)
-    delta = _move_deltas(blocks, place, bi)
+    delta = np.ascontiguousarray(_move_deltas(blocks, place, bi).transpose(2, 0, 1))  # [R, B, D]: reduce over R fast
     for _ in range(max_iters):
         if time.perf_counter() > deadline:
             break
@@ -93,9 +95,10 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
         link = np.zeros(D * D)
         np.add.at(link, ps[cut] * D + pd_[cut], coef[np.flatnonzero(cut), ps[cut], pd_[cut]])
         base = np.concatenate([dev, link])
-        new = base[None, None] + delta
-        score = new.max(2)
-        sq = (new ** 2).sum(2)
+        new = delta + base[:, None, None]
+        score = np.maximum.reduce(new, axis=0)
+        new *= new
+        sq = np.add.reduce(new, axis=0)
         score[~movable] = np.inf
         score[bi, place] = np.inf
         cur_max, cur_sq = base.max(), (base ** 2).sum()
@@ -116,7 +119,7 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
         if moved < 0:
             break
         rows = np.union1d(nbr[nbr_ptr[moved]:nbr_ptr[moved + 1]], [moved])
-        delta[rows] = _move_deltas(blocks, place, rows)
+        delta[:, rows] = _move_deltas(blocks, place, rows).transpose(2, 0, 1)
     return place
 
 
