@@ -207,3 +207,27 @@ def test_untied_milp_is_started_only_when_the_time_limit_allows_its_size(monkeyp
     skipped = plan(dag, costs, tp, cache_dir=False, mip_gap=0.0, time_limit=5.0)
     assert any(n.startswith("untied MILP not started") for n in skipped.solver.notes)
     assert not any(n.startswith("untied MILP on") for n in skipped.solver.notes)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_plan_pauses_the_garbage_collector_and_restores_it(monkeypatch, enabled):
+    import gc
+
+    seen = []
+    real = solve.solve_throughput
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    import torch_tessera.scheduler as sched
+
+    monkeypatch.setattr(sched, "solve_throughput", spy)
+    dag = random_dag(6, 0)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        plan(dag, random_costs(dag, 2, 0), topo(2), cache_dir=False)
+        assert seen == [False]
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable()
