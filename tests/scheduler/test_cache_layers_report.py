@@ -189,3 +189,45 @@ def test_layer_units_join_boundary_kernels():
     assert units[0] is None and units[-1] is None and units[-2] is None  # embedding, final norm, head
     boundary = [k for k in range(pb.n) if pb.layer[k] is None and names[k] == "add"]
     assert [units[k] for k in boundary] == [0, 1, None]  # the last layer's boundary add is after the last layer
+
+
+def test_untied_milp_is_started_only_when_the_time_limit_allows_its_size(monkeypatch):
+    assert solve.untied_fits(2824, 10.0)  # Llama-3.1-8B, 2 devices: solved in 2.9 s
+    assert not solve.untied_fits(5656, 10.0)  # Mamba-2.8B, 4 devices: ran 10 s without improving
+    assert solve.untied_fits(5656, 20.0)
+    assert not solve.untied_fits(solve.EXACT_BLOCKS + 1, 1e6)
+    devs = ("big", "small", "mid")
+    dag = transformer_dag(layers=4, tokens=256, context=2048)
+    costs, tp = roofline_costs(dag, devs, seed=4), nvlink_topology(devs)
+    monkeypatch.setattr(solve, "RESOLVE_GAP", -1.0)  # every tied plan above its bound counts as loose
+    started = plan(dag, costs, tp, cache_dir=False, mip_gap=0.0, time_limit=5.0)
+    assert started.predicted_seconds > started.lower_bound_seconds
+    assert any(n.startswith("untied MILP on") for n in started.solver.notes)
+    monkeypatch.setattr(solve, "EXACT_BINARIES_PER_SECOND", 1e-3)
+    skipped = plan(dag, costs, tp, cache_dir=False, mip_gap=0.0, time_limit=5.0)
+    assert any(n.startswith("untied MILP not started") for n in skipped.solver.notes)
+    assert not any(n.startswith("untied MILP on") for n in skipped.solver.notes)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_plan_pauses_the_garbage_collector_and_restores_it(monkeypatch, enabled):
+    import gc
+
+    seen = []
+    real = solve.solve_throughput
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    import torch_tessera.scheduler as sched
+
+    monkeypatch.setattr(sched, "solve_throughput", spy)
+    dag = random_dag(6, 0)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        plan(dag, random_costs(dag, 2, 0), topo(2), cache_dir=False)
+        assert seen == [False]
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable()

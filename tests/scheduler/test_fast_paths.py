@@ -329,3 +329,78 @@ def test_counts_lp_bound_is_below_the_milp_bound(D):
     assert lp.status == "optimal" and mip.status == "optimal"
     assert 0 < lp.bound <= mip.bound * (1 + 1e-6) and mip.bound <= mip.objective * (1 + 1e-6)
     assert np.allclose(frac.sum(1), cls.L) and np.array_equal(counts.sum(1), cls.L)
+
+
+def ref_local_search(pb, blocks, place, max_iters=10_000):
+    """The local search recomputing every block's move deltas after each move (the implementation before the
+    incremental update), with the same acceptance rule and tie-breaks."""
+    from torch_tessera.scheduler.blocks import memory_binds
+
+    D, B = pb.D, blocks.B
+    place = place.copy()
+    R = D + D * D
+    bi, g_ar = np.arange(B), np.arange(D)
+    src, dst, coef = blocks.esrc, blocks.edst, blocks.coef
+    E = len(src)
+    movable = np.ones((B, D), bool)
+    movable[:, blocks.forbidden] = False
+    movable[blocks.pinned >= 0] = False
+    limited = memory_binds(pb, blocks)
+    for _ in range(max_iters):
+        dev = np.bincount(place, weights=blocks.cost[bi, place], minlength=D)
+        ps, pd_ = place[src], place[dst]
+        cut = ps != pd_
+        link = np.zeros(D * D)
+        np.add.at(link, ps[cut] * D + pd_[cut], coef[np.flatnonzero(cut), ps[cut], pd_[cut]])
+        base = np.concatenate([dev, link])
+        delta = np.zeros((B, D, R))
+        delta[bi[:, None], g_ar[None], g_ar[None]] += blocks.cost
+        delta[bi, :, place] -= blocks.cost[bi, place][:, None]
+        cur = np.where(cut, coef[np.arange(E), ps, pd_], 0.0)
+        gs = np.tile(g_ar, E)
+        idx, val = [], []
+        for end, other in ((src, pd_), (dst, ps)):
+            rows = np.repeat(end, D)
+            idx.append((rows * D + gs) * R + D + np.repeat(ps * D + pd_, D))
+            val.append(-np.repeat(cur, D))
+            oth = np.repeat(other, D)
+            a, c = (gs, oth) if end is src else (oth, gs)
+            idx.append((rows * D + gs) * R + D + a * D + c)
+            val.append(np.where(a != c, coef[np.repeat(np.arange(E), D), a, c], 0.0))
+        delta += np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=B * D * R).reshape(B, D, R)
+        new = base[None, None] + delta
+        score, sq = new.max(2), (new ** 2).sum(2)
+        score[~movable] = np.inf
+        score[bi, place] = np.inf
+        cur_max, cur_sq = base.max(), (base ** 2).sum()
+        better = (score < cur_max * (1 - 1e-9)) | ((score <= cur_max * (1 + 1e-12)) & (sq < cur_sq * (1 - 1e-9)))
+        if not better.any():
+            break
+        cand = np.flatnonzero(better.ravel())
+        moved = False
+        for flat in cand[np.lexsort((sq.ravel()[cand], score.ravel()[cand]))][:8]:
+            b, g = divmod(int(flat), D)
+            old, place[b] = place[b], g
+            if not limited or ref_block_memory_ok(pb, blocks, place):
+                moved = True
+                break
+            place[b] = old
+        if not moved:
+            break
+    return place
+
+
+@pytest.mark.parametrize("D,tight", [(2, False), (3, False), (4, False), (2, True), (3, True)])
+def test_local_search_with_incremental_deltas_matches_full_recomputation(D, tight):
+    from torch_tessera.scheduler.heuristics import local_search
+
+    pb = _problem(D, tight)
+    label, _ = tie_layers(pb)
+    moves = 0
+    for blocks in (aggregate(pb, pb.group), aggregate(pb, label)):
+        rng = np.random.default_rng(D)
+        for start in [np.zeros(blocks.B, np.int64)] + [rng.integers(0, D, size=blocks.B) for _ in range(3)]:
+            got = local_search(pb, blocks, start, time.perf_counter() + 60)
+            assert np.array_equal(got, ref_local_search(pb, blocks, start))
+            moves += int((got != start).sum())
+    assert moves > 10  # the searches moved blocks (a start that breaks a budget may not move)

@@ -66,21 +66,26 @@ def greedy_cycle(pb: Problem, blocks: Blocks) -> np.ndarray:
 
 def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float, max_iters: int = 10_000) -> np.ndarray:
     """Steepest-descent single-block moves on (cycle time, sum of squared loads); stops at a local optimum, after
-    ``max_iters`` moves or at ``deadline`` (``time.perf_counter()`` seconds). Keeps pins and memory budgets."""
+    ``max_iters`` moves or at ``deadline`` (``time.perf_counter()`` seconds). Keeps pins and memory budgets.
+
+    Every move's resource changes (:func:`_move_deltas`) are computed once, then after each move only for the moved
+    block and its neighbours (the only rows a move changes), bit for bit as a full recomputation would give them; they
+    are stored resources-first so that the max and the sum of squares over resources are fast element-wise
+    reductions (the sum then adds in resource order, which could only reorder moves whose sums tie to the last bit;
+    ``tests/scheduler/test_fast_paths.py`` checks the moves against recomputing every row with ``.sum(2)``)."""
     D, B = pb.D, blocks.B
     if D < 2 or B == 0:
         return place
     place = place.copy()
-    R = D + D * D
     bi = np.arange(B)
     src, dst, coef = blocks.esrc, blocks.edst, blocks.coef
-    E = len(src)
     movable = np.ones((B, D), bool)
     movable[:, blocks.forbidden] = False
     pin = blocks.pinned >= 0
     movable[pin] = False
     limited = memory_binds(pb, blocks)
-    g_ar = np.arange(D)
+    nbr_ptr, nbr = _neighbours(B, src, dst)
+    delta = np.ascontiguousarray(_move_deltas(blocks, place, bi).transpose(2, 0, 1))  # [R, B, D]: reduce over R fast
     for _ in range(max_iters):
         if time.perf_counter() > deadline:
             break
@@ -90,26 +95,10 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
         link = np.zeros(D * D)
         np.add.at(link, ps[cut] * D + pd_[cut], coef[np.flatnonzero(cut), ps[cut], pd_[cut]])
         base = np.concatenate([dev, link])
-        delta = np.zeros((B, D, R))
-        delta[bi[:, None], g_ar[None], g_ar[None]] += blocks.cost
-        delta[bi, :, place] -= blocks.cost[bi, place][:, None]
-        if E:
-            cur = np.where(cut, coef[np.arange(E), ps, pd_], 0.0)
-            gs = np.tile(g_ar, E)
-            idx, val = [], []
-            for end, other in ((src, pd_), (dst, ps)):
-                # remove the edge's current load for every target device, add its load for the new pair
-                rows = np.repeat(end, D)
-                idx.append((rows * D + gs) * R + D + np.repeat(ps * D + pd_, D))
-                val.append(-np.repeat(cur, D))
-                oth = np.repeat(other, D)
-                a, c = (gs, oth) if end is src else (oth, gs)
-                idx.append((rows * D + gs) * R + D + a * D + c)
-                val.append(np.where(a != c, coef[np.repeat(np.arange(E), D), a, c], 0.0))
-            delta += np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=B * D * R).reshape(B, D, R)
-        new = base[None, None] + delta
-        score = new.max(2)
-        sq = (new ** 2).sum(2)
+        new = delta + base[:, None, None]
+        score = np.maximum.reduce(new, axis=0)
+        new *= new
+        sq = np.add.reduce(new, axis=0)
         score[~movable] = np.inf
         score[bi, place] = np.inf
         cur_max, cur_sq = base.max(), (base ** 2).sum()
@@ -118,18 +107,65 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
             break
         cand = np.flatnonzero(better.ravel())
         order = cand[np.lexsort((sq.ravel()[cand], score.ravel()[cand]))]
-        moved = False
+        moved = -1
         for flat in order[:8]:
             b, g = divmod(int(flat), D)
             old = place[b]
             place[b] = g
             if not limited or block_memory_ok(pb, blocks, place):
-                moved = True
+                moved = b
                 break
             place[b] = old
-        if not moved:
+        if moved < 0:
             break
+        rows = np.union1d(nbr[nbr_ptr[moved]:nbr_ptr[moved + 1]], [moved])
+        delta[:, rows] = _move_deltas(blocks, place, rows).transpose(2, 0, 1)
     return place
+
+
+def _neighbours(B: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR adjacency of the undirected block graph: block ``b``'s neighbours are ``nbr[ptr[b]:ptr[b + 1]]``."""
+    ends = np.r_[src, dst]
+    other = np.r_[dst, src]
+    order = np.argsort(ends, kind="stable")
+    ptr = np.r_[0, np.cumsum(np.bincount(ends, minlength=B))]
+    return ptr, other[order]
+
+
+def _move_deltas(blocks: Blocks, place: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``[len(rows), D, D + D * D]``: the change of every resource (device loads, then links ``a * D + c``) when
+    block ``rows[i]`` alone moves to device ``g``, for sorted distinct ``rows``. Each entry sums its terms in the
+    order of the full computation (compute, then per end: each edge's current load removed, its new load added, in
+    edge order), so the rows of any subset equal those of all rows bit for bit."""
+    D, B = blocks.cost.shape[1], blocks.B
+    R = D + D * D
+    src, dst, coef = blocks.esrc, blocks.edst, blocks.coef
+    g_ar = np.arange(D)
+    ri = np.arange(len(rows))
+    local = np.full(B, -1, dtype=np.int64)
+    local[rows] = ri
+    out = np.zeros((len(rows), D, R))
+    out[ri[:, None], g_ar[None], g_ar[None]] += blocks.cost[rows]
+    out[ri, :, place[rows]] -= blocks.cost[rows, place[rows]][:, None]
+    if not len(src):
+        return out
+    idx, val = [], []
+    for end, side in ((src, 0), (dst, 1)):
+        e = np.flatnonzero(local[end] >= 0)  # this end's edges that touch the rows, in edge order
+        ps, pd_ = place[src[e]], place[dst[e]]
+        cur = np.where(ps != pd_, coef[e, ps, pd_], 0.0)
+        rws = np.repeat(local[end[e]], D)
+        gs = np.tile(g_ar, len(e))
+        # remove the edge's current load for every target device, add its load for the new pair
+        idx.append((rws * D + gs) * R + D + np.repeat(ps * D + pd_, D))
+        val.append(-np.repeat(cur, D))
+        oth = np.repeat(pd_ if side == 0 else ps, D)
+        a, c = (gs, oth) if side == 0 else (oth, gs)
+        idx.append((rws * D + gs) * R + D + a * D + c)
+        val.append(np.where(a != c, coef[np.repeat(e, D), a, c], 0.0))
+    out += np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=len(rows) * D * R).reshape(
+        len(rows), D, R)
+    return out
 
 
 def heft_latency(pb: Problem, label: np.ndarray) -> np.ndarray:

@@ -5,8 +5,8 @@ counts LP (:mod:`counts`; its optimum is a valid lower bound for every placement
 (a fill of each class's layers, device by device, in a common layer order; rounded-up members given back while a
 memory budget breaks), shift search, untied local search -> only if that plan is not within ``mip_gap`` of the
 bound: list heuristic + local search on the tied classes (the MILP's cut-off), then the counts MILP, realised the same
-way -> the untied MILP when the problem is small and the plan is not yet within ``RESOLVE_GAP`` of the bound ->
-untied local search. Without repeated layers (or ``tie_layers=False``) the list heuristic gives the incumbent and the
+way -> the untied MILP when the problem is small for ``time_limit`` (:func:`untied_fits`) and the plan is not yet
+within ``RESOLVE_GAP`` of the bound -> untied local search. Without repeated layers (or ``tie_layers=False``) the list heuristic gives the incumbent and the
 counts MILP is the exact placement MILP.
 
 Latency: exact DP when every program is a path; otherwise HEFT, single-device and baseline (layer, af, pd)
@@ -46,9 +46,17 @@ COUNTS_GAP = 1e-2
 #: seconds on real DAGs (Llama-3.1-8B, 4 devices: 9 s to the time limit without improving a plan 1.2 % from the
 #: bound). 2 % is the quality target of docs/BENCHMARKS.md; pass ``tie_layers=False`` for the exact MILP.
 RESOLVE_GAP = 2e-2
-#: Below this many (group x device) binaries the untied MILP also runs (in the time left) when the polished counts
-#: plan is left more than ``max(2 mip_gap, RESOLVE_GAP)`` from its bound.
-EXACT_BLOCKS = 20000  # blocks x devices up to which a loose counts plan is re-solved untied (Llama-3.1-8B: ~2300)
+#: Below this many (group x device) binaries the untied MILP also runs when the polished counts plan is left more
+#: than ``max(2 mip_gap, RESOLVE_GAP)`` from its bound, provided ``time_limit`` also allows
+#: :data:`EXACT_BINARIES_PER_SECOND`.
+EXACT_BLOCKS = 20000
+#: Binaries (groups x devices) the untied MILP is given per second of ``time_limit``: above
+#: ``EXACT_BINARIES_PER_SECOND x time_limit`` it is not started, since it cannot finish. Measured on this 2-core machine
+#: (2026-11-29, SciPy 1.17.1 / HiGHS): Llama-3.1-8B on 2 devices (2824 binaries) optimal in 2.9 s; Mamba-2.8B on 4
+#: (5656) ran to the 10 s limit without improving the plan, and improved it by 1.2 % only after about 100 s; Llama on
+#: 4 (5648) and Mixtral on 2 (3720) were still short of their plans' value after 104 s. So at the default 10 s it
+#: runs up to 4000 binaries; a longer ``time_limit`` (or ``tie_layers=False``) admits larger problems.
+EXACT_BINARIES_PER_SECOND = 400.0
 
 
 #: Relative cycle-time increase a throughput plan may take to move fewer bytes (:mod:`.transfers`): the MILP's own
@@ -187,7 +195,11 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         raise_infeasible(pb, groups, "" if res.status == "infeasible" else
                          f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
     value, place = best
-    if tied and value > bound * (1 + max(2 * mip_gap, RESOLVE_GAP)) and groups.B * pb.D <= EXACT_BLOCKS:
+    loose = tied and value > bound * (1 + max(2 * mip_gap, RESOLVE_GAP))
+    if loose and not untied_fits(groups.B * pb.D, time_limit):
+        notes.append(f"untied MILP not started: {groups.B} groups x {pb.D} devices exceed "
+                     f"{EXACT_BINARIES_PER_SECOND:g} binaries per second of time_limit={time_limit:g} s")
+    elif loose:
         # small enough for the untied MILP: solve it exactly (within the time left), from the incumbent
         exact = build_classes(pb, groups, np.arange(groups.B))
         left = deadline - time.perf_counter()
@@ -222,6 +234,12 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     status = ("optimal" if gap <= 1e-4 else f"within mip_gap {mip_gap:g}" if gap <= mip_gap * (1 + 1e-6) else
               "time limit" if res.status == "time limit" else "feasible")
     return Solution(place, value, min(bound, value), method, status, res.nodes, cls.C, notes)
+
+
+def untied_fits(binaries: int, time_limit: float) -> bool:
+    """Whether the untied MILP over ``binaries`` (groups x devices) placement variables is worth starting within
+    ``time_limit`` seconds: at most :data:`EXACT_BLOCKS` and :data:`EXACT_BINARIES_PER_SECOND` per second."""
+    return binaries <= min(EXACT_BLOCKS, EXACT_BINARIES_PER_SECOND * time_limit)
 
 
 def solve_latency(pb: Problem, time_limit: float, use_ties: bool = True) -> Solution:
