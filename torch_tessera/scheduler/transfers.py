@@ -25,6 +25,10 @@ from torch_tessera.scheduler.blocks import Blocks, block_cycle_many, block_loads
 #: groups joined by edges at least ``CLUSTER_SHARE`` as heavy as the cut edge.
 CLUSTER_EDGES, CLUSTER_MAX, CLUSTER_SHARE = 64, 16, 0.25
 
+#: Cut edges lighter than this share of the cycle time are not worth a move (they also keep the search short: on
+#: real DAGs most cut edges carry a few kilobytes).
+MIN_SHARE = 1e-3
+
 #: Passes over the candidate moves (each pass scores every candidate move at once, then applies the improving ones
 #: in order of bytes saved, re-checking each against the moves applied before it).
 PASSES = 3
@@ -58,14 +62,13 @@ def trim_transfers(blocks: Blocks, bplace: np.ndarray, limit: float, deadline: f
     cur_cycle, cur_traffic = float(cycle0[0]), float(traffic0[0])
     start_traffic = cur_traffic
     weight = blocks.coef.reshape(len(blocks.esrc), -1).max(1)  # seconds per step an edge costs when cut
-    nbrs: list[list[tuple[int, int]]] = [[] for _ in range(blocks.B)]
-    for e, (a, b) in enumerate(zip(blocks.esrc.tolist(), blocks.edst.tolist())):
-        nbrs[a].append((b, e))
-        nbrs[b].append((a, e))
+    if not ((place[blocks.esrc] != place[blocks.edst]) & (weight >= MIN_SHARE * cur_cycle)).any():
+        return place, cur_cycle, 0.0  # nothing heavy is cut
+    nbrs = _Adjacency(blocks)
     for _ in range(PASSES):
         if time.perf_counter() > deadline or cur_traffic <= 0:
             break
-        moves = _moves(blocks, place, weight, nbrs, allowed)
+        moves = _moves(blocks, place, weight, nbrs, allowed, MIN_SHARE * cur_cycle)
         if not moves:
             break
         trial = np.repeat(place[None], len(moves), axis=0)
@@ -78,7 +81,7 @@ def trim_transfers(blocks: Blocks, bplace: np.ndarray, limit: float, deadline: f
         if not len(good):
             break
         improved = False
-        for k in good[np.argsort(traffic[good])].tolist():
+        for k in good[np.argsort(traffic[good])][:CLUSTER_EDGES].tolist():
             gs, d = moves[k]
             if (place[gs] == d).all():
                 continue
@@ -95,20 +98,38 @@ def trim_transfers(blocks: Blocks, bplace: np.ndarray, limit: float, deadline: f
     return place, cur_cycle, start_traffic - cur_traffic
 
 
-def _moves(blocks: Blocks, place: np.ndarray, weight: np.ndarray, nbrs: list, allowed: np.ndarray,
-           ) -> list[tuple[np.ndarray, int]]:
-    """Candidate moves ``(groups, device)``: each group at either end of a cut edge, alone to every other device;
-    and, for the heaviest cut edges, the *cluster* at either end to the other end's device: the groups on that end's
+class _Adjacency:
+    """Neighbours of each group over the aggregated edges, as ``(group, edge)`` pairs (CSR arrays, built once)."""
+
+    def __init__(self, blocks: Blocks) -> None:
+        E = len(blocks.esrc)
+        ends = np.concatenate([blocks.esrc, blocks.edst])
+        self.other = np.concatenate([blocks.edst, blocks.esrc])
+        self.edge = np.concatenate([np.arange(E), np.arange(E)])
+        self.order = np.argsort(ends, kind="stable")
+        self.ptr = np.searchsorted(ends[self.order], np.arange(blocks.B + 1))
+
+    def of(self, g: int) -> list[tuple[int, int]]:
+        idx = self.order[self.ptr[g]:self.ptr[g + 1]]
+        return list(zip(self.other[idx].tolist(), self.edge[idx].tolist()))
+
+
+def _moves(blocks: Blocks, place: np.ndarray, weight: np.ndarray, nbrs: _Adjacency, allowed: np.ndarray,
+           min_weight: float) -> list[tuple[np.ndarray, int]]:
+    """Candidate moves ``(groups, device)`` around the ``CLUSTER_EDGES`` heaviest cut edges (those costing at least
+    ``min_weight`` seconds per step): each group at either end, alone to every other device; and the *cluster* at
+    either end to the other end's device: the groups on that end's
     device joined to it by edges at least ``CLUSTER_SHARE`` as heavy as the cut. A single move cannot shed a cut
     inside a chain of heavy edges (KV-cache update -> cache read -> attention: moving either kernel alone only moves
     the cut), a cluster move can."""
     D = blocks.cost.shape[1]
-    cut = np.flatnonzero(place[blocks.esrc] != place[blocks.edst])
+    cut = np.flatnonzero((place[blocks.esrc] != place[blocks.edst]) & (weight >= min_weight))
+    cut = cut[np.argsort(-weight[cut], kind="stable")][:CLUSTER_EDGES]  # the heaviest cuts: where bytes are shed
     free = blocks.pinned < 0
     ends = np.unique(np.concatenate([blocks.esrc[cut], blocks.edst[cut]]))
     moves = [(np.array([g]), d) for g in ends[free[ends]].tolist() for d in range(D) if d != place[g] and allowed[d]]
     seen: set[tuple[tuple[int, ...], int]] = set()
-    for e in cut[np.argsort(-weight[cut])][:CLUSTER_EDGES].tolist():
+    for e in cut.tolist():
         for start, target in ((int(blocks.esrc[e]), int(place[blocks.edst[e]])),
                               (int(blocks.edst[e]), int(place[blocks.esrc[e]]))):
             if not allowed[target]:
@@ -117,7 +138,7 @@ def _moves(blocks: Blocks, place: np.ndarray, weight: np.ndarray, nbrs: list, al
             comp, todo = {start}, [start]
             while todo and len(comp) <= CLUSTER_MAX:
                 g = todo.pop()
-                for h, f in nbrs[g]:
+                for h, f in nbrs.of(g):
                     if h not in comp and place[h] == home and weight[f] >= cutoff:
                         comp.add(h)
                         todo.append(h)
