@@ -23,7 +23,7 @@ from torch_tessera.scheduler.blocks import Blocks, block_cycle_many, block_loads
 
 #: Cluster moves are tried for this many of the heaviest cut edges per pass, over clusters of at most ``CLUSTER_MAX``
 #: groups joined by edges at least ``CLUSTER_SHARE`` as heavy as the cut edge.
-CLUSTER_EDGES, CLUSTER_MAX, CLUSTER_SHARE = 64, 16, 0.25
+CLUSTER_EDGES, CLUSTER_MAX, CLUSTER_SHARE = 32, 16, 0.25
 
 #: Cut edges lighter than this share of the cycle time are not worth a move (they also keep the search short: on
 #: real DAGs most cut edges carry a few kilobytes).
@@ -31,7 +31,7 @@ MIN_SHARE = 1e-3
 
 #: Passes over the candidate moves (each pass scores every candidate move at once, then applies the improving ones
 #: in order of bytes saved, re-checking each against the moves applied before it).
-PASSES = 3
+PASSES = 2
 
 
 def trim_transfers(blocks: Blocks, bplace: np.ndarray, limit: float, deadline: float,
@@ -71,31 +71,72 @@ def trim_transfers(blocks: Blocks, bplace: np.ndarray, limit: float, deadline: f
         moves = _moves(blocks, place, weight, nbrs, allowed, MIN_SHARE * cur_cycle)
         if not moves:
             break
-        trial = np.repeat(place[None], len(moves), axis=0)
-        for k, (gs, d) in enumerate(moves):
-            trial[k, gs] = d
-        cyc, traffic = score(trial)
-        good = np.flatnonzero((cyc <= limit) & (traffic < cur_traffic * (1 - 1e-9)))
-        if pb is not None and len(good):
-            good = good[block_memory_ok_many(pb, blocks, trial[good])]
-        if not len(good):
-            break
-        improved = False
-        for k in good[np.argsort(traffic[good])][:CLUSTER_EDGES].tolist():
-            gs, d = moves[k]
-            if (place[gs] == d).all():
-                continue
+        dev, link = (x[0] for x in block_loads_many(blocks, place[None]))
+        cyc, traffic = np.empty(len(moves)), np.empty(len(moves))
+        for k, (gs, d) in enumerate(moves):  # each move scored from the current loads over its own edges only
             new = place.copy()
             new[gs] = d
-            c1, t1 = score(new[None])
-            if c1[0] <= limit and t1[0] < cur_traffic * (1 - 1e-9) and (
-                    pb is None or block_memory_ok_many(pb, blocks, new[None])[0]):
-                place, cur_cycle, cur_traffic, improved = new, float(c1[0]), float(t1[0]), True
-            if time.perf_counter() > deadline:
-                break
-        if not improved:
+            dev1, link1 = _moved_loads(blocks, nbrs, place, new, gs, dev, link)
+            cyc[k], traffic[k] = max(dev1.max(), link1.max()), link1.sum()
+        good = np.flatnonzero((cyc <= limit) & (traffic < cur_traffic * (1 - 1e-9)))
+        if pb is not None and len(good):
+            trial = np.repeat(place[None], len(good), axis=0)
+            for i, k in enumerate(good.tolist()):
+                trial[i, moves[k][0]] = moves[k][1]
+            good = good[block_memory_ok_many(pb, blocks, trial)]
+        if not len(good):
             break
+        order = good[np.argsort(traffic[good])][:CLUSTER_EDGES].tolist()
+        start = place
+        new_place = _apply(blocks, nbrs, moves, order, place, cur_traffic, limit, None, deadline)
+        if pb is not None and not block_memory_ok_many(pb, blocks, new_place[None])[0]:
+            # each move fitted alone, together they do not: apply them again, checking memory after each
+            new_place = _apply(blocks, nbrs, moves, order, place, cur_traffic, limit, pb, deadline)
+        place = new_place
+        if (place == start).all():
+            break
+        cycle1, traffic1 = score(place[None])  # exact sums again (the deltas above accumulate rounding)
+        cur_cycle, cur_traffic = float(cycle1[0]), float(traffic1[0])
     return place, cur_cycle, start_traffic - cur_traffic
+
+
+def _apply(blocks: Blocks, nbrs: "_Adjacency", moves: list, order: list[int], place: np.ndarray, traffic: float,
+           limit: float, pb, deadline: float) -> np.ndarray:
+    """Apply ``moves[k]`` for ``k`` in ``order`` one after another, each only if it still lowers the total link load
+    and keeps the cycle time within ``limit`` (and, with ``pb``, the memory budgets) after the ones applied before."""
+    dev, link = (x[0] for x in block_loads_many(blocks, place[None]))
+    for k in order:
+        gs, d = moves[k]
+        if (place[gs] == d).all():
+            continue
+        new = place.copy()
+        new[gs] = d
+        dev1, link1 = _moved_loads(blocks, nbrs, place, new, gs, dev, link)
+        c1, t1 = max(dev1.max(), link1.max()), link1.sum()
+        if c1 <= limit and t1 < traffic * (1 - 1e-9) and (
+                pb is None or block_memory_ok_many(pb, blocks, new[None])[0]):
+            place, dev, link, traffic = new, dev1, link1, float(t1)
+        if time.perf_counter() > deadline:
+            break
+    return place
+
+
+def _moved_loads(blocks: Blocks, nbrs: "_Adjacency", old: np.ndarray, new: np.ndarray, gs: np.ndarray,
+                 dev: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Device loads ``[D]`` and link loads ``[D * D]`` after moving groups ``gs`` (placement ``old`` -> ``new``),
+    updated from ``dev`` / ``link`` over the moved groups' costs and incident edges only."""
+    D = blocks.cost.shape[1]
+    dev, link = dev.copy(), link.copy()
+    np.subtract.at(dev, old[gs], blocks.cost[gs, old[gs]])
+    np.add.at(dev, new[gs], blocks.cost[gs, new[gs]])
+    edges = np.unique(np.concatenate([nbrs.edges_of(g) for g in gs.tolist()]))
+    if len(edges):
+        a, b = blocks.esrc[edges], blocks.edst[edges]
+        for pl, sign in ((old, -1.0), (new, 1.0)):
+            pa, pb = pl[a], pl[b]
+            cut = pa != pb
+            np.add.at(link, pa[cut] * D + pb[cut], sign * blocks.coef[edges[cut], pa[cut], pb[cut]])
+    return dev, link
 
 
 class _Adjacency:
@@ -108,6 +149,9 @@ class _Adjacency:
         self.edge = np.concatenate([np.arange(E), np.arange(E)])
         self.order = np.argsort(ends, kind="stable")
         self.ptr = np.searchsorted(ends[self.order], np.arange(blocks.B + 1))
+
+    def edges_of(self, g: int) -> np.ndarray:
+        return self.edge[self.order[self.ptr[g]:self.ptr[g + 1]]]
 
     def of(self, g: int) -> list[tuple[int, int]]:
         idx = self.order[self.ptr[g]:self.ptr[g + 1]]
