@@ -4,7 +4,9 @@ A real CUDA graph records each kernel with the addresses its arguments had at ca
 without running anything while capturing. The stand-in does the same on CPU: while "capturing", a Triton launch
 resolves its tensor arguments at once and records a closure over those very tensors (nothing runs); an extern op runs
 once to obtain its capture-time output tensors and its replay writes into them. Replays therefore read and write the
-memory the capture saw, as on a GPU.
+memory the capture saw, as on a GPU. Every replayed launch and copy first checks that each storage it touches is
+still the one its buffer pool binds (:class:`StaleReplay` otherwise): a GPU graph holds raw addresses, so memory its
+pool dropped could be freed or handed out again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,20 @@ from torch_tessera.runtime import executor as executor_mod
 from torch_tessera.runtime import graphs as graphs_mod
 from torch_tessera.runtime import placed as placed_mod
 from torch_tessera.runtime.devices import CpuStream
+
+
+class StaleReplay(AssertionError):
+    """A replay used memory its buffer pool no longer binds (on a GPU: freed or re-bound since capture)."""
+
+
+def _check_bound(pool, pairs, what: str) -> None:
+    """Every (buffer name, tensor the replay uses) still the storage ``pool`` binds for that buffer (a CUDA graph
+    holds raw addresses: memory its pool dropped may be freed and handed out again)."""
+    for name, t in pairs:
+        cur = pool.storages.get(name)
+        if cur is None or cur.untyped_storage().data_ptr() != t.untyped_storage().data_ptr():
+            raise StaleReplay(f"{what}: buffer {name} is {'no longer bound' if cur is None else 're-bound'} in its "
+                              "pool since capture; a CUDA graph would touch freed or reused memory")
 
 
 class _Graph:
@@ -64,8 +80,10 @@ def stand_in_graphs(monkeypatch):
 
         if isinstance(launch, TritonLaunch):
             args, kernel = [arg(a) for a in launch.args], self.kernel(launch.kernel)
+            pairs = [(a.buffer, t) for a, t in zip(launch.args, args) if isinstance(a, TensorArg)]
 
-            def replay_triton(args=args, kernel=kernel, device=pool.device):
+            def replay_triton(args=args, kernel=kernel, device=pool.device, pairs=pairs, name=launch.kernel):
+                _check_bound(pool, pairs, f"replay of {name}")
                 with executor_mod._interpreter_context(device):
                     kernel.run(*args, stream=0)
 
@@ -74,8 +92,13 @@ def stand_in_graphs(monkeypatch):
         args, kwargs = tree_map(arg, launch.args), tree_map(arg, dict(launch.kwargs))
         result = launch.overload(*args, **kwargs)  # the capture-time allocation of fresh outputs
         leaves = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
+        specs = [a for a in tree_flatten((launch.args, dict(launch.kwargs)))[0] if isinstance(a, TensorArg)]
+        vals = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        pairs = [(a.buffer, t) for a, t in zip(specs, vals)]
+        outs = [(o.buffer, t) for o, t in zip(launch.outputs, leaves)]
 
-        def replay_extern(args=args, kwargs=kwargs, leaves=leaves, op=launch.overload):
+        def replay_extern(args=args, kwargs=kwargs, leaves=leaves, op=launch.overload, pairs=pairs, outs=outs):
+            _check_bound(pool, pairs + outs, f"replay of {op}")
             new = [t for t in tree_flatten(op(*args, **kwargs))[0] if isinstance(t, torch.Tensor)]
             for old, fresh in zip(leaves, new):
                 if old.data_ptr() != fresh.data_ptr():
@@ -87,7 +110,13 @@ def stand_in_graphs(monkeypatch):
     def capture_copy(executor, step, pools, streams, copy_stream):
         src = pools[step.src].storages[step.buffer][step.start:step.end]
         dst = pools[step.dst].storages[step.buffer][step.start:step.end]
-        _Graph.capturing.calls.append(lambda: dst.copy_(src))  # a memcpy node: these very bytes, at replay
+
+        def replay_copy(src_pool=pools[step.src], dst_pool=pools[step.dst]):
+            _check_bound(src_pool, [(step.buffer, src)], f"copy of {step.buffer} from {step.src}")
+            _check_bound(dst_pool, [(step.buffer, dst)], f"copy of {step.buffer} to {step.dst}")
+            dst.copy_(src)  # a memcpy node: these very bytes, at replay
+
+        _Graph.capturing.calls.append(replay_copy)
 
     orig_init = placed_mod.PlacedExecutor.__init__
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import TEST_DEVICE  # noqa: F401  (sets TRITON_INTERPRET on CPU)
+from tests.runtime.graph_stand_in import stand_in_graphs  # noqa: F401 - pytest fixture
 from torch_tessera.errors import ConfigError, UnsupportedModelError
 from torch_tessera.serving.clock import WallClock
 from torch_tessera.serving.compiled_engine import CompiledEngine, CompiledModel, EngineSettings
@@ -124,3 +125,24 @@ def test_serve_bench_real_engine_rejects_model_without_kv_cache(capsys):
     assert main(["serve-bench", "--engine", "real", "--model", "mamba", "--size", "tiny", "--devices",
                  "cpu:0,cpu:1", "--rates", "1"]) == 2
     assert "KV cache" in capsys.readouterr().err
+
+
+def test_plan_switches_keep_tokens_with_graphs(stand_in_graphs, tmp_path, monkeypatch):
+    """CUDA graphs on (the pointer-faithful CPU stand-in, one graph over both devices per executor): prefill and
+    every bucket's decode through each plan's executor, switched every step, give eager's greedy tokens; every
+    executor captures once, and every replay touches only storages its pools still bind (the stand-in checks)."""
+    if TEST_DEVICE != "cpu":
+        pytest.skip("the stand-in replaces CUDA graphs on CPU virtual devices only")
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    s = EngineSettings(devices="cpu:0,cpu:1", buckets=BUCKETS, policies=("tessera",), layers=1, prompt_tokens=8,
+                       context=8 + OUTPUT, output_tokens=OUTPUT, profile_repeats=1, profile_warmup=0,
+                       cuda_graphs=True)
+    model = CompiledModel(s)
+    reqs = requests(6)
+    engine = CompiledEngine(model, "tessera")
+    result = serve(reqs, engine, SwitchEveryStep(MonitorConfig()), ServeConfig(buckets=BUCKETS), WallClock())
+    check(result, model, reqs)
+    used = [ex for per in model.executors.values() for ex in per.values() if ex.calls]
+    assert all(ex.cuda_graphs and ex.captures == 1 for ex in used)
+    assert any(ex.calls > 1 and len(set(ex.schedule.placement.values())) == 2 for ex in used), "nothing replayed"

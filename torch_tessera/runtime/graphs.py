@@ -182,7 +182,8 @@ def _capture_whole(executor: Any, items: Sequence[Any], pools: list[BufferPool],
     streams, the links' copy streams) joins it through an event, so their work becomes nodes of the same graph and the
     events between them become its edges. Copies between GPUs are captured as memcpy nodes on the link's copy stream
     (:func:`_capture_copy`). Extern kernels that allocate their outputs allocate from the graph's pool on the home
-    GPU and from a private ``torch.cuda.MemPool`` per other GPU (kept alive with the graph). Replaying it is one
+    GPU and from a private ``torch.cuda.MemPool`` per other GPU, owned by that GPU (:func:`_private_pool`) and kept
+    alive with the graph. Replaying it is one
     ``cudaGraphLaunch`` per call, with no host work between segments: measured 2026-11-29 on two H200s
     (``bench/gpu_multidevice_graph.py``), a hop between GPUs inside one graph cost 12 us (8 KiB) against 131 us
     issued from Python.
@@ -206,7 +207,8 @@ def _capture_whole(executor: Any, items: Sequence[Any], pools: list[BufferPool],
     other_pools = {}
     for i, d in enumerate(devices):
         if executor.domains[i] != home_dom and executor.domains[i] not in other_pools:
-            other_pools[executor.domains[i]] = (d.torch_device, torch.cuda.MemPool() if main is not None else None)
+            other_pools[executor.domains[i]] = (d.torch_device, _private_pool(d.torch_device) if main is not None
+                                                else None)
     graph = torch.cuda.CUDAGraph()
     try:
         torch.cuda.synchronize()
@@ -239,6 +241,21 @@ def _capture_whole(executor: Any, items: Sequence[Any], pools: list[BufferPool],
         torch.cuda.synchronize()
         return None
     return graph, [pool for _, pool in other_pools.values()]
+
+
+def _private_pool(device: torch.device) -> Any:
+    """A ``torch.cuda.MemPool`` owned by ``device``, for a capture's allocations there while another GPU captures.
+
+    c10 ties a ``MemPool`` to the device current when it is *constructed* (``MemPool::MemPool``: ``device_ =
+    current_device()``, one use there), and ``use_mem_pool(pool, device=d)`` adds a use on ``d`` only while it is
+    entered. Built while the home GPU is current, the pool had no use left on ``d`` once the capture ended; the next
+    capture's ``torch.cuda.empty_cache()`` (``torch.cuda.graph.__enter__`` calls it) then freed its cached segments,
+    the blocks the graph's extern ops allocated and released inside the capture, which every replay still writes
+    (the suspected cause of the illegal memory access after a decode replay on two H200s, 2026-11-29; not yet
+    confirmed on the GPU). Made current here, ``d`` holds a use for the pool's life.
+    """
+    with torch.cuda.device(device):
+        return torch.cuda.MemPool()
 
 
 def _capture_copy(executor: Any, step: CopyStep, pools: list[BufferPool], streams: Sequence[Any],
