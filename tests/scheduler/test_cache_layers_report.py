@@ -231,3 +231,15 @@ def test_plan_pauses_the_garbage_collector_and_restores_it(monkeypatch, enabled)
         assert gc.isenabled() == enabled
     finally:
         gc.enable()
+
+
+def test_compare_prints_why_a_plan_is_missing_in_full():
+    """A baseline that does not apply or fit is listed as n/a, with its whole reason under the table (a table cell
+    used to cut it at 70 characters, mid-sentence)."""
+    from torch_tessera.errors import InfeasiblePlanError
+    from torch_tessera.scheduler.report import compare
+
+    reason = ("homo-R does not fit: device cpu:1 needs 26.33 GB, has 25.28 GB (short by 1.05 GB: weights 16.1 GB, "
+              "KV cache 9.13 GB, activations 1.1 GB)")
+    text = compare({"homo-R": InfeasiblePlanError(reason)})
+    assert "n/a" in text and reason in text

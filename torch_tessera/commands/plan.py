@@ -114,7 +114,7 @@ def _warn_assumed(devices: str) -> None:
 
     present = torch.cuda.device_count() if torch.cuda.is_available() else 0
     wanted = {int(d.split(":")[1].split("@")[0].split(",")[0]) for d in devices.split(",")
-              if d.strip().lower().startswith("cuda:") and d.split(":")[1][:1].isdigit()}
+              if d.strip().lower().startswith(("cuda:", "gpu:")) and d.split(":")[1][:1].isdigit()}  # gpu: = cuda:
     missing = sorted(i for i in wanted if i >= present)
     if missing:
         print(f"note: cuda:{', cuda:'.join(map(str, missing))} not present on this machine ({present} CUDA GPU(s)): "

@@ -197,7 +197,7 @@ def _parse_request(s: str, options: Sequence[str] = ()) -> _Request:
     if not m:
         if re.match(r"^(cuda|gpu|cpu|sim)\b", text):
             raise _bad(s, "malformed after the device kind (a number or catalog name after ':', a part after '@')")
-        raise _bad(s, "it does not start with cuda:, cpu: or sim:")
+        raise _bad(s, "it does not start with cuda: (or its alias gpu:), cpu: or sim:")
     kind = "cuda" if m["kind"] == "gpu" else m["kind"]
     ident = m["id"] if m["id"] is not None else ("0" if kind != "sim" else "")
     if kind in ("cuda", "cpu") and not ident.isdigit():

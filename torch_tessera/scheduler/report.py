@@ -79,14 +79,15 @@ def compare(plans: Mapping[str, Plan | Exception], reference: str | None = None)
     """
     ok = {k: v for k, v in plans.items() if isinstance(v, Plan)}
     ref = ok.get(reference) if reference else next(iter(ok.values()), None)
-    rows = []
+    rows, why = [], []
     for name, p in plans.items():
         if not isinstance(p, Plan):
-            rows.append([name, "n/a", "", "", "", "", "", "", str(p).split(". Fix")[0][:70]])
+            rows.append([name, "n/a", "", "", "", "", "", "", "see below"])
+            why.append(f"{name}: {str(p).split('. Fix')[0]}")  # whole, under the table (a cell would cut it)
             continue
         up = f"{ref.cycle_seconds / p.cycle_seconds:.2f}x" if ref and p.cycle_seconds > 0 else "-"
         rows.append([name, fmt_seconds(p.cycle_seconds), up, fmt_seconds(p.latency_seconds),
                      " / ".join(fmt_bytes(m) for m in p.memory_bytes), str(len(p.cut_edges)),
                      fmt_bytes(p.bytes_per_step), f"{100 * p.gap:.1f} %", f"{p.solver.wall_seconds * 1e3:.0f} ms"])
     return "\n".join(_table(["plan", "cycle/step", "speed-up", "latency", "memory per device", "cuts",
-                             "bytes/step", "gap", "solve"], rows))
+                             "bytes/step", "gap", "solve"], rows) + why)
