@@ -22,13 +22,15 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"torch_tessera.commands.{module_name}")
         p = sub.add_parser(name, help=getattr(module, "HELP", None))
         module.add_arguments(p)
-        p.set_defaults(_module=module)
+        p.set_defaults(_module=module, _parser=p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said with the subcommand's usage (its valid options), not the top-level one
+        (getattr(args, "_parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command is None:
         parser.print_help()

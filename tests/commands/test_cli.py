@@ -76,3 +76,11 @@ def test_inspect(model, capsys):
     assert main(["inspect", "--model", model]) == 0
     out = capsys.readouterr().out
     assert "extern" in out and "triton" in out and "equals eager" in out
+
+
+def test_unknown_option_is_reported_with_the_subcommands_usage(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--frobnicate"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert "tessera bench: error: unrecognized arguments: --frobnicate" in err and "--measure" in err
