@@ -66,6 +66,16 @@ def test_served_tokens_equal_eager(compiled):
     result = serve(reqs, engine, "main", ServeConfig(buckets=BUCKETS), WallClock())
     check(result, compiled, reqs)
     assert result.steps["decode"] > 0 and not result.switches
+    # homo-R: every launch on device 1, and the caches kept there: no executor copies any of them in or out (they
+    # are bound into device 1's pool, whose fresh memory is NaN-poisoned: tokens equal eager only if that works)
+    from torch_tessera.lowering.program import BufferKind
+    from torch_tessera.runtime.schedule import CopyStep
+
+    for key, ex in compiled.executors[("homo-R", "main")].items():
+        assert set(ex.state_homes.values()) == {1}, key
+        buffers = ex.program.buffers
+        assert not [st for st in ex.schedule.steps
+                    if isinstance(st, CopyStep) and buffers[st.buffer].kind == BufferKind.STATE], key
 
 
 class SwitchEveryStep(PlanMonitor):

@@ -25,8 +25,13 @@ Per step (the four calls of :class:`~torch_tessera.serving.engine.Engine`):
   that comes from prefill or from another bucket has its K/V rows copied in first (so a change of bucket copies the
   live requests' caches: an honest cost of separate per-bucket caches). Padding rows run token 0 at position
   ``context - 1``, a slot that any live row writes before it reads it. Greedy argmax of each row's logits.
-* ``switch_plan(plan)``: sets the plan's pre-built executors on every compiled program. On one process the cache
-  buffers are the module's; on CPU virtual devices (one host memory) nothing moves.
+* Calls go to the program's current executor directly (the graph inputs recorded at compile time, with the new
+  token ids and positions), with each cache buffer kept on the device whose launches write it under that plan
+  (``PlacedExecutor.set_state_homes``): no executor copies a cache in or gathers it back per step (with the cache
+  at home a homo-R decode moved the whole cache both ways per call, measured in the bench: 2 x 2.3 GB for 8 layers).
+* ``switch_plan(plan)``: sets the plan's pre-built executors on every compiled program and moves each cache whose
+  owner changes (the live rows, into one tensor kept per device, so captured graphs stay valid); on CPU virtual
+  devices (one host memory) the tensors stay, only the pools that bind them change.
 * ``release(ids)``: drops the requests' rows.
 
 Step seconds are ``time.perf_counter`` around the step with the devices synchronised, so a run belongs on
@@ -153,6 +158,7 @@ class CompiledModel:
         self.compile_s = time.perf_counter() - t0
         self.devices = self.programs["prefill"].runner.devices
         t0 = time.perf_counter()
+        self._index_state()
         self.executors = self._plan_all()
         self.plan_s = time.perf_counter() - t0
         log.info("compiled engine: %d programs compiled in %.1f s, plans and executors in %.1f s",
@@ -185,8 +191,85 @@ class CompiledModel:
             for prog_key, (placement, p) in per.items():
                 runner = self.programs[prog_key].runner
                 runner.set_placement(placement, p)
-                executors[key][prog_key] = runner.executor
+                ex = runner.executor
+                if prog_key in self._direct:  # the cache lives where the plan's launches write it
+                    homes = {n: d for n, d in ex.state_owners().items() if ex.domains[d] != ex.domains[ex.home]}
+                    if homes:
+                        ex.set_state_homes(homes)
+                executors[key][prog_key] = ex
         return executors
+
+    def _index_state(self) -> None:
+        """Per program: where its graph inputs take the token ids, the positions and each STATE buffer (the
+        row cache's K/V), so that calls go to the executor directly with the cache on the devices that own it.
+
+        A program whose recorded inputs cannot be matched to its forward's arguments is called through Dynamo
+        (state at home) instead, with a logged reason."""
+        from torch_tessera.lowering.program import BufferKind, TensorArg
+
+        self._direct: dict[Any, dict[str, Any]] = {}
+        self._live: dict[Any, dict[str, torch.Tensor]] = {}  # program -> STATE buffer -> its tensor now
+        self._per_device: dict[tuple[Any, str, str], torch.Tensor] = {}  # a tensor per (program, buffer, device)
+        for key, prog in self.programs.items():
+            program = prog.runner.program
+            state, fwd = {}, []
+            for k, (spec, v) in enumerate(zip(program.inputs, prog.args)):
+                if not isinstance(spec, TensorArg) or not isinstance(v, torch.Tensor):
+                    continue
+                kind = program.buffers[spec.buffer].kind
+                if kind == BufferKind.STATE:
+                    state.setdefault(spec.buffer, (k, v))
+                elif kind == BufferKind.INPUT:
+                    fwd.append((k, v))
+            pos = {j: k for j, x in enumerate(prog.inputs) for k, v in fwd if v.data_ptr() == x.data_ptr()}
+            kv_names = [next((n for n, (_, v) in state.items() if v.data_ptr() == t.data_ptr()), None)
+                        for t in prog.module.kv()]
+            if len(pos) != len(prog.inputs) or None in kv_names:
+                log.info("program %s: inputs not matched to its forward; called through Dynamo, cache at home", key)
+                continue
+            self._direct[key] = {"ids": pos[0], "pos": pos[1], "state": {n: k for n, (k, _) in state.items()},
+                                 "kv": kv_names}
+            self._live[key] = {n: v for n, (_, v) in state.items()}
+            for n, (_, v) in state.items():
+                self._per_device[(key, n, str(v.device))] = v
+
+    def kv(self, key: Any) -> list[torch.Tensor]:
+        """The live K/V tensors of program ``key`` (as ``RowCacheLM.kv()`` orders them), wherever they live now."""
+        d = self._direct.get(key)
+        if d is None:
+            return self.programs[key].module.kv()
+        return [self._live[key][n] for n in d["kv"]]
+
+    def call(self, key: Any, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Logits ``[rows, tokens, vocab]`` of program ``key`` on token ids / positions ``[rows, tokens]``."""
+        prog = self.programs[key]
+        d = self._direct.get(key)
+        if d is None:
+            return prog.fn(ids.to(self.home), pos.to(self.home))
+        args = list(prog.args)
+        args[d["ids"]], args[d["pos"]] = ids.to(self.home), pos.to(self.home)
+        for n, k in d["state"].items():
+            args[k] = self._live[key][n]
+        shape = (ids.shape[0], ids.shape[1], self.vocab)
+        outs = [o for o in prog.runner.executor.run(args) if isinstance(o, torch.Tensor) and tuple(o.shape) == shape]
+        if len(outs) != 1:
+            raise EngineProtocolError(f"program {key}: expected one logits output of shape {shape}, got {len(outs)}")
+        return outs[0]
+
+    def _move_state(self) -> None:
+        """Put every program's cache on the devices its current executor keeps it on (a plan switch may change
+        them: the live rows are copied, into one tensor kept per device so that captured graphs stay valid)."""
+        for key, live in self._live.items():
+            ex = self.programs[key].runner.executor
+            for n, t in live.items():
+                dev = ex.devices[ex.input_pool_index(n)].torch_device
+                if t.device == dev:
+                    continue
+                dst = self._per_device.get((key, n, str(dev)))
+                if dst is None:
+                    dst = self._per_device[(key, n, str(dev))] = torch.empty_like(t, device=dev)
+                dst.copy_(t)
+                live[n] = dst
 
     def use(self, policy: str, plan: str) -> None:
         """Make ``(policy, plan)``'s executors current on every compiled program.
@@ -200,6 +283,7 @@ class CompiledModel:
                               f"{sorted(self.executors)}")
         for key, executor in per.items():
             self.programs[key].runner.executor = executor
+        self._move_state()
         _sync(self.devices)
 
     def prompt(self, request_id: int, tokens: int) -> torch.Tensor:
@@ -255,9 +339,9 @@ class CompiledEngine:
             ids = torch.zeros(1, s.prompt_tokens, dtype=torch.long)
             ids[0, :n] = m.prompt(rid, n)
             with torch.no_grad():
-                logits = prog.fn(ids.to(m.home), prog.inputs[1])
+                logits = m.call("prefill", ids, prog.inputs[1])
             tokens.append(int(logits[0, n - 1].argmax()))
-            self._held[rid] = [t[0, :, :n].clone() for t in prog.module.kv()]
+            self._held[rid] = [t[0, :, :n].clone() for t in m.kv("prefill")]
             self._next[rid] = 1
         _sync(m.devices)
         return StepResult(tuple(tokens), time.perf_counter() - t0)
@@ -271,7 +355,6 @@ class CompiledEngine:
             if self._next.get(rid) != pos:
                 raise EngineProtocolError(f"decode: request {rid} asked for token {pos}, expected "
                                           f"{self._next.get(rid, 'none (not prefilled or released)')}")
-        prog = m.programs[batch.bucket]
         _sync(m.devices)
         t0 = time.perf_counter()
         rows = self._place(batch)
@@ -282,7 +365,7 @@ class CompiledEngine:
                 raise ConfigError(f"decode: position {n + k - 1} is beyond the engine's context={s.context}")
             ids[row, 0], pos[row, 0] = last, n + k - 1
         with torch.no_grad():
-            logits = prog.fn(ids.to(m.home), pos.to(m.home))
+            logits = m.call(batch.bucket, ids, pos)
         tokens = tuple(int(logits[row, 0].argmax()) for row in rows)
         for rid in batch.request_ids:
             self._next[rid] += 1
@@ -299,7 +382,7 @@ class CompiledEngine:
     def _place(self, batch: Batch) -> list[int]:
         """Rows of ``batch``'s requests in its bucket's cache, copying in the K/V of requests that are elsewhere."""
         b = batch.bucket
-        kv = self.model.programs[b].module.kv()
+        kv = self.model.kv(b)
         taken = {row for bb, row in self._rows.values() if bb == b}
         free = [r for r in range(b) if r not in taken]
         moves = []
@@ -315,7 +398,7 @@ class CompiledEngine:
                 src = self._held.pop(rid)
             else:  # from another bucket's cache: read it before any row of this step is written
                 bb, rr = where
-                src = [t[rr].clone() for t in self.model.programs[bb].module.kv()]
+                src = [t[rr].clone() for t in self.model.kv(bb)]
             moves.append((rid, row, src))
         for rid, row, src in moves:
             for dst, t in zip(kv, src):
