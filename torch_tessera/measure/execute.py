@@ -109,38 +109,20 @@ def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], floa
     return plans, bound.cycle_seconds
 
 
-def _small_state(prog: Compiled, batches: Sequence[list]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``(tensor, saved copy)`` of every small STATE input (<= SMALL_STATE_BYTES: cache-length counters) of every
-    micro-batch, to restore before each timed run of the same micro-batches."""
-    from torch_tessera.lowering.program import BufferKind, TensorArg
-    from torch_tessera.measure.profile import SMALL_STATE_BYTES
-
-    program = prog.runner.program
-    out = []
-    for args in batches:
-        for spec, v in zip(program.inputs, args):
-            if isinstance(spec, TensorArg) and program.buffers[spec.buffer].kind == BufferKind.STATE \
-                    and program.buffers[spec.buffer].nbytes <= SMALL_STATE_BYTES:
-                out.append((v, v.clone()))
-    return out
-
-
-def _micro_batches(prog: Compiled, m: int) -> list[list]:
-    """``m`` input lists for ``run_pipelined``: same weights and inputs, each with its own STATE (KV cache, SSM
-    state), copied after :meth:`Compiled.reset` onto the device the executor keeps it on (its owner)."""
-    return [PlacedCall(prog).args for _ in range(m)]
-
-
 class PlacedCall:
     """One program called on its executor directly, its STATE inputs (KV cache, SSM state) kept on the devices
     that own them under the current placement (:meth:`PlacedExecutor.set_state_homes`), as a deployment of the plan
     would keep them: no per-call copy of the state in or out, which the plans' throughput model does not charge.
 
     The state is copied from the module's state after :meth:`Compiled.reset` (a saved copy stays beside it on the
-    same device); :meth:`restore` puts it back, so that every call computes :attr:`Compiled.want`.
+    same device; with ``save_large=False`` only of the small buffers, <= ``SMALL_STATE_BYTES``: the cache-length
+    counters, enough to keep positions inside the cache); :meth:`restore` puts it back, so that every call computes
+    :attr:`Compiled.want`. Micro-batches are one ``PlacedCall`` each (its own state; ``args`` go to
+    ``run_pipelined``).
     """
 
-    def __init__(self, prog: Compiled) -> None:
+    def __init__(self, prog: Compiled, save_large: bool = True) -> None:
+        from torch_tessera.measure.profile import SMALL_STATE_BYTES
         from torch_tessera.lowering.program import BufferKind, TensorArg
 
         ex = prog.runner.executor
@@ -154,7 +136,8 @@ class PlacedCall:
             if isinstance(spec, TensorArg) and program.buffers[spec.buffer].kind == BufferKind.STATE:
                 dev = ex.devices[homes.get(spec.buffer, ex.home)].torch_device
                 live = v.to(dev, copy=True)
-                self.saved.append((live, live.clone()))
+                if save_large or live.numel() * live.element_size() <= SMALL_STATE_BYTES:
+                    self.saved.append((live, live.clone()))
                 v = live
             self.args.append(v)
 
@@ -190,7 +173,7 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
     out: dict[str, Any] = {"equal": True, "max_abs_error": 0.0, "cut_edges": 0, "seconds": {},
                            "pipelined_seconds": {}}
     calls: dict[str, PlacedCall] = {}
-    pipes: dict[str, tuple[list, list]] = {}  # program -> (micro-batch inputs, small state to restore)
+    pipes: dict[str, list[PlacedCall]] = {}  # program -> its micro-batches, for the concurrent timing
     for prog in progs:
         runner = prog.runner
         runner.set_placement(p.placements[prog.name], p)
@@ -215,9 +198,9 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
                 # graphs it captures once (a slot fed another micro-batch's state re-captures, and the timing
                 # would measure captures: 85 ms per micro-batch instead of ~12 ms, seen 2026-11-29 on two H200s)
                 slots = s.micro_batches
-                batches = _micro_batches(prog, s.micro_batches)
-                small = _small_state(prog, batches)
-                pipes[prog.name] = (batches, small)
+                mbs = pipes[prog.name] = [PlacedCall(prog, save_large=False) for _ in range(s.micro_batches)]
+                batches = [c.args for c in mbs]
+                restore_small = lambda: [c.restore(small_only=True) for c in mbs]  # noqa: E731
                 results = runner.executor.run_pipelined(batches, slots=slots)  # also the warm-up (graph capture)
                 for res in results:
                     ok, err = close_to_eager(_output(res, prog.want), prog)
@@ -225,8 +208,7 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
                     out["max_abs_error"] = max(out["max_abs_error"], err)
                 times = []
                 for _ in range(max(1, s.repeats // 2)):
-                    for tensor, saved in small:  # cache-length counters back, so positions stay inside the cache
-                        tensor.copy_(saved)
+                    restore_small()  # cache-length counters back, so positions stay inside the cache
                     sync()
                     t0 = time.perf_counter()
                     runner.executor.run_pipelined(batches, slots=slots)
@@ -234,7 +216,6 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
                     times.append((time.perf_counter() - t0) / s.micro_batches)
                 out["pipelined_seconds"][prog.name] = statistics.median(times)
                 if all(d.torch_device.type == "cuda" for d in runner.devices):  # do the slots overlap on the GPUs?
-                    restore_small = lambda: [t.copy_(v) for t, v in small]  # noqa: E731
                     out.setdefault("pipelined_busy", {})[prog.name] = device_busy(
                         lambda: runner.executor.run_pipelined(batches, slots=slots), restore_small, sync)
     if s.concurrent_steps and len(progs) > 1 and len({d for pl in p.placements.values() for d in pl.values()}) > 1:
@@ -291,7 +272,7 @@ def device_busy(fn: Callable[[], Any], before: Callable[[], None], sync: Callabl
 
 
 def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls: dict[str, PlacedCall],
-                            pipes: dict[str, tuple[list, list]] | None = None) -> float:
+                            pipes: dict[str, list[PlacedCall]] | None = None) -> float:
     """Wall seconds per workload step with the programs running AT THE SAME TIME, each from its own host thread
     (its own executor streams): ``concurrent_steps`` steps' worth of calls (``frequency x steps`` of each program).
 
@@ -302,7 +283,7 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
     share STATE (the KV cache): ``calls`` (program name -> :class:`PlacedCall`) runs each on its executor with its
     state on its owner; each call restores the small counters first, so positions stay inside the cache; values
     written concurrently are not checked here (each plan's result is checked alone). A program in ``pipes``
-    (program name -> (micro-batch inputs, small state)) runs its micro-batches through ``run_pipelined`` instead, so
+    (program name -> its micro-batches' :class:`PlacedCall`) runs them through ``run_pipelined`` instead, so
     that besides the two programs overlapping, several calls of one program are in flight, as the throughput model
     assumes (one call at a time leaves a thread waiting out each call's latency: measured 2026-11-29 on two H200s,
     a decode placement with 6.6 ms of kernels on its busier GPU took 9.6 ms per call).
@@ -328,11 +309,11 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
             with torch.no_grad():
                 call, pipe = calls[prog.name], (pipes or {}).get(prog.name)
                 if pipe is not None:
-                    batches, small = pipe
+                    batches = [c.args for c in pipe]
                     for _ in range(math.ceil(counts[prog.name] / len(batches))):
                         with turn:
-                            for tensor, saved in small:
-                                tensor.copy_(saved)
+                            for c in pipe:
+                                c.restore(small_only=True)
                             prog.runner.executor.run_pipelined(batches, slots=len(batches))
                             done[prog.name] += len(batches)
                     return

@@ -29,8 +29,8 @@ CLUSTER_EDGES, CLUSTER_MAX, CLUSTER_SHARE = 32, 16, 0.25
 #: real DAGs most cut edges carry a few kilobytes).
 MIN_SHARE = 1e-3
 
-#: Passes over the candidate moves (each pass scores every candidate move at once, then applies the improving ones
-#: in order of bytes saved, re-checking each against the moves applied before it).
+#: Passes over the candidate moves (each pass scores every candidate move from the pass's starting loads, then applies
+#: the improving ones in order of bytes saved, re-checking each against the moves applied before it).
 PASSES = 2
 
 
