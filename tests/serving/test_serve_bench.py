@@ -73,3 +73,20 @@ def test_bad_options_name_the_fix(tmp_path, capsys):
     bad.write_text('{"policies": {"x": {"plans": {"main": {"decode_base": 1}}}}}')
     with pytest.raises(ConfigError, match="unknown fields"):
         run(capsys, "--rates", "1", "--sim-costs", str(bad))
+
+
+def test_real_engine_report_keeps_each_plan(tmp_path, capsys):
+    """The real engine on two CPU devices: serve_bench.json says, per policy and plan, what was planned (the cut
+    edges and launches per device of each program), so a GPU run's plans can be read afterwards."""
+    code, _ = run(capsys, "--rates", "50", "--engine", "real", "--size", "tiny", "--devices", "cpu:0,cpu:1",
+                  "--policies", "homo-L,tessera", "--requests", "2", "--input-len", "6", "--output-len", "3",
+                  "--buckets", "2", "--out", str(tmp_path / "r"))
+    assert code == 0
+    report = json.loads((tmp_path / "r" / "serve_bench.json").read_text())
+    assert set(report["plans"]) == {"homo-L/main", "tessera/latency", "tessera/throughput"}
+    home = report["plans"]["homo-L/main"]
+    assert set(home) == {"2", "prefill"}
+    assert home["prefill"]["cut_edges"] == 0 and home["prefill"]["launches_per_device"][1] == 0
+    assert home["prefill"]["launches_per_device"][0] > 0
+    assert report["plans"]["tessera/latency"]["2"]["objective"] == "latency"
+    assert report["plans"]["tessera/throughput"]["2"]["objective"] == "cycle"

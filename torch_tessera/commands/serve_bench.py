@@ -84,8 +84,8 @@ def _floats(text: str, what: str) -> list[float]:
     return values
 
 
-def build_policies(args: argparse.Namespace, config: ServeConfig) -> tuple[list[Policy], str]:
-    """The policies to sweep and a line saying where their costs come from."""
+def build_policies(args: argparse.Namespace, config: ServeConfig) -> tuple[list[Policy], str, dict | None]:
+    """The policies to sweep, a line saying where their costs come from, and (real engine) each plan's summary."""
     monitor = MonitorConfig(window_s=args.window_ms / 1e3, threshold=args.threshold,
                             back_threshold=args.back_threshold, min_dwell_s=args.min_dwell_ms / 1e3)
     wanted = [p.strip() for p in args.policies.split(",")] if args.policies else None
@@ -100,7 +100,7 @@ def build_policies(args: argparse.Namespace, config: ServeConfig) -> tuple[list[
                                   cuda_graphs=False if args.no_cuda_graphs else None)
         model = CompiledModel(settings)  # compiled, profiled and planned once for every policy
         return [Policy(n, (lambda n=n: CompiledEngine(model, n)), monitor if len(plans_of(n)) == 2 else "main")
-                for n in names], f"measured on {devices}"
+                for n in names], f"measured on {devices}", model.plan_summaries
     costs, source = (load_policy_costs(args.sim_costs) if args.sim_costs else (default_policy_costs(), DEFAULT_SOURCE))
     unknown = sorted(set(wanted or ()) - set(costs))
     if unknown:
@@ -109,7 +109,7 @@ def build_policies(args: argparse.Namespace, config: ServeConfig) -> tuple[list[
     policies = [Policy(name, (lambda c=c: SimulatedEngine(c.plans, switch_s)),
                        monitor if c.monitored else next(iter(c.plans)))
                 for name, c in costs.items() if wanted is None or name in wanted]
-    return policies, source
+    return policies, source, None
 
 
 def _rows(points: list[SweepPoint]) -> list[list[object]]:
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
                                  [r.output_tokens for r in trace])
     else:
         requests = make_requests([0.0] * args.requests, args.input_len, args.output_len)
-    policies, source = build_policies(args, config)
+    policies, source, plans = build_policies(args, config)
     make_clock = SimClock if args.engine == "sim" else WallClock
     slo_s = args.slo_ms / 1e3
     print(f"serve-bench: model {args.model}, engine {args.engine} ({source}), {len(requests)} requests per run, "
@@ -210,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
               "requests_per_run": len(requests), "seed": args.seed, "buckets": list(config.buckets),
               "points": [{"policy": p.policy, "rate": p.rate, "slo_met": p.slo_met, **p.summary.to_dict()}
                          for p in points],
-              "highest_swept_rate": sustained, "bisected_rate": searched}
+              "highest_swept_rate": sustained, "bisected_rate": searched,
+              "plans": plans}
     (out / "serve_bench.json").write_text(json.dumps(_finite(report), indent=1))
     plot(points, args.slo_ms, out / "latency_vs_rate.png")
     print(f"\nwrote {out / 'serve_bench.json'} and {out / 'latency_vs_rate.png'}")

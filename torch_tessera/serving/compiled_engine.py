@@ -57,6 +57,16 @@ log = logging.getLogger(__name__)
 SERVED_POLICIES = ("homo-L", "homo-R", "pd", "af", "layer", "tessera")
 
 
+def _plan_summary(p: Any, placement: Any) -> dict[str, Any]:
+    """What the serving report keeps of one plan for one program: its prediction, cuts and kernels per device."""
+    devs = [0] * len(p.devices)
+    for d in (placement.values() if hasattr(placement, "values") else placement):
+        devs[int(d)] += 1
+    return {"policy": p.policy, "objective": p.objective, "predicted_seconds": p.predicted_seconds,
+            "cycle_seconds": p.cycle_seconds, "latency_seconds": p.latency_seconds, "cut_edges": len(p.cut_edges),
+            "launches_per_device": devs, "solver": str(getattr(p.solver, "method", p.solver))}
+
+
 def plans_of(policy: str) -> tuple[str, ...]:
     """Plan names a real engine prepares for ``policy``: the monitored ``tessera`` has two, the baselines one."""
     return ("latency", "throughput") if policy == "tessera" else ("main",)
@@ -185,6 +195,8 @@ class CompiledModel:
                     per[b] = (p.placements["decode"], p)
                     if b == s.buckets[-1]:
                         per["prefill"] = (p.placements["prefill"], p)
+        self.plan_summaries = {f"{policy}/{name}": {str(k): _plan_summary(p, pl) for k, (pl, p) in per.items()}
+                               for (policy, name), per in placements.items()}  # policy/plan -> program -> summary
         executors: dict[tuple[str, str], dict[Any, Any]] = {}
         for key, per in placements.items():
             executors[key] = {}
