@@ -44,11 +44,15 @@ def test_bench_and_plan_on_four_devices(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     sim = {r["plan"]: r for r in json.loads((tmp_path / "bench.json").read_text())["simulated"]["rows"]}
-    assert set(sim) == {"homo-0", "homo-1", "homo-2", "homo-3", "request-dist", "pd", "af", "layer", "tessera"}
+    assert set(sim) - {"tessera-single"} == {"homo-0", "homo-1", "homo-2", "homo-3", "request-dist", "pd", "af",
+                                              "layer", "tessera"}
     assert all(sim[f"homo-{i}"]["applies"] for i in range(4))
-    # request-dist (four replicas, throughput added up) is not a placement of one copy, so it may win on a tiny model
-    best_single = max(r["output_per_s"] for n, r in sim.items() if n not in ("tessera", "request-dist") and r["applies"])
-    assert sim["tessera"]["output_per_s"] >= best_single * (1 - 1e-9)
+    # tessera is the better of one placement (tessera-single when it loses) and one request stream per device, whose
+    # space holds request-dist (four replicas) and every single placement: it is never behind a baseline
+    best = max(r["output_per_s"] for n, r in sim.items() if n not in ("tessera", "tessera-single") and r["applies"])
+    assert sim["tessera"]["output_per_s"] >= best * (1 - 1e-9)
+    if "tessera-single" in sim:
+        assert sim["tessera"]["output_per_s"] > sim["tessera-single"]["output_per_s"]
     # the partitions are priced at their SM share of a whole H200
     prices = json.loads((tmp_path / "bench.json").read_text())["simulated"]["meta"]["prices"]
     assert prices["cuda:2@72sm"][0] == pytest.approx(prices["cuda:0"][0] * 72 / 132)

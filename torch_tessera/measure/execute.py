@@ -6,7 +6,7 @@ import logging
 import math
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -90,23 +90,33 @@ def close_to_eager(got: torch.Tensor, prog: Compiled) -> tuple[bool, float]:
 
 def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], float]:
     """Every plan of :func:`~torch_tessera.benchmark.plan_names` (a ``NotApplicableError`` or
-    ``InfeasiblePlanError`` in place of a plan that does not apply or fit) and the zero-communication bound's cycle
-    (seconds per workload step, over the measured costs with free transfers)."""
-    from torch_tessera.benchmark import plan_names
+    ``InfeasiblePlanError`` in place of a plan that does not apply or fit; ``tessera`` as :func:`~torch_tessera.benchmark.with_streams`
+    picks it) and the zero-communication bound's cycle (seconds per workload step, over the measured costs with free
+    transfers: the better of one placement's and one request stream per device's)."""
+    from torch_tessera.benchmark import plan_names, with_streams
     from torch_tessera.errors import InfeasiblePlanError
     from torch_tessera.runtime.costs import Topology
-    from torch_tessera.scheduler import NotApplicableError, plan
+    from torch_tessera.scheduler import NotApplicableError, plan, plan_streams
 
     free = Topology(topo.devices, np.full_like(topo.bandwidth, 1e30), np.zeros_like(topo.latency), topo.memory,
                     "free transfers")
-    bound = plan(wl, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * n_devices)
+    bound = plan(wl, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * n_devices).cycle_seconds
+    if n_devices > 1:  # the bound covers the streams plans too (one request stream per device, free transfers)
+        bound = min(bound, plan_streams(wl, free, memory_budgets=[None] * n_devices).cycle_seconds)
     plans: dict[str, Any] = {}
     for name in plan_names(n_devices):
         try:
             plans[name] = plan(wl, None, topo, policy="throughput" if name == "tessera" else name, cache_dir=False)
         except (NotApplicableError, InfeasiblePlanError) as e:
             plans[name] = e
-    return plans, bound.cycle_seconds
+    return with_streams(plans, wl, topo), bound
+
+
+def program_frequencies(p: Any, s: MeasureSettings) -> dict[str, float]:
+    """Runs per workload step of each program plan ``p`` places (its own ``frequencies`` for a streams plan, whose
+    programs are ``<name>@<r>`` too; else the settings' composition)."""
+    freq = dict(getattr(p, "frequencies", None) or {})
+    return freq if any("@" in n for n in freq) else dict(s.composition.frequencies)
 
 
 class PlacedCall:
@@ -219,7 +229,7 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
                     out.setdefault("pipelined_busy", {})[prog.name] = device_busy(
                         lambda: runner.executor.run_pipelined(batches, slots=slots), restore_small, sync)
     if s.concurrent_steps and len(progs) > 1 and len({d for pl in p.placements.values() for d in pl.values()}) > 1:
-        out["concurrent_step_seconds"] = concurrent_step_seconds(progs, s, calls, pipes)
+        out["concurrent_step_seconds"] = concurrent_step_seconds(progs, s, calls, pipes, program_frequencies(p, s))
     return out
 
 
@@ -272,7 +282,8 @@ def device_busy(fn: Callable[[], Any], before: Callable[[], None], sync: Callabl
 
 
 def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls: dict[str, PlacedCall],
-                            pipes: dict[str, list[PlacedCall]] | None = None) -> float:
+                            pipes: dict[str, list[PlacedCall]] | None = None,
+                            frequencies: Mapping[str, float] | None = None) -> float:
     """Wall seconds per workload step with the programs running AT THE SAME TIME, each from its own host thread
     (its own executor streams): ``concurrent_steps`` steps' worth of calls (``frequency x steps`` of each program).
 
@@ -286,7 +297,9 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
     (program name -> its micro-batches' :class:`PlacedCall`) runs them through ``run_pipelined`` instead, so
     that besides the two programs overlapping, several calls of one program are in flight, as the throughput model
     assumes (one call at a time leaves a thread waiting out each call's latency: measured 2026-11-29 on two H200s,
-    a decode placement with 6.6 ms of kernels on its busier GPU took 9.6 ms per call).
+    a decode placement with 6.6 ms of kernels on its busier GPU took 9.6 ms per call). ``frequencies``: runs per
+    workload step per program (default the settings' composition; a streams plan's own, one thread per program of
+    every stream).
     """
     import threading
 
@@ -294,7 +307,7 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
 
     import contextlib
 
-    freq = s.composition.frequencies
+    freq = s.composition.frequencies if frequencies is None else frequencies
     counts = {p.name: max(1, round(freq[p.name] * s.concurrent_steps)) for p in progs}
     start = threading.Barrier(len(progs) + 1)
     done = {p.name: 0 for p in progs}

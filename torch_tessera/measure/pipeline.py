@@ -9,7 +9,7 @@ from typing import Any
 from torch_tessera.errors import DeviceOutOfMemoryError
 from torch_tessera.measure.execute import make_plans, run_plan
 from torch_tessera.measure.profile import measured_workload
-from torch_tessera.measure.programs import build_programs, compile_program
+from torch_tessera.measure.programs import Compiled, build_programs, compile_program
 from torch_tessera.measure.rows import MeasuredRow, compose_rows
 from torch_tessera.measure.settings import MeasureSettings
 
@@ -28,6 +28,7 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
     Raises:
         ConfigError: bad settings. DeviceUnavailableError: a device string that is not available here.
     """
+    from torch_tessera.benchmark import plan_names
     from torch_tessera.runtime.devices import parse_run_devices
     from torch_tessera.scheduler import Plan
 
@@ -53,14 +54,32 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
     seconds["profile"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     plans, bound_cycle = make_plans(wl, topo, len(specs))
+    if progress is not None and len(plans) > len(plan_names(len(specs))):
+        progress.total += len(plans) - len(plan_names(len(specs)))  # tessera-single beside a streams plan
     step("planned")
     seconds["plan"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     runs: dict[str, dict] = {}
+    streams: dict[int, list[Compiled]] = {}  # request stream -> its own programs (streams plans)
+
+    def programs_of(p: Plan) -> list[Compiled]:
+        """``progs``, and for a streams plan every further stream's programs (built and compiled once)."""
+        extra = []
+        for r in sorted({int(n.rsplit("@", 1)[1]) for n in p.placements if "@" in n}):
+            if r not in streams:
+                t1 = time.perf_counter()
+                streams[r] = build_programs(s, home)  # the model again: its own weights and state
+                for prog in streams[r]:
+                    prog.name = f"{prog.name}@{r}"
+                    compile_program(prog, s.devices, graphs)
+                seconds[f"compile_stream_{r}"] = time.perf_counter() - t1
+            extra += streams[r]
+        return list(progs) + extra
+
     for name, p in plans.items():
         if isinstance(p, Plan) and name not in ("request-dist", "pd"):
             try:
-                runs[name] = run_plan(progs, p, s)
+                runs[name] = run_plan(programs_of(p), p, s)
             except DeviceOutOfMemoryError as e:
                 runs[name] = {"error": f"does not fit (at run time): {str(e)[:100]}"}
         step(f"ran {name}")
@@ -83,7 +102,7 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
             "settings": asdict(s), "timings_meaningful": on_cuda,
             "runs": {n: {k: v for k, v in r.items() if k in RUN_DETAILS} for n, r in runs.items()},
             "plans": {n: {"placements": {pr: [int(pl[i]) for i in sorted(pl)] for pr, pl in p.placements.items()},
-                          "solver_notes": list(p.solver.notes)}
+                          "frequencies": dict(p.frequencies), "solver_notes": list(p.solver.notes)}
                       for n, p in plans.items() if isinstance(p, Plan)},
             "launch_names": {p.name: [getattr(l, "kernel", None) or getattr(l, "op", "?")
                                       for l in p.runner.program.launches] for p in progs}}

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from torch_tessera.measure.execute import handover_seconds
+from torch_tessera.benchmark import SINGLE
+from torch_tessera.measure.execute import handover_seconds, program_frequencies
 from torch_tessera.measure.programs import Compiled
 from torch_tessera.measure.settings import MeasureSettings
 
@@ -50,8 +51,8 @@ class MeasuredRow:
     cut_edges: int = 0
 
 
-def _executed(base: dict, r: dict, s: MeasureSettings) -> dict:
-    comp = s.composition
+def _executed(base: dict, r: dict, s: MeasureSettings, frequencies: dict[str, float]) -> dict:
+    comp = replace(s.composition, frequencies=frequencies)  # a streams plan runs <name>@<r> programs too
     serial = comp.per_s(r["seconds"])
     piped = comp.per_s({n: r["pipelined_seconds"].get(n, t) for n, t in r["seconds"].items()}) \
         if r["pipelined_seconds"] else math.nan
@@ -123,7 +124,8 @@ def compose_rows(progs: Sequence[Compiled], plans: dict[str, Any], runs: dict[st
                     predicted_output_per_s=comp.output_per_step / p.cycle_seconds if p.cycle_seconds else math.nan)
         if name in runs:
             r = runs[name]
-            rows[name] = dict(plan=name, applies=False, how=r["error"]) if "error" in r else _executed(base, r, s)
+            rows[name] = dict(plan=name, applies=False, how=r["error"]) if "error" in r else \
+                _executed(base, r, s, program_frequencies(p, s))
         elif name == "request-dist":
             rows[name] = _request_dist(base, p, runs, homo, s)
         elif name == "pd":
@@ -131,8 +133,8 @@ def compose_rows(progs: Sequence[Compiled], plans: dict[str, Any], runs: dict[st
         else:
             rows[name] = dict(plan=name, applies=False, how="n/a: not run")
     bound = comp.output_per_step / bound_cycle if bound_cycle > 0 else math.nan
-    best_base = max((r.get("output_per_s", math.nan) for n, r in rows.items() if n != "tessera" and r["applies"]),
-                    default=math.nan)
+    best_base = max((r.get("output_per_s", math.nan) for n, r in rows.items()
+                     if n not in ("tessera", SINGLE) and r["applies"]), default=math.nan)
     out = []
     for name in plans:
         r = rows[name]

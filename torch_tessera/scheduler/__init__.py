@@ -1,4 +1,5 @@
-"""Kernel-to-device planning: one entry function, :func:`plan`, returning a :class:`Plan`.
+"""Kernel-to-device planning: one entry function, :func:`plan`, returning a :class:`Plan` (and
+:func:`plan_streams`, the throughput plan of a workload served as one request stream per device).
 
 Policies: ``"throughput"`` (min pipeline cycle time, MILP), ``"latency"`` (min one request's critical path), and the
 baselines ``"homo-<i>"`` (``"homo-L"``/``"homo-R"`` on a pair), ``"request-dist"``, ``"pd"``, ``"af"``, ``"layer"``
@@ -14,7 +15,7 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -157,7 +158,8 @@ def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:
 
 
 def _best_of_baselines(pb, sol):
-    """The solver's placement, or a baseline's single placement (layer, af, pd, homo-*) when that scores better.
+    """The solver's placement, or a baseline's single placement (layer, af, pd, homo-*; for a replicated workload
+    also request-dist: stream r on device r) when that scores better.
 
     Every such baseline is a point of the same search space, so the throughput plan must never lose to one; on real
     model DAGs the counts relaxation's realisation can land above them (seen on Llama-3.1-8B, 2026-11-29), and this
@@ -177,12 +179,16 @@ def _best_of_baselines(pb, sol):
             names.append(name)
         except (NotApplicableError, InfeasiblePlanError):
             continue
+    if pb.streams and max(pb.streams) > 0:  # replicated workload: request stream r wholly on device r (request-dist)
+        names.append("request-dist")
+        places.append(np.asarray(pb.streams, dtype=np.int64)[pb.prog] % pb.D)
     stack = np.stack(places)
     values = cycle_many(pb, stack)
     fits = fits_many(pb, stack)
     fits[0] = True
     best = 0
-    for i in [names.index(nm) for nm in ["layer", "af", "pd"] + [f"homo-{g}" for g in range(pb.D)] if nm in names]:
+    for i in [names.index(nm) for nm in ["layer", "af", "pd", "request-dist"] + [f"homo-{g}" for g in range(pb.D)]
+              if nm in names]:
         if fits[i] and values[i] < values[best] * (1 - 1e-9):
             best = i
     if best == 0:
@@ -239,3 +245,42 @@ def available_baselines(num_devices: int) -> list[str]:
     """Baseline policy names for ``num_devices`` devices, in the order reports show them."""
     homos = ["homo-L", "homo-R"] if num_devices == 2 else [f"homo-{i}" for i in range(num_devices)]
     return homos + ["request-dist", "pd", "af", "layer"]
+
+
+def plan_streams(workload: Workload, topology: Topology, shares: Sequence[float] | None = None,
+                 **kwargs: Any) -> Plan:
+    """The throughput plan of ``workload`` served as one request stream per device (:meth:`Workload.replicated`).
+
+    A single placement runs every request through the same kernels on the same devices; with one stream per device
+    the placement can give each device its own share of the requests AND move single kernels of a stream to the
+    device that suits them (decode attention of the fast GPU's stream onto a partition that runs attention as fast,
+    say). ``request-dist`` (stream ``r`` wholly on device ``r``) is one point of this space, so the plan never scores
+    below it; the plan names its programs ``"<name>"`` (stream 0) and ``"<name>@<r>"``.
+
+    Args:
+        workload: a workload of one stream (prefill and decode, or one forward).
+        topology: devices and links.
+        shares: fraction of the requests per stream (one per device); default: in proportion to each device's
+            throughput when it runs the whole workload alone (its ``homo`` baseline's cycle time), as request-dist
+            balances them.
+        kwargs: passed to :func:`plan` (``time_limit``, ``memory_budgets``, ``micro_batches``...).
+
+    Returns:
+        The throughput :class:`Plan` over ``workload.replicated(shares)``; its ``frequencies`` give each program's
+        runs per workload step (one request's worth of work over all streams).
+
+    Raises:
+        InfeasiblePlanError: no placement of the streams fits memory (each stream holds its own state).
+        ValueError: ``shares`` not one fraction per device summing to 1.
+    """
+    n = len(topology.devices)
+    if shares is None:
+        kw = {k: v for k, v in kwargs.items() if k in ("memory_budgets", "micro_batches")}
+        cycles = [plan(workload, None, topology, policy=name, cache_dir=False, **kw).cycle_seconds
+                  for name in available_baselines(n)[:n]]
+        rates = [1.0 / c for c in cycles]
+        shares = [r / sum(rates) for r in rates]
+    if len(shares) != n:
+        raise ValueError(f"shares needs one fraction per device ({n}), got {list(shares)}")
+    kwargs.setdefault("cache_dir", False)
+    return plan(workload.replicated(shares), None, topology, policy="throughput", **kwargs)

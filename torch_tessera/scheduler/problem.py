@@ -70,6 +70,7 @@ class Problem:
     alpha: np.ndarray
     micro_batches: int
     notes: list[str] = field(default_factory=list)
+    streams: tuple[int, ...] = ()  # request stream of each program (Workload.replicated); () = all stream 0
 
     @property
     def n(self) -> int:
@@ -132,7 +133,7 @@ def as_workload(dag_or_workload: DependencyGraph | Workload,
         if c is None:
             raise ConfigError(f"no cost table for program {p.name!r}: pass costs=CostTable (one program) or "
                               f"costs={{name: CostTable}}, or set WorkloadProgram.costs")
-        progs.append(WorkloadProgram(p.name, p.dag, c, p.frequency, p.role))
+        progs.append(WorkloadProgram(p.name, p.dag, c, p.frequency, p.role, p.stream))
     return Workload(tuple(progs), tie_state=wl.tie_state)
 
 
@@ -239,7 +240,8 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
         ewcount=np.array(ewcount, dtype=np.float64), ekind=ekind, eranges=eranges,
         group=group, pinned=pinned, resident=resident, temp_bytes=temp_bytes, reserve=float(reserve),
         budgets=_budgets(topology, memory_budgets, devices), bw=np.asarray(topology.bandwidth, dtype=np.float64),
-        alpha=np.asarray(topology.latency, dtype=np.float64), micro_batches=int(micro_batches), notes=notes)
+        alpha=np.asarray(topology.latency, dtype=np.float64), micro_batches=int(micro_batches), notes=notes,
+        streams=tuple(p.stream for p in wl.programs))
 
 
 def _written_bytes(esrc, ebytes, eranges, prog) -> dict[tuple[int, str], int]:
@@ -276,20 +278,25 @@ def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, written: dict[tu
     state_writers: dict[tuple[int, str], list[int]] = {}
     state_access: dict[tuple[int, str], list[int]] = {}
     state_progs: dict[str, set[int]] = {}
-    TEMP, STATE = BufferKind.TEMP, BufferKind.STATE  # enum attribute lookups are slow in a loop this hot
+    TEMP, STATE, PARAM = BufferKind.TEMP, BufferKind.STATE, BufferKind.PARAMETER  # slow lookups in a hot loop
+    raw: dict[str, str] = {}  # resident name -> the programs' buffer name (they differ for streams >= 1)
     for k in range(len(prog)):
         buffers = wl.programs[prog[k]].dag.buffers
+        stream = wl.programs[prog[k]].stream
         for name in touch[k]:
             b = buffers.get(name)
             if b is None or b.kind is TEMP:
                 continue
+            if stream and b.kind is not PARAM:  # each request stream has its own state and inputs; weights shared
+                raw.setdefault(f"{name}@{stream}", name)
+                name = f"{name}@{stream}"
             holders.setdefault(name, []).append(k)
             old = kinds.get(name)
             kinds[name] = (b.kind.value, int(b.nbytes)) if old is None else (old[0], max(old[1], int(b.nbytes)))
             if b.kind is STATE:
                 state_access.setdefault((prog[k], name), []).append(k)
                 state_progs.setdefault(name, set()).add(prog[k])
-                if name in writes[k]:
+                if raw.get(name, name) in writes[k]:
                     state_writers.setdefault((prog[k], name), []).append(k)
     for ks in state_writers.values():
         for k in ks[1:]:
@@ -305,7 +312,7 @@ def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, written: dict[tu
                 uf.union(src[0], state_writers[(q, name)][0])
                 continue
             dst = state_writers.get((q, name)) or state_access[(q, name)]
-            handovers.append((src[0], dst[0], written.get((p, name), kinds[name][1]), name))
+            handovers.append((src[0], dst[0], written.get((p, raw.get(name, name)), kinds[name][1]), name))
     resident = [Resident(nm, kinds[nm][0], kinds[nm][1], np.array(sorted(set(ks)), dtype=np.int64))
                 for nm, ks in sorted(holders.items())]
     return resident, handovers

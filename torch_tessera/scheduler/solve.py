@@ -189,6 +189,14 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             bound = max(bound, res.bound)
         if counts is not None:
             realise(counts, "milp+local" if tied else "milp")
+    if pb.streams and max(pb.streams) > 0:  # replicated workload: also search from request-dist (stream r on r)
+        gp = np.zeros(groups.B, dtype=np.int64)
+        gp[pb.group] = np.asarray(pb.streams, dtype=np.int64)[pb.prog] % pb.D
+        gp = local_search(pb, groups, gp, t0 + 0.9 * time_limit)
+        if block_memory_ok(pb, groups, gp):
+            v = block_cycle(groups, gp)
+            if best is None or v < best[0] * (1 - 1e-12):
+                best, method = (v, groups.expand(gp)), "request-dist+local"
     if bound <= 0.0:
         bound = zero_comm_bound(cls.cost, cls.L, cls.pinned, groups.forbidden)
     if best is None:

@@ -27,6 +27,9 @@ class WorkloadProgram:
         costs: time of each launch on each device (seconds); may be ``None`` when passed to :func:`plan` separately.
         frequency: runs per workload step, e.g. 1 for prefill and the mean output length for decode.
         role: ``"prefill"``, ``"decode"`` or ``""``; the ``pd`` baseline needs one prefill and one decode program.
+        stream: request stream (replica) the program serves (:meth:`Workload.replicated`): programs of different
+            streams serve different requests, so their STATE buffers (each stream's own KV cache) are distinct even
+            where the names agree; weights stay shared by name.
     """
 
     name: str
@@ -34,6 +37,7 @@ class WorkloadProgram:
     costs: CostTable | None = None
     frequency: float = 1.0
     role: str = ""
+    stream: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,34 @@ class Workload:
     @staticmethod
     def single(dag: DependencyGraph, costs: CostTable | None = None, name: str = "main") -> "Workload":
         return Workload((WorkloadProgram(name, dag, costs),))
+
+    @property
+    def streams(self) -> int:
+        """Request streams the workload holds (1 unless :meth:`replicated`)."""
+        return 1 + max(p.stream for p in self.programs)
+
+    def replicated(self, shares: "tuple[float, ...] | list[float]") -> "Workload":
+        """The same programs once per request stream, stream ``r`` taking ``shares[r]`` of the requests.
+
+        A workload step still serves one request's worth of work: program ``p`` of stream ``r`` runs ``shares[r] x
+        frequency_p`` times per step. Stream 0 keeps the program names, stream ``r >= 1`` is named ``"<name>@r"``.
+        Each stream has its own STATE (its own KV cache), while the weights are shared by name, so one placement of
+        this workload can put the streams on different devices (the ``request-dist`` baseline: stream ``r`` wholly on
+        device ``r``) and move single kernels of a stream to the device that suits them.
+
+        Raises:
+            ValueError: fewer than two shares, a negative share, or shares not summing to 1; an already replicated
+                workload.
+        """
+        shares = [float(x) for x in shares]
+        if len(shares) < 2 or min(shares) < 0 or abs(sum(shares) - 1.0) > 1e-6:
+            raise ValueError(f"shares must be >= 2 non-negative fractions summing to 1, got {shares}")
+        if self.streams > 1:
+            raise ValueError("the workload is already replicated")
+        progs = tuple(WorkloadProgram(p.name if r == 0 else f"{p.name}@{r}", p.dag, p.costs, p.frequency * share,
+                                      p.role, r)
+                      for r, share in enumerate(shares) for p in self.programs)
+        return Workload(progs, tie_state=self.tie_state)
 
     @staticmethod
     def llm(prefill: DependencyGraph, prefill_costs: CostTable, decode: DependencyGraph, decode_costs: CostTable,
