@@ -85,6 +85,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--devices", default="cuda:0,cuda:0@72sm")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--graph-copies", default="link", choices=("link", "producer"),
+                    help="where copies inside the one graph run (the backend's graph_copies option)")
     ap.add_argument("--profile", action="store_true",
                     help="also write the top GPU kernels of 5 calls of 'home +graphs' and of reduce-overhead")
     args = ap.parse_args()
@@ -123,7 +125,8 @@ def main() -> int:
         rows = []
         graphed = {}
         for mode in ("whole", "segments"):  # one graph over both GPUs / one graph per segment, copies from Python
-            b = RecordingBackend(devices=args.devices, policy="home", cuda_graphs=mode)
+            extra = {"graph_copies": args.graph_copies} if mode == "whole" else {}
+            b = RecordingBackend(devices=args.devices, policy="home", cuda_graphs=mode, **extra)
             fn = torch.compile(model, backend=b, dynamic=False)
             fn(ids)
             graphed[mode] = (fn, b.executors[0])

@@ -27,6 +27,15 @@ def test_bad_option_value():
         TesseraConfig.from_options({"fallback": "never"})
 
 
+def test_graph_copies_values_and_combination():
+    assert TesseraConfig.from_options({}).graph_copies == "link"
+    assert TesseraConfig.from_options({"graph_copies": "producer", "cuda_graphs": True}).graph_copies == "producer"
+    with pytest.raises(ConfigError, match="graph_copies='peer' is not one of"):
+        TesseraConfig.from_options({"graph_copies": "peer", "cuda_graphs": True})
+    with pytest.raises(ConfigError, match="also pass cuda_graphs=True"):
+        TesseraConfig.from_options({"graph_copies": "producer", "cuda_graphs": "segments"})
+
+
 def test_unknown_option_through_torch_compile():
     torch._dynamo.reset()
     f = torch.compile(lambda x: x + 1, backend="tessera", options={"colour": "blue"})

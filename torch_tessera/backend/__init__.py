@@ -92,7 +92,8 @@ def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
     placement, plan = place(program, dag, [d.spec for d in devices], config.policy, seed=config.seed,
                             **({"dump_dir": config.dump_dir} if config.dump_dir else {}))
     return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, plan=plan,
-                         timeout_s=config.timeout_s, cuda_graphs=config.cuda_graphs)
+                         timeout_s=config.timeout_s, cuda_graphs=config.cuda_graphs,
+                         graph_copies=config.graph_copies)
 
 
 def _with_executors(fn: Callable, executors: list) -> Callable:

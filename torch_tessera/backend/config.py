@@ -11,6 +11,8 @@ from torch_tessera.errors import ConfigError
 
 FALLBACKS = ("inductor", "raise")
 #: Keep in sync with torch_tessera.backend.pipeline.BACKEND_POLICIES (not imported here: config stays light).
+#: Keep in sync with torch_tessera.runtime.placed.GRAPH_COPIES.
+GRAPH_COPIES = ("link", "producer")
 POLICIES = ("throughput", "latency", "homo-L", "homo-R", "af", "layer", "home", "random")
 
 
@@ -36,6 +38,10 @@ class TesseraConfig:
             program as one graph spanning the devices (copies inside it; one graph per segment where CUDA refuses),
             ``"segments"`` one graph per device's run of launches with the copies between them issued from Python.
             On its own (no ``devices``) it runs the whole program as graphs on the model's GPU.
+        graph_copies: where each cross-device copy inside one graph over the devices runs: ``"link"`` (default) on
+            the link's own copy stream, ordered by events after its producer and before its consumer; ``"producer"``
+            on the producing device's stream (no copy stream, one event fewer per hop; compare the two with
+            ``bench/gpu_hop_variants.py``). Needs ``cuda_graphs`` ``True`` or ``"whole"``.
     """
 
     fallback: str = "inductor"
@@ -45,6 +51,7 @@ class TesseraConfig:
     seed: int = 0
     timeout_s: float = 60.0
     cuda_graphs: bool | str = False
+    graph_copies: str = "link"
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
@@ -57,6 +64,11 @@ class TesseraConfig:
             raise ConfigError(f"option policy={self.policy!r} is not one of {POLICIES}")
         if self.cuda_graphs not in (False, True, "whole", "segments"):
             raise ConfigError(f"option cuda_graphs={self.cuda_graphs!r} is not one of False, True, 'whole', 'segments'")
+        if self.graph_copies not in GRAPH_COPIES:
+            raise ConfigError(f"option graph_copies={self.graph_copies!r} is not one of {GRAPH_COPIES}")
+        if self.graph_copies != "link" and self.cuda_graphs not in (True, "whole"):
+            raise ConfigError(f"option graph_copies={self.graph_copies!r} places copies inside one CUDA graph over the "
+                              f"devices: also pass cuda_graphs=True (got cuda_graphs={self.cuda_graphs!r})")
         if self.timeout_s <= 0:
             raise ConfigError(f"option timeout_s={self.timeout_s} must be positive (seconds)")
 

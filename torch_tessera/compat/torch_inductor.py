@@ -138,18 +138,22 @@ def compile_context(device_type: str) -> Iterator[None]:
 def compile_graph(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
-    on_compiled: Callable[[Any, Sequence[Any]], None],
+    on_compiled: Callable[[Any, Sequence[Any], Sequence[int]], None],
 ) -> Callable:
-    """Compile ``gm`` with Inductor, calling ``on_compiled(compiled_fx_graph, fake_inputs)`` on each inner graph.
+    """Compile ``gm`` with Inductor, calling ``on_compiled(compiled_fx_graph, fake_inputs, static_input_idxs)`` on
+    each inner graph.
 
-    Returns what ``compile_fx`` returns: a callable taking the graph's inputs. ``on_compiled`` may replace
-    ``compiled_fx_graph.current_callable``.
+    ``static_input_idxs`` are the inner graph's inputs the caller passes at one address on every call (parameters and
+    module buffers, from AOTAutograd's ``fw_metadata.static_input_indices``; ``compile_fx`` hands them to its
+    ``inner_compile``, and ``mode="reduce-overhead"`` reads them in place instead of copying them each call; checked
+    on torch 2.11 and 2.13). Returns what ``compile_fx`` returns: a callable taking the graph's inputs.
+    ``on_compiled`` may replace ``compiled_fx_graph.current_callable``.
     """
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     def inner_compile(inner_gm: torch.fx.GraphModule, inner_inputs: Sequence[Any], **kwargs: Any) -> Any:
         compiled = compile_fx_inner(inner_gm, inner_inputs, **kwargs)
-        on_compiled(compiled, inner_inputs)
+        on_compiled(compiled, inner_inputs, tuple(kwargs.get("static_input_idxs") or ()))
         return compiled
 
     return compile_fx(gm, list(example_inputs), inner_compile=inner_compile)

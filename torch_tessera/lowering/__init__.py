@@ -79,14 +79,14 @@ def lower(
     ]
     events: list[compat.CodegenEvent] = []
 
-    def on_compiled(compiled: Any, fake_inputs: Sequence[Any]) -> None:
+    def on_compiled(compiled: Any, fake_inputs: Sequence[Any], static_idxs: Sequence[int] = ()) -> None:
         if not hasattr(compiled, "current_callable"):
             # Inductor returns a plain function for a graph with nothing to launch (e.g. a no-op dtype cast): there
             # is no kernel program to capture, and nothing to place.
             log.info("graph has no kernels to capture; Inductor's callable runs it")
             events.clear()
             return
-        captured = capture_program(compiled, fake_inputs, list(events), names, flags)
+        captured = capture_program(compiled, fake_inputs, list(events), names, flags, static_idxs)
         events.clear()
         runner = on_captured(captured)
         if runner is not None:

@@ -200,6 +200,7 @@ def capture_program(
     events: Sequence[compat.CodegenEvent],
     input_names: Sequence[str] | None = None,
     parameter_flags: Sequence[bool] | None = None,
+    static_input_idxs: Sequence[int] = (),
 ) -> CapturedGraph:
     """Record the launches of an Inductor ``CompiledFxGraph`` as a :class:`KernelProgram`.
 
@@ -209,6 +210,8 @@ def capture_program(
         events: the codegen events recorded while Inductor generated the graph (for provenance).
         input_names: a name per input (e.g. the Dynamo placeholder names); ``arg<i>`` when None.
         parameter_flags: per input, whether it is a model parameter (weights); others are inputs or state.
+        static_input_idxs: inputs the caller passes at one address every call (Dynamo's static inputs: parameters
+            and module buffers); those of kind INPUT are recorded in ``KernelProgram.static_inputs``.
 
     Returns:
         The captured program and the kernel objects that can launch it.
@@ -262,7 +265,12 @@ def capture_program(
     buffers = _classify_state(rec.buffers, rec.launches)
     device = next((str(x.device) for x in fake_inputs if isinstance(x, torch.Tensor)
                    and not (x.device.type == "cpu" and x.dim() == 0)), rec.device)
-    program = KernelProgram(buffers, tuple(inputs), tuple(rec.launches), outputs, dict(rec.kernels), device)
+    idxs = set(static_input_idxs)
+    static = ({a.buffer for i, a in enumerate(inputs) if i in idxs and isinstance(a, TensorArg)}
+              - {a.buffer for i, a in enumerate(inputs) if i not in idxs and isinstance(a, TensorArg)})
+    static_inputs = tuple(sorted(b for b in static if buffers[b].kind == BufferKind.INPUT))
+    program = KernelProgram(buffers, tuple(inputs), tuple(rec.launches), outputs, dict(rec.kernels), device,
+                            static_inputs)
     log.info(
         "captured %d launches (%d Triton, %d extern) over %d buffers",
         len(program.launches), len(program.triton_launches), len(program.extern_launches), len(buffers),

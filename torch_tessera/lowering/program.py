@@ -236,6 +236,10 @@ class KernelProgram:
         outputs: the returned values, as views of buffers (or scalars).
         kernels: source of every Triton kernel, by kernel name.
         device: device the program was lowered for.
+        static_inputs: INPUT buffers the caller passes at the same address on every call (Dynamo's static inputs
+            that are not parameters: module buffers such as a rotary-frequency table). A CUDA graph reads them where
+            the caller keeps them, as ``mode="reduce-overhead"`` does, instead of copying them in every call; their
+            contents may still change between calls.
     """
 
     buffers: Mapping[str, Buffer]
@@ -244,6 +248,7 @@ class KernelProgram:
     outputs: tuple[Arg, ...]
     kernels: Mapping[str, KernelSource]
     device: str
+    static_inputs: tuple[str, ...] = ()
 
     @property
     def triton_launches(self) -> list[TritonLaunch]:

@@ -6,8 +6,13 @@ A *segment* is a maximal run of consecutive launches on one device with no copy 
    INPUT copied into static storages, every temporary allocated once and kept), the schedule runs once eagerly
    (Triton compiles and autotunes, cuBLAS initialises), then each segment is captured on its device's stream into a
    :class:`torch.cuda.CUDAGraph` sharing one memory pool per device.
-2. Every call: INPUT-kind inputs are copied into their static storages; segments replay on their streams; copies
-   between segments run eagerly on the link's copy stream, ordered by events exactly as in eager mode.
+2. Every call: INPUT-kind inputs are copied into their static storages (not the program's ``static_inputs``: module
+   buffers the caller keeps at one address are read in place, as weights are); segments replay on their streams;
+   copies between segments run eagerly on the link's copy stream, ordered by events exactly as in eager mode. One
+   graph over every device (``"whole"``) replays on the caller's current stream (no stream joins), and the call waits
+   on the host only when the graph holds transfers (to raise ``TransferTimeout`` naming them) or touches other
+   devices; a graph of the home device alone returns at once, ordered on the caller's stream like
+   ``mode="reduce-overhead"``.
 3. If a weight or state input arrives at another address than at capture (the caller re-allocated it), the graphs are
    captured again. ``PlacedExecutor.captures`` counts captures; ``check_addresses=True`` verifies before each replay
    that every storage a graph uses still has its capture-time address.
@@ -18,8 +23,9 @@ Outputs are views of static storages, overwritten by the next call (as with ``mo
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -59,6 +65,16 @@ class GraphState:
     whole: Any = None  # one graph over every device, copies inside (graph_mode "whole"); None: one per segment
     keep_alive: list = field(default_factory=list)  # the other GPUs' memory pools the whole graph allocated from
     copies: list = field(default_factory=list)  # the copy steps inside ``whole`` (counted per replay)
+    # what one replay adds to the executor's counters, summed at capture (see _count_replay)
+    launches: int = 0
+    transfer_counts: dict = field(default_factory=dict)
+    byte_counts: dict = field(default_factory=dict)
+    copy_edges: frozenset = frozenset()
+    host_wait: bool = True  # the call waits for the replay on the host (transfers inside, or other devices touched)
+    on_caller_stream: bool = False  # "whole" replays on the caller's current stream (home device not a partition)
+    last_stream: Any = None  # the stream the last caller-stream replay went to (a new stream waits for it)
+    state_devices: list = field(default_factory=list)  # torch devices of STATE kept off the home device
+    home_device: Any = None  # the home device's torch device
 
 
 def _segments(executor: Any) -> list[Any]:
@@ -95,15 +111,16 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
     home = pools[executor.home]
     static_inputs: dict[str, torch.Tensor] = {}
     bound: dict[str, int] = {}
+    static_in_place = set(getattr(program, "static_inputs", ()))  # module buffers at one address: read in place
     executor.check_state_devices(inputs)
     for spec, value in zip(program.inputs, inputs):
         if not isinstance(spec, TensorArg) or spec.buffer in home or spec.buffer in bound:
             continue
         kind = program.buffers[spec.buffer].kind
-        if kind == BufferKind.INPUT:
+        if kind == BufferKind.INPUT and spec.buffer not in static_in_place:
             home.allocate(spec.buffer, program.buffers[spec.buffer].nbytes)
             static_inputs[spec.buffer] = home.storages[spec.buffer]
-        else:  # weights and state, bound where the caller keeps them (state may live off the home device)
+        else:  # weights, state and static INPUTs, bound where the caller keeps them (state may live elsewhere)
             bind_input(pools[executor.input_pool_index(spec.buffer)], spec, value, len(bound))
             bound[spec.buffer] = value.data_ptr()
     _copy_inputs(program, home, inputs, static_inputs)
@@ -162,6 +179,7 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
         elif isinstance(item, CopyStep):
             used.update((item.src, item.dst))
     state.used_devices = sorted(used)
+    _precompute_replay(executor, state)
     executor.captures += 1
     n_copies = sum(isinstance(x, CopyStep) for x in items)
     if whole is not None:
@@ -171,6 +189,35 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
         log.info("captured %d CUDA graphs (%d copies between them)", sum(isinstance(x, Segment) for x in items),
                  n_copies)
     return state
+
+
+def _precompute_replay(executor: Any, state: GraphState) -> None:
+    """What each call of ``state`` needs, worked out once: the counters one replay adds, whether the call must wait
+    for it on the host, and whether it may replay on the caller's stream."""
+    state.launches = sum(len(x.steps) for x in state.items if isinstance(x, Segment))
+    transfers: Counter = Counter()
+    nbytes: Counter = Counter()
+    for step in (x for x in state.items if isinstance(x, CopyStep)):
+        transfers[step.purpose] += 1
+        nbytes[step.purpose] += step.nbytes
+    state.transfer_counts, state.byte_counts = dict(transfers), dict(nbytes)
+    state.copy_edges = frozenset(x.edge for x in state.items if isinstance(x, CopyStep) and x.edge is not None)
+    home = executor.home
+    state.host_wait = bool(state.copies) or any(executor.domains[d] != executor.domains[home]
+                                                for d in state.used_devices)
+    state.on_caller_stream = (state.whole is not None and state.lane is None
+                              and getattr(executor.devices[home], "partition", None) is None)
+    state.state_devices = [executor.devices[d].torch_device for d in sorted(set(executor.state_homes.values()))]
+    state.home_device = executor.devices[home].torch_device
+
+
+def _count_replay(executor: Any, state: GraphState, edges: set) -> None:
+    """Add one replay of ``state`` to the executor's counters (launches run, transfers and bytes by purpose) and its
+    cut edges to ``edges``: what counting each step would add, summed at capture."""
+    executor.launches_executed += state.launches
+    executor.transfers.update(state.transfer_counts)
+    executor.bytes_moved.update(state.byte_counts)
+    edges |= state.copy_edges
 
 
 def _capture_whole(executor: Any, items: Sequence[Any], pools: list[BufferPool], streams: Sequence[Any],
@@ -198,10 +245,11 @@ def _capture_whole(executor: Any, items: Sequence[Any], pools: list[BufferPool],
     if not isinstance(main, torch.cuda.Stream):  # the CPU stand-in of the tests has no streams to fork
         main = None
     copy_streams = {}
+    on_producer = getattr(executor, "graph_copies", "link") == "producer"  # copies on the producer's own stream
     for item in items:
         if isinstance(item, CopyStep) and (item.src, item.dst) not in copy_streams:
-            copy_streams[(item.src, item.dst)] = (executor._copy_stream(item.src, item.dst) if lane is None
-                                                  else lane.copy_stream(item.src, item.dst))
+            copy_streams[(item.src, item.dst)] = (None if on_producer else executor._copy_stream(item.src, item.dst)
+                                                  if lane is None else lane.copy_stream(item.src, item.dst))
     touched = [s for s in [*streams, *copy_streams.values()] if isinstance(s, torch.cuda.Stream) and s is not main]
     home_dom = executor.domains[home]
     other_pools = {}
@@ -260,7 +308,9 @@ def _private_pool(device: torch.device) -> Any:
 
 def _capture_copy(executor: Any, step: CopyStep, pools: list[BufferPool], streams: Sequence[Any],
                   copy_stream: Any) -> None:
-    """Capture one copy step as a memcpy node on ``copy_stream``: after the producer's stream, before the consumer's.
+    """Capture one copy step as a memcpy node: after the producer's stream, before the consumer's (see
+    :func:`order_copy`); on ``copy_stream`` (the link's), or on the producer's stream when it is None
+    (``graph_copies="producer"``).
 
     ``Tensor.copy_`` between GPUs is not used here: torch runs it on the *source* device's current stream with a
     two-way barrier against the destination's current stream, and inside a capture those would have to be this
@@ -269,23 +319,47 @@ def _capture_copy(executor: Any, step: CopyStep, pools: list[BufferPool], stream
     """
     src = pools[step.src].storages[step.buffer][step.start:step.end]
     dst = pools[step.dst].storages[step.buffer][step.start:step.end]
-    src_stream, dst_stream = streams[step.src], streams[step.dst]
-    wait_dst, src_waits = executor._copy_waits.get(id(step), (False, False))  # see schedule.copy_hazards
-    copy_stream.wait_stream(src_stream)
-    if wait_dst:
-        copy_stream.wait_stream(dst_stream)
-    if src.device == dst.device:  # two SM partitions of one GPU: an ordinary device copy
-        with torch.cuda.stream(copy_stream):
-            dst.copy_(src, non_blocking=True)
-    else:
+
+    def memcpy(stream: Any) -> None:
+        if src.device == dst.device:  # two SM partitions of one GPU: an ordinary device copy
+            with torch.cuda.stream(stream):
+                dst.copy_(src, non_blocking=True)
+            return
         from cuda.bindings import driver as drv
 
-        (err,) = drv.cuMemcpyAsync(dst.data_ptr(), src.data_ptr(), step.nbytes, copy_stream.cuda_stream)
+        (err,) = drv.cuMemcpyAsync(dst.data_ptr(), src.data_ptr(), step.nbytes, stream.cuda_stream)
         if err != drv.CUresult.CUDA_SUCCESS:
             raise TesseraError(f"cuMemcpyAsync of {step.buffer}[{step.start}:{step.end}] failed: {err}")
-    dst_stream.wait_stream(copy_stream)
-    if src_waits:
-        src_stream.wait_stream(copy_stream)
+
+    waits = executor._copy_waits.get(id(step), (False, False))  # see schedule.copy_hazards
+    order_copy(streams[step.src], streams[step.dst], copy_stream, waits, memcpy)
+
+
+def order_copy(src_stream: Any, dst_stream: Any, copy_stream: Any, waits: tuple[bool, bool],
+               issue: Callable[[Any], None]) -> None:
+    """Issue one cut-edge copy with ``issue(stream)`` and order it among the compute streams by stream waits.
+
+    The copy runs after everything queued on the producer's stream (``src_stream``) and the consumer's stream
+    (``dst_stream``) waits for it. ``waits = (wait_dst, src_waits)`` from :func:`~torch_tessera.runtime.schedule.
+    copy_hazards`: the copy also waits for the consumer's stream (it overwrites bytes a launch there may still read),
+    and the producer's stream waits for the copy (a later launch there overwrites what it reads).
+
+    On ``copy_stream`` (the link's own stream) the copy overlaps later work of the producer. With ``copy_stream=None``
+    it runs on the producer's stream: no copy stream and one event fewer per hop, at the price of serialising the
+    copy with the producer's later launches; every ordering of the first way holds in the second (a copy stream only
+    ever carries copies out of that producer, each after the producer's earlier work), which
+    ``tests/runtime/test_graph_copy_order.py`` checks on real schedules.
+    """
+    wait_dst, src_waits = waits
+    stream = src_stream if copy_stream is None else copy_stream
+    if stream is not src_stream:
+        stream.wait_stream(src_stream)
+    if wait_dst:
+        stream.wait_stream(dst_stream)
+    issue(stream)
+    dst_stream.wait_stream(stream)
+    if src_waits and stream is not src_stream:
+        src_stream.wait_stream(stream)
 
 
 def _copy_inputs(program: Any, home: BufferPool, inputs: Sequence[Any], static: dict[str, torch.Tensor]) -> None:
@@ -334,9 +408,32 @@ def _replay_whole(executor: Any, state: GraphState, stream: Any, edges: set) -> 
     """Replay the one multi-device graph on ``stream`` (the home device's) and count what it ran and copied."""
     with executor.devices[executor.home].guard(), torch.cuda.stream(stream):
         state.whole.replay()
-    executor.launches_executed += sum(len(x.steps) for x in state.items if isinstance(x, Segment))
-    for step in state.copies:
-        executor._count_copy(step, edges)
+    _count_replay(executor, state, edges)
+
+
+def _call_on_caller_stream(executor: Any, state: GraphState, inputs: Sequence[Any]) -> None:
+    """One call of a whole graph on the caller's current stream of the home device.
+
+    Per call: join the stream the previous replay went to if the caller switched streams (it may still read the
+    static inputs), join the caller's streams where STATE kept off the home device lives, copy the INPUT-kind inputs
+    into their static storages, replay (``CUDAGraph.replay`` launches on the current stream of the capture device),
+    count. When the graph holds transfers or touches another device, wait for it on the host (``TransferTimeout``
+    names the transfers); otherwise return at once: the outputs are ordered on the caller's stream, as with
+    ``mode="reduce-overhead"``.
+    """
+    stream = torch.cuda.current_stream(state.home_device)
+    last = state.last_stream
+    if last is not None and last != stream:
+        stream.wait_stream(last)
+    for dev in state.state_devices:
+        stream.wait_stream(torch.cuda.current_stream(dev))
+    for k, static in state.copy_list:
+        static.copy_(inputs[k], non_blocking=True)
+    state.whole.replay()
+    state.last_stream = stream
+    _count_replay(executor, state, executor._edges_this_call)
+    if state.host_wait:
+        executor._wait_whole(state.copies, stream.record_event())
 
 
 def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool = False) -> list:
@@ -354,6 +451,13 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
         executor.cut_edges_transferred = len(executor._edges_this_call)
         first, state.first_outputs = state.first_outputs, None
         return first  # the warm-up ran this call; replaying now would apply in-place state updates twice
+    if check_addresses:
+        for (i, b), ptr in state.addresses.items():
+            if state.pools[i].storages[b].data_ptr() != ptr:
+                raise TesseraError(f"buffer {b} on device {i} moved since capture; replay would read stale memory")
+    executor._edges_this_call = set()
+    if state.on_caller_stream:
+        _call_on_caller_stream(executor, state, inputs)
     else:
         main = executor.streams[executor.home]
         main.wait_stream(torch.cuda.current_stream(executor.devices[executor.home].torch_device))
@@ -362,24 +466,19 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
         with torch.cuda.stream(main):
             for k, static in state.copy_list:
                 static.copy_(inputs[k], non_blocking=True)
-        for d in state.used_devices:  # every device reads the static inputs only after they are copied in
-            if d != executor.home and executor.streams[d] is not main:
-                executor.streams[d].wait_stream(main)
-    if check_addresses:
-        for (i, b), ptr in state.addresses.items():
-            if state.pools[i].storages[b].data_ptr() != ptr:
-                raise TesseraError(f"buffer {b} on device {i} moved since capture; replay would read stale memory")
-    events = []
-    executor._edges_this_call = set()
-    if state.whole is not None:
-        _replay_whole(executor, state, executor.streams[executor.home], executor._edges_this_call)
-        executor._wait_whole(state.copies, executor.streams[executor.home])
-    else:
-        for item in state.items:
-            ev = _run_item(executor, item, state.pools, capture=False)
-            if ev is not None:
-                events.append((item, ev))
-        executor._wait(events, [executor.streams[d] for d in state.used_devices])
+        if state.whole is not None:
+            _replay_whole(executor, state, main, executor._edges_this_call)
+            executor._wait_whole(state.copies, main.record_event())
+        else:
+            for d in state.used_devices:  # every device reads the static inputs only after they are copied in
+                if d != executor.home and executor.streams[d] is not main:
+                    executor.streams[d].wait_stream(main)
+            events = []
+            for item in state.items:
+                ev = _run_item(executor, item, state.pools, capture=False)
+                if ev is not None:
+                    events.append((item, ev))
+            executor._wait(events, [executor.streams[d] for d in state.used_devices])
     executor.cut_edges_transferred = len(executor._edges_this_call)
     executor.calls += 1
     home = state.pools[executor.home]

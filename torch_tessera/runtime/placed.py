@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 POISON = 0xFF
 
 
+#: where a copy inside one CUDA graph over the devices runs (see PlacedExecutor's ``graph_copies``)
+GRAPH_COPIES = ("link", "producer")
+
 #: seconds a call busy-polls its completion event before polling with sleeps (which oversleep by tens of us)
 SPIN_S = 0.05
 
@@ -64,6 +67,9 @@ class PlacedExecutor:
             spanning the devices, copies inside it as memcpy nodes (one launch per call); if CUDA refuses that
             capture, one graph per segment. ``"segments"``: one graph per device's run of consecutive launches, the
             copies between them issued eagerly. See :mod:`torch_tessera.runtime.graphs`.
+        graph_copies: where a copy inside one graph over the devices runs: ``"link"`` (default) on the link's own
+            copy stream, ``"producer"`` on the producing device's stream (no copy stream, one event fewer per hop;
+            see :func:`torch_tessera.runtime.graphs.order_copy`). Only with ``cuda_graphs`` ``True`` / ``"whole"``.
 
     Attributes:
         transfers: count of copies performed, by purpose (``cut``, ``input``, ``weights``, ``gather``); a cut edge
@@ -84,6 +90,7 @@ class PlacedExecutor:
         timeout_s: float = 60.0,
         memory_estimate: Sequence[int] | None = None,
         cuda_graphs: bool | str = False,
+        graph_copies: str = "link",
     ) -> None:
         self.program = program
         self.devices = list(devices)
@@ -124,6 +131,9 @@ class PlacedExecutor:
         self.cuda_graphs = bool(cuda_graphs)
         # "whole": one graph over every device with the copies inside (falls back to "segments" where CUDA refuses)
         self.graph_mode = "segments" if cuda_graphs == "segments" else "whole"
+        if graph_copies not in GRAPH_COPIES:
+            raise TesseraError(f"graph_copies={graph_copies!r}: use one of {GRAPH_COPIES}")
+        self.graph_copies = graph_copies
         self.captures = 0
         self._graphs: Any = None
 
@@ -411,13 +421,12 @@ class PlacedExecutor:
             (self._edges_this_call if edges is None else edges).add(step.edge)
         self.bytes_moved[step.purpose] += step.nbytes
 
-    def _wait_whole(self, copies: Sequence[CopyStep], stream: Any) -> None:
-        """Wait for one replay of a multi-device graph (launched on ``stream``); if it does not finish within
-        ``timeout_s``, name the transfers inside it (which one hangs cannot be told from outside the graph)."""
-        if not isinstance(stream, torch.cuda.Stream):
+    def _wait_whole(self, copies: Sequence[CopyStep], done: Any) -> None:
+        """Wait for one replay of a multi-device graph, until ``done`` (an event recorded after it) completes; if it
+        does not within ``timeout_s``, name the transfers inside it (which one hangs cannot be told from outside the
+        graph)."""
+        if done.query():
             return
-        done = torch.cuda.Event()
-        done.record(stream)
         deadline = time.monotonic() + self.timeout_s
         spin_until = time.monotonic() + SPIN_S
         while not done.query():
@@ -425,11 +434,11 @@ class PlacedExecutor:
                 continue  # a replay takes ~ms: sleeping (>= ~60 us per call on Linux) would add to every call
             if time.monotonic() > deadline:
                 links = sorted({(self.devices[c.src].name, self.devices[c.dst].name) for c in copies})
-                edges = sorted({c.edge for c in copies if c.edge is not None})[:8]
+                edges = sorted({c.edge for c in copies if c.edge is not None})
+                where = ", ".join(f"{a}->{b}" for a, b in links) or ", ".join(d.name for d in self.devices)
                 raise TransferTimeout(
-                    f"one replay of the CUDA graph over {len(links) and ', '.join(f'{a}->{b}' for a, b in links)} "
-                    f"did not complete within {self.timeout_s} s; it holds {len(copies)} transfers "
-                    f"(edges {edges}{' ...' if len(copies) > 8 else ''})"
+                    f"one replay of the CUDA graph over {where} did not complete within {self.timeout_s} s; it holds "
+                    f"{len(copies)} transfers (edges {edges[:8]}{' ...' if len(edges) > 8 else ''})"
                 )
             time.sleep(20e-6)
 

@@ -32,6 +32,7 @@ class TesseraRunner:
         plan: Any = None,
         timeout_s: float = 60.0,
         cuda_graphs: bool | str = False,
+        graph_copies: str = "link",
     ) -> None:
         self.program = program
         self.dag = dag
@@ -40,12 +41,14 @@ class TesseraRunner:
         self._kernel_objects = dict(kernel_objects or {})
         self.timeout_s = timeout_s
         self.cuda_graphs = cuda_graphs
+        self.graph_copies = graph_copies
         self.executor = self._make(placement)
 
     def _make(self, placement: Mapping[int, int]) -> PlacedExecutor:
         estimate = getattr(self.plan, "memory_bytes", None)
         return PlacedExecutor(self.program, self.dag, placement, self.devices, self._kernel_objects,
-                              timeout_s=self.timeout_s, memory_estimate=estimate, cuda_graphs=self.cuda_graphs)
+                              timeout_s=self.timeout_s, memory_estimate=estimate, cuda_graphs=self.cuda_graphs,
+                              graph_copies=self.graph_copies)
 
     def set_placement(self, placement: Mapping[int, int], plan: Any = None) -> None:
         """Run with another placement from the next call on (weights are re-placed)."""

@@ -1,0 +1,105 @@
+"""Ordering of the copies inside one CUDA graph over the devices, for both places a copy can run (``graph_copies``).
+
+Inside a capture, work is ordered only by the streams it is issued on and the waits between them. Here the capture's
+stream operations are replayed on recording streams (each operation a node depending on its stream's frontier, a
+wait merging frontiers: what CUDA stream capture builds) for real schedules: the tiny Llama and MoE under random
+placements over two devices. With copies on the link's copy stream (``"link"``, the default, whose results equal
+eager under the copies' extreme legal timings: ``test_copy_hazards.py``) every copy must follow the launch that
+precedes it on its source and precede the next launch on its destination; and every ordering of that way must also
+hold with copies on the producer's stream (``"producer"``), which may only add orderings.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import TEST_DEVICE, RecordingBackend
+from torch_tessera.models import build_model
+from torch_tessera.runtime.graphs import order_copy
+from torch_tessera.runtime.runner import random_placement
+from torch_tessera.runtime.schedule import CopyStep, LaunchStep, SyncStep
+
+pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="builds CPU virtual devices' schedules")
+
+
+class _Capture:
+    """The dependency graph stream capture would build: node -> bit mask of all its ancestors."""
+
+    def __init__(self) -> None:
+        self.ancestors: list[int] = []
+        self.names: dict[tuple, int] = {}
+
+    def node(self, stream: "_Stream", name: tuple | None) -> None:
+        n = len(self.ancestors)
+        mask = 0
+        for p in stream.frontier:
+            mask |= self.ancestors[p] | (1 << p)
+        self.ancestors.append(mask)
+        stream.frontier = {n}
+        if name is not None:
+            self.names[name] = n
+
+    def before(self, a: tuple, b: tuple) -> bool:
+        return bool(self.ancestors[self.names[b]] >> self.names[a] & 1)
+
+
+class _Stream:
+    def __init__(self, capture: _Capture) -> None:
+        self.capture = capture
+        self.frontier: set[int] = set()
+
+    def wait_stream(self, other: "_Stream") -> None:
+        self.frontier |= other.frontier
+
+
+def _record(schedule, waits, n_devices: int, on_producer: bool) -> _Capture:
+    """Issue ``schedule`` as ``_capture_whole`` does, on recording streams (one per device, one per link)."""
+    cap = _Capture()
+    streams = [_Stream(cap) for _ in range(n_devices)]
+    links: dict[tuple[int, int], _Stream] = {}
+    for i, step in enumerate(schedule.steps):
+        if isinstance(step, LaunchStep):
+            cap.node(streams[step.device], ("launch", step.launch))
+        elif isinstance(step, SyncStep):
+            streams[step.dst].wait_stream(streams[step.src])
+        else:
+            link = None if on_producer else links.setdefault((step.src, step.dst), _Stream(cap))
+            order_copy(streams[step.src], streams[step.dst], link, waits.get(id(step), (False, False)),
+                       lambda s, i=i: cap.node(s, ("copy", i)))
+    return cap
+
+
+@pytest.mark.parametrize("model_name", ["llama", "moe"])
+def test_copies_on_the_producer_stream_keep_every_ordering_of_the_copy_streams(model_name):
+    torch.manual_seed(0)
+    model, inputs = build_model(model_name, "tiny")
+    torch._dynamo.reset()
+    backend = RecordingBackend(devices="cpu:0,cpu:1", policy="home")
+    with torch.no_grad():
+        torch.compile(model, backend=backend, dynamic=False)(*inputs)
+    runner = backend.executors[0]
+    copies_seen = 0
+    for seed in range(8):
+        runner.set_placement(random_placement(runner.dag, 2, seed))
+        ex = runner.executor
+        steps = ex.schedule.steps
+        link = _record(ex.schedule, ex._copy_waits, len(ex.devices), on_producer=False)
+        producer = _record(ex.schedule, ex._copy_waits, len(ex.devices), on_producer=True)
+        for i, step in enumerate(steps):
+            if not isinstance(step, CopyStep):
+                continue
+            copies_seen += 1
+            before = [s for s in steps[:i] if isinstance(s, LaunchStep) and s.device == step.src]
+            after = [s for s in steps[i + 1:] if isinstance(s, LaunchStep) and s.device == step.dst]
+            for cap in (link, producer):
+                if before:
+                    assert cap.before(("launch", before[-1].launch), ("copy", i)), f"seed {seed}: copy {i} too early"
+                if after:
+                    assert cap.before(("copy", i), ("launch", after[0].launch)), f"seed {seed}: copy {i} too late"
+        names = list(link.names)
+        for b in names:
+            for a in names:
+                if a != b and link.before(a, b):
+                    assert producer.before(a, b), f"seed {seed}: {a} before {b} with copy streams, not on producers"
+    assert copies_seen > 0, "the placements cut nothing"
