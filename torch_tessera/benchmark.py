@@ -35,10 +35,11 @@ PLAN_NAMES = ("homo-L", "homo-R", "request-dist", "pd", "af", "layer", "tessera"
 SINGLE = "tessera-single"
 
 
-def with_streams(plans: dict[str, Any], wl: Any, topo: Any) -> dict[str, Any]:
+def with_streams(plans: dict[str, Any], wl: Any, topo: Any, **kwargs: Any) -> dict[str, Any]:
     """``plans`` with ``tessera`` the better (lower modelled cycle) of the single-placement throughput plan and
     :func:`~torch_tessera.scheduler.plan_streams` (one request stream per device, kernels of a stream movable); when
-    the streams plan wins, the single placement stays as :data:`SINGLE` so both are measured."""
+    the streams plan wins, the single placement stays as :data:`SINGLE` so both are measured. ``kwargs`` go to
+    :func:`~torch_tessera.scheduler.plan_streams` (``micro_batches``: as the single plan was made)."""
     from torch_tessera.errors import InfeasiblePlanError
     from torch_tessera.scheduler import Plan, plan_streams
 
@@ -46,7 +47,7 @@ def with_streams(plans: dict[str, Any], wl: Any, topo: Any) -> dict[str, Any]:
     if not isinstance(single, Plan) or len(topo.devices) < 2:
         return plans
     try:
-        streams = plan_streams(wl, topo)
+        streams = plan_streams(wl, topo, **kwargs)
     except InfeasiblePlanError as e:  # each stream holds its own state: may not fit where one placement does
         log.info("streams plan does not fit: %s", e)
         return plans

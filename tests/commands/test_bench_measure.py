@@ -63,7 +63,7 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     # KV cache and executors); on two equal CPU devices the streams plan wins and both are run and checked
     if "tessera-single" in rows:
         assert set(meta["plans"]["tessera"]["placements"]) == {"prefill", "decode", "prefill@1", "decode@1"}
-        assert rows["tessera"]["how"] == "run, programs concurrent" and rows["tessera"]["equal"] is True
+        assert 0 < rows["tessera"]["concurrent_output_per_s"] < math.inf and rows["tessera"]["equal"] is True
         assert rows["tessera"]["predicted_output_per_s"] > rows["tessera-single"]["predicted_output_per_s"]
         assert set(meta["runs"]["tessera"]["seconds"]) == {"prefill", "decode", "prefill@1", "decode@1"}
 

@@ -20,9 +20,13 @@ def test_bench_checks_every_plan_and_predicts(tmp_path, capsys):
     assert all(r["transfers"] == r["cut_edges"] for r in check.values())
     assert check["af"]["cut_edges"] > 0  # attention on one device, the rest on the other
     sim = {r["plan"]: r for r in result["simulated"]["rows"]}
-    assert set(sim) == {"homo-L", "homo-R", "request-dist", "pd", "af", "layer", "tessera"}
-    best_baseline = max(r["output_per_s"] for n, r in sim.items() if n != "tessera" and r["applies"])
-    assert sim["tessera"]["output_per_s"] >= best_baseline * (1 - 1e-9)  # never behind a baseline placement
+    assert set(sim) - {"tessera-single"} == {"homo-L", "homo-R", "request-dist", "pd", "af", "layer", "tessera"}
+    # never behind a baseline: tessera is the better of one placement and one request stream per device, whose space
+    # holds request-dist (with each cut edge charged on its devices (issue 9), request-dist beats any split of the
+    # tiny model's microsecond kernels, so the streams plan wins here and the single placement is tessera-single)
+    best_baseline = max(r["output_per_s"] for n, r in sim.items()
+                        if n not in ("tessera", "tessera-single") and r["applies"])
+    assert sim["tessera"]["output_per_s"] >= best_baseline * (1 - 1e-9)
     assert all(r["vs_bound"] <= 1 + 1e-9 for r in sim.values() if r["applies"])  # the bound bounds them
     assert "PREDICTED" in out and (tmp_path / "bench.png").stat().st_size > 0
 

@@ -44,9 +44,12 @@ def test_measures_links_between_cpu_virtual_devices(capsys):
 def test_sources_cover_every_figure(capsys):
     code, out = run(capsys, "--sources")
     assert code == 0
-    section = out.split("Catalog figures and their sources")[1]
+    section, hops = out.split("Catalog figures and their sources")[1].split("Per-hop charge of a cut edge")
     rows = [l for l in section.splitlines()[3:] if l.strip()]
     assert len(rows) == 5 * len(catalog.CATALOG)
+    from torch_tessera.runtime.links import HOP_FIGURES
+
+    assert len([l for l in hops.splitlines()[3:] if l.strip()]) == len(HOP_FIGURES)
 
 
 def test_bad_device_string_exits_2_with_the_forms(capsys):

@@ -25,9 +25,10 @@ from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, t
 
 
 
-def _problem(D: int, tight: bool = False):
+def _problem(D: int, tight: bool = False, hop: bool = False):
     """Prefill + decode of a 4-layer transformer with a KV cache (STATE shared by name), ``D`` devices; ``tight``:
-    budgets that about half of :func:`_placements` fit."""
+    budgets that about half of :func:`_placements` fit; ``hop``: cut edges also charge the devices they join (a
+    per-hop overhead and exposed copy time, different per device pair)."""
     devs = ("big", "small", "mid", "big2")[:D]
     peaks = {"big2": (800e12, 4.2e12, 4e-6)}
     from torch_tessera.scheduler.synthetic import DEVICE_PEAKS
@@ -38,6 +39,11 @@ def _problem(D: int, tight: bool = False):
     wl = Workload.llm(pre, roofline_costs(pre, devs, peaks=peaks), dec, roofline_costs(dec, devs, seed=1, peaks=peaks),
                       8.0)
     tp = nvlink_topology(devs)
+    if hop:
+        from dataclasses import replace
+
+        rng = np.random.default_rng(D)
+        tp = replace(tp, hop_overhead=rng.uniform(20e-6, 80e-6, (D, D)), copy_exposure=rng.uniform(0.2, 0.8, (D, D)))
     pb = compile_problem(wl, tp, micro_batches=2)
     if not tight:
         return pb
@@ -69,12 +75,28 @@ def ref_memory_ok(pb, place):
     return bool(np.all(~on | (used + pb.reserve <= pb.budgets * (1 + 1e-9))))
 
 
+def ref_device_charges(D, a, b, charge):
+    """Each cut edge's charge added to its source device, then (a second pass) to its destination device, in edge
+    order: the documented model, in the order the fast paths sum it."""
+    out = np.zeros(D)
+    for x, c in zip(a, charge):
+        out[x] += c
+    for y, c in zip(b, charge):
+        out[y] += c
+    return out
+
+
 def ref_loads(pb, place):
     dev = np.bincount(place, weights=pb.wcost[np.arange(pb.n), place], minlength=pb.D).astype(np.float64)
     link = np.zeros((pb.D, pb.D))
     a, b = place[pb.esrc], place[pb.edst]
     cut = (a != b) & (pb.ewbytes > 0)
     np.add.at(link, (a[cut], b[cut]), link_coef(pb)[np.flatnonzero(cut), a[cut], b[cut]])
+    if pb.charges_devices and cut.any():  # every cut edge but the STATE hand-overs, at its ends
+        e = np.flatnonzero(cut)
+        hops = pb.ewcount[e] * pb.hop[a[cut], b[cut]] + pb.ewbytes[e] * pb.expose[a[cut], b[cut]] / pb.bw[a[cut], b[cut]]
+        hops[np.array([pb.ekind[i] == "STATE" for i in e], dtype=bool)] = 0.0
+        dev = dev + ref_device_charges(pb.D, a[cut], b[cut], hops)
     return dev, link
 
 
@@ -125,9 +147,19 @@ def ref_makespans(pb, place):
     return out
 
 
-def ref_block_cycle(blocks, bplace):
+def ref_block_dev(blocks, bplace):
     D = blocks.cost.shape[1]
     dev = np.bincount(bplace, weights=blocks.cost[np.arange(blocks.B), bplace], minlength=D)
+    a, b = bplace[blocks.esrc], bplace[blocks.edst]
+    cut = a != b
+    if blocks.dcoef is not None and cut.any():
+        dev = dev + ref_device_charges(D, a[cut], b[cut], blocks.dcoef[np.flatnonzero(cut), a[cut], b[cut]])
+    return dev
+
+
+def ref_block_cycle(blocks, bplace):
+    D = blocks.cost.shape[1]
+    dev = ref_block_dev(blocks, bplace)
     link = np.zeros((D, D))
     a, b = bplace[blocks.esrc], bplace[blocks.edst]
     cut = a != b
@@ -168,7 +200,7 @@ def ref_realize(pb, groups, cls, counts, ok):
 
 def ref_loads_key(groups, gp):
     D = groups.cost.shape[1]
-    dev = np.bincount(gp, weights=groups.cost[np.arange(groups.B), gp], minlength=D)
+    dev = ref_block_dev(groups, gp)
     link = np.zeros(D * D)
     a, b = gp[groups.esrc], gp[groups.edst]
     cut = a != b
@@ -236,9 +268,10 @@ def test_resident_bytes_and_memory_match_per_buffer_loops(D):
     assert fits.any() and not fits.all()
 
 
+@pytest.mark.parametrize("hop", [False, True])
 @pytest.mark.parametrize("D", [2, 4])
-def test_cycle_times_of_many_placements_match_one_at_a_time(D):
-    pb = _problem(D)
+def test_cycle_times_of_many_placements_match_one_at_a_time(D, hop):
+    pb = _problem(D, hop=hop)
     places = _placements(pb, 30, seed=10 + D)
     cyc = cycle_many(pb, places)
     for i, place in enumerate(places):
@@ -255,9 +288,10 @@ def test_makespans_match_the_loop_over_numpy_arrays(D):
         assert np.array_equal(makespans(pb, place), ref_makespans(pb, place))
 
 
+@pytest.mark.parametrize("hop", [False, True])
 @pytest.mark.parametrize("D", [2, 3])
-def test_block_scoring_and_memory_match_one_at_a_time(D):
-    pb = _problem(D, tight=True)
+def test_block_scoring_and_memory_match_one_at_a_time(D, hop):
+    pb = _problem(D, tight=True, hop=hop)
     label, _ = tie_layers(pb)
     for blocks in (aggregate(pb, pb.group), aggregate(pb, label)):
         rng = np.random.default_rng(D)
@@ -269,9 +303,10 @@ def test_block_scoring_and_memory_match_one_at_a_time(D):
         assert ok.any() and not ok.all()
 
 
-@pytest.mark.parametrize("D,tight", [(2, False), (3, False), (2, True)])
-def test_realize_and_shift_search_match_the_loops(D, tight):
-    pb = _problem(D, tight)
+@pytest.mark.parametrize("D,tight,hop", [(2, False, False), (3, False, False), (2, True, False), (2, False, True),
+                                         (3, True, True)])
+def test_realize_and_shift_search_match_the_loops(D, tight, hop):
+    pb = _problem(D, tight, hop)
     groups = aggregate(pb, pb.group)
     label, _ = tie_layers(pb)
     glabel = np.zeros(groups.B, dtype=np.int64)
@@ -347,7 +382,7 @@ def ref_local_search(pb, blocks, place, max_iters=10_000):
     movable[blocks.pinned >= 0] = False
     limited = memory_binds(pb, blocks)
     for _ in range(max_iters):
-        dev = np.bincount(place, weights=blocks.cost[bi, place], minlength=D)
+        dev = ref_block_dev(blocks, place)
         ps, pd_ = place[src], place[dst]
         cut = ps != pd_
         link = np.zeros(D * D)
@@ -367,6 +402,16 @@ def ref_local_search(pb, blocks, place, max_iters=10_000):
             a, c = (gs, oth) if end is src else (oth, gs)
             idx.append((rows * D + gs) * R + D + a * D + c)
             val.append(np.where(a != c, coef[np.repeat(np.arange(E), D), a, c], 0.0))
+        if blocks.dcoef is not None:  # the moved end's edges: charge removed from both old ends, added to both new
+            dcur = np.repeat(np.where(cut, blocks.dcoef[np.arange(E), ps, pd_], 0.0), D)
+            for end, other in ((src, pd_), (dst, ps)):
+                rows = np.repeat(end, D)
+                base_r = (rows * D + gs) * R
+                oth = np.repeat(other, D)
+                a, c = (gs, oth) if end is src else (oth, gs)
+                new_c = np.where(a != c, blocks.dcoef[np.repeat(np.arange(E), D), a, c], 0.0)
+                idx += [base_r + np.repeat(ps, D), base_r + np.repeat(pd_, D), base_r + a, base_r + c]
+                val += [-dcur, -dcur, new_c, new_c]
         delta += np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=B * D * R).reshape(B, D, R)
         new = base[None, None] + delta
         score, sq = new.max(2), (new ** 2).sum(2)
@@ -390,11 +435,12 @@ def ref_local_search(pb, blocks, place, max_iters=10_000):
     return place
 
 
-@pytest.mark.parametrize("D,tight", [(2, False), (3, False), (4, False), (2, True), (3, True)])
-def test_local_search_with_incremental_deltas_matches_full_recomputation(D, tight):
+@pytest.mark.parametrize("D,tight,hop", [(2, False, False), (3, False, False), (4, False, False), (2, True, False),
+                                         (3, True, False), (2, False, True), (3, True, True), (4, False, True)])
+def test_local_search_with_incremental_deltas_matches_full_recomputation(D, tight, hop):
     from torch_tessera.scheduler.heuristics import local_search
 
-    pb = _problem(D, tight)
+    pb = _problem(D, tight, hop)
     label, _ = tie_layers(pb)
     moves = 0
     for blocks in (aggregate(pb, pb.group), aggregate(pb, label)):

@@ -79,6 +79,13 @@ def _sources_table() -> str:
     return format_table(("gpu", "figure", "value (SI)", "source", "read", "note"), rows)
 
 
+def _hop_table() -> str:
+    from torch_tessera.runtime.links import HOP_FIGURES
+
+    rows = [[kind, f.overhead_s * 1e6, f.exposure, f.source] for kind, f in HOP_FIGURES.items()]
+    return format_table(("pair kind", "us per cut edge per run", "share of copy time", "source"), rows)
+
+
 def _profiles_table() -> str:
     rows = [[name, p.sms or "all", p.throttle_sms, p.memory_budget / 1e9, p.mimics]
             for name, p in EMULATION_PROFILES.items()]
@@ -116,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if args.sources:
         print("\nCatalog figures and their sources")
         print(_sources_table())
+        print("\nPer-hop charge of a cut edge on the two devices it joins, by pair kind (runtime.links.HOP_FIGURES)")
+        print(_hop_table())
     if args.measure_links:
         names = {d.name for d in requested}
         specs = [d for d in gpus if d.name not in names] + [d for d in requested if d.kind.value != "sim"]

@@ -8,7 +8,6 @@ import statistics
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
 import torch
 
 from torch_tessera.errors import TesseraError
@@ -88,28 +87,37 @@ def close_to_eager(got: torch.Tensor, prog: Compiled) -> tuple[bool, float]:
     return ok, err
 
 
+#: Micro-batches the measured bench plans with: each of its calls runs a whole program on the full batch (its
+#: "micro-batches" are further calls in flight, each counted in the step), so each call pays every cut edge once;
+#: that is how the per-hop charge was fitted (``bench/fit_hop_overhead.py``).
+PLAN_MICRO_BATCHES = 1
+
+
 def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], float]:
     """Every plan of :func:`~torch_tessera.benchmark.plan_names` (a ``NotApplicableError`` or
-    ``InfeasiblePlanError`` in place of a plan that does not apply or fit; ``tessera`` as :func:`~torch_tessera.benchmark.with_streams`
-    picks it) and the zero-communication bound's cycle (seconds per workload step, over the measured costs with free
-    transfers: the better of one placement's and one request stream per device's)."""
+    ``InfeasiblePlanError`` in place of a plan that does not apply or fit; ``tessera`` as
+    :func:`~torch_tessera.benchmark.with_streams` picks it) and the zero-communication bound's cycle (seconds per
+    workload step, over the measured costs with free transfers: the better of one placement's and one request stream
+    per device's). Every plan, tessera and baselines, is scored by the same model: the topology's per-hop charge
+    included (:attr:`Topology.hop_overhead`)."""
     from torch_tessera.benchmark import plan_names, with_streams
     from torch_tessera.errors import InfeasiblePlanError
-    from torch_tessera.runtime.costs import Topology
     from torch_tessera.scheduler import NotApplicableError, plan, plan_streams
 
-    free = Topology(topo.devices, np.full_like(topo.bandwidth, 1e30), np.zeros_like(topo.latency), topo.memory,
-                    "free transfers")
-    bound = plan(wl, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * n_devices).cycle_seconds
+    free = topo.free_transfers()
+    bound = plan(wl, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * n_devices,
+                 micro_batches=PLAN_MICRO_BATCHES).cycle_seconds
     if n_devices > 1:  # the bound covers the streams plans too (one request stream per device, free transfers)
-        bound = min(bound, plan_streams(wl, free, memory_budgets=[None] * n_devices).cycle_seconds)
+        bound = min(bound, plan_streams(wl, free, memory_budgets=[None] * n_devices,
+                                        micro_batches=PLAN_MICRO_BATCHES).cycle_seconds)
     plans: dict[str, Any] = {}
     for name in plan_names(n_devices):
         try:
-            plans[name] = plan(wl, None, topo, policy="throughput" if name == "tessera" else name, cache_dir=False)
+            plans[name] = plan(wl, None, topo, policy="throughput" if name == "tessera" else name, cache_dir=False,
+                               micro_batches=PLAN_MICRO_BATCHES)
         except (NotApplicableError, InfeasiblePlanError) as e:
             plans[name] = e
-    return with_streams(plans, wl, topo), bound
+    return with_streams(plans, wl, topo, micro_batches=PLAN_MICRO_BATCHES), bound
 
 
 def program_frequencies(p: Any, s: MeasureSettings) -> dict[str, float]:

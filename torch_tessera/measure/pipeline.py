@@ -95,6 +95,10 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
             "output_per_step": comp.output_per_step, "output_tokens": s.output_tokens, "prefill_tokens": p_tok,
             "batch": batch, "decode_batch": batch if p_tok is not None else None, "context": context,
             "cuda_graphs": graphs, "links": topo.source, "micro_batches": s.micro_batches,
+            "hop_overhead_s": topo.hop_overhead.tolist(), "copy_exposure": topo.copy_exposure.tolist(),
+            "hop_overhead_source": topo.overhead_source,
+            # per launch, per device (seconds, calibrated): enough to re-plan and re-fit offline
+            "kernel_seconds": {n: t.seconds.T.tolist() for n, t in tables.items()},
             "zero_communication_bound_cycle_s": bound_cycle, "zero_communication_bound_output_per_s": bound,
             "measured_kernel_seconds": {n: [float(x) for x in t.seconds.sum(axis=0)] for n, t in tables.items()},
             "cost_sources": {n: t.source for n, t in tables.items()},
@@ -102,7 +106,10 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
             "settings": asdict(s), "timings_meaningful": on_cuda,
             "runs": {n: {k: v for k, v in r.items() if k in RUN_DETAILS} for n, r in runs.items()},
             "plans": {n: {"placements": {pr: [int(pl[i]) for i in sorted(pl)] for pr, pl in p.placements.items()},
-                          "frequencies": dict(p.frequencies), "solver_notes": list(p.solver.notes)}
+                          "frequencies": dict(p.frequencies), "solver_notes": list(p.solver.notes),
+                          "cycle_seconds": p.cycle_seconds, "device_seconds": list(p.device_seconds),
+                          "cut_edges": {pr: sum(1 for e in p.cut_edges if e.program == pr and e.kind != "STATE")
+                                        for pr in p.placements}}
                       for n, p in plans.items() if isinstance(p, Plan)},
             "launch_names": {p.name: [getattr(l, "kernel", None) or getattr(l, "op", "?")
                                       for l in p.runner.program.launches] for p in progs}}

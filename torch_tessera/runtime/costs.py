@@ -50,12 +50,19 @@ class Topology:
     Attributes:
         devices: device names, same order as the cost table's columns.
         bandwidth: ``[D, D]`` bytes/s of the link ``src -> dst`` (diagonal unused).
-        latency: ``[D, D]`` seconds of fixed cost per transfer ``src -> dst`` (diagonal unused).
+        latency: ``[D, D]`` seconds of fixed cost per transfer ``src -> dst`` on the LINK (diagonal unused).
         memory: bytes each device may use for this model (weights, state, activations).
         source: where the link figures come from.
         hosts: host name of every device (empty: all on one host). Pairs on different hosts are linked by the
             network (see :func:`torch_tessera.runtime.links.build_topology`), which the bandwidth and latency already
             reflect; this field says why.
+        hop_overhead: ``[D, D]`` seconds each edge cut ``src -> dst`` costs on the timelines of BOTH devices it joins,
+            per program run (per micro-batch): the event, copy node and cross-device wait of one hop and the overlap
+            it breaks, which perfect micro-batch overlap would hide but the runtime does not (``None``: zeros; the
+            figures and their source are in :mod:`torch_tessera.runtime.links`, ``HOP_FIGURES``).
+        copy_exposure: ``[D, D]`` share (0..1) of each copy's link time (``bytes / bandwidth``) that also lands on
+            both devices' timelines (copies on the dependency chain are not fully overlapped; ``None``: zeros).
+        overhead_source: where ``hop_overhead`` and ``copy_exposure`` come from.
     """
 
     devices: tuple[str, ...]
@@ -64,6 +71,32 @@ class Topology:
     memory: tuple[int, ...] = field(default=())
     source: str = "unspecified"
     hosts: tuple[str, ...] = field(default=())
+    hop_overhead: np.ndarray | None = None
+    copy_exposure: np.ndarray | None = None
+    overhead_source: str = "none"
+
+    def __post_init__(self) -> None:
+        d = len(self.devices)
+        for name in ("hop_overhead", "copy_exposure"):
+            v = getattr(self, name)
+            arr = np.zeros((d, d)) if v is None else np.broadcast_to(np.asarray(v, dtype=np.float64), (d, d)).copy()
+            if (arr < 0).any() or not np.isfinite(arr).all():
+                raise ValueError(f"Topology.{name} must be finite and >= 0, got {arr.tolist()}")
+            np.fill_diagonal(arr, 0.0)
+            object.__setattr__(self, name, arr)
+
+    def without_overheads(self) -> "Topology":
+        """The same links with no per-hop charge on the devices (what the model assumed before issue 9)."""
+        from dataclasses import replace
+
+        return replace(self, hop_overhead=None, copy_exposure=None, overhead_source="none")
+
+    def free_transfers(self) -> "Topology":
+        """Same devices and memory, transfers free (infinite bandwidth, no latency, no per-hop charge): the
+        zero-communication bound's topology."""
+        return Topology(self.devices, np.full_like(np.asarray(self.bandwidth, dtype=np.float64), 1e30),
+                        np.zeros_like(np.asarray(self.latency, dtype=np.float64)), self.memory, "free transfers",
+                        self.hosts)
 
     def same_host(self, a: int, b: int) -> bool:
         """Whether devices ``a`` and ``b`` share a host (always, when no hosts were given)."""
@@ -76,8 +109,10 @@ class Topology:
         return float(self.latency[src, dst] + nbytes / self.bandwidth[src, dst])
 
     @staticmethod
-    def uniform(devices: Sequence[str], bandwidth: float, latency: float, memory: Sequence[int] = ()) -> "Topology":
-        """All pairs linked alike: ``bandwidth`` bytes/s, ``latency`` seconds."""
+    def uniform(devices: Sequence[str], bandwidth: float, latency: float, memory: Sequence[int] = (),
+                hop_overhead: float = 0.0, copy_exposure: float = 0.0) -> "Topology":
+        """All pairs linked alike: ``bandwidth`` bytes/s, ``latency`` seconds on the link, ``hop_overhead`` seconds
+        and ``copy_exposure`` (share of the copy time) on both devices of every cut edge."""
         d = len(devices)
         return Topology(
             devices=tuple(devices),
@@ -85,4 +120,7 @@ class Topology:
             latency=np.full((d, d), float(latency)),
             memory=tuple(int(m) for m in memory),
             source="uniform",
+            hop_overhead=np.full((d, d), float(hop_overhead)),
+            copy_exposure=np.full((d, d), float(copy_exposure)),
+            overhead_source="uniform" if hop_overhead or copy_exposure else "none",
         )

@@ -71,6 +71,61 @@ NETWORK_FIGURES: Mapping[str, LinkFigure] = {
     "tcp100": LinkFigure(12.5e9 * 0.7, 30e-6, "100 GbE TCP, 12.5 GB/s/dir (IEEE 802.3) x 0.7"),
 }
 HOST_COPY = LinkFigure(5e9, 5e-6, "CPU virtual devices: nominal host memcpy")
+
+
+@dataclass(frozen=True)
+class HopFigure:
+    """What one cut edge costs the two devices it joins, besides the link (see :class:`~.costs.Topology`).
+
+    Attributes:
+        overhead_s: seconds per cut edge per program run (per micro-batch), on the timelines of both devices.
+        exposure: share of each copy's link time (``bytes / bandwidth``) that also lands on both devices' timelines.
+        source: where the figures come from.
+    """
+
+    overhead_s: float
+    exposure: float
+    source: str
+
+
+#: Fitted to every plan executed by ``tessera bench --measure`` on two H200s after the state fix (2026-11-29 session 4,
+#: ``docs/results/2026-11-29-s4``: Llama-3.1-8B / Mamba-2.8B / SD3.5 MMDiT shapes, 8 layers, GPU 1 restricted to 24 or
+#: 72 SMs, the whole placed program as one CUDA graph spanning both GPUs, micro-batches and programs in flight):
+#: ``measured step = model step + kappa x calls + h x cut edges per step + phi x copy seconds per step`` gave h = 52 us
+#: (45-54 us leaving any one run out), phi = 0.62 (0.51-0.78), kappa = 271 us (placement-independent: not planned
+#: with); ``python bench/fit_hop_overhead.py``, docs/BENCHMARKS.md "Per-hop charge". The bare hop inside one graph is
+#: smaller (12-15.5 us per cut edge measured serially: ``bench/gpu_multidevice_graph.py``, ``bench/gpu_runtime_check.py``,
+#: 2026-11-29); the rest is overlap the runtime loses around each hop.
+H200_HOP = HopFigure(52e-6, 0.6, "our measurement, 2026-11-29, two H200s, one CUDA graph (bench/gpu_multidevice_graph.py, "
+                     "bench/gpu_runtime_check.py: 12-15.5 us bare hop), fitted over tessera bench --measure runs "
+                     "(bench/fit_hop_overhead.py: 52 us per cut edge per run, 0.6 of copy time exposed)")
+
+#: Per pair kind. Pairs we have not measured carry the H200 figure over (an assumption, said in the source); two SM
+#: partitions of one GPU share memory (no copy, so nothing to expose) but pay the cross-stream wait; CPU virtual
+#: devices time nothing meaningful (plumbing only), so they get no charge.
+HOP_FIGURES: Mapping[str, HopFigure] = {
+    "gpu": H200_HOP,
+    "same-gpu": HopFigure(H200_HOP.overhead_s, 0.0, "SM partitions of one GPU: no copy; hop overhead assumed as "
+                          "measured between two H200s (" + H200_HOP.source + ")"),
+    "other-gpu": HopFigure(H200_HOP.overhead_s, H200_HOP.exposure, "not measured on this pair; assumed as measured "
+                           "between two H200s (" + H200_HOP.source + ")"),
+    "cpu": HopFigure(0.0, 0.0, "CPU virtual devices: no per-hop charge (CPU timings are plumbing only)"),
+}
+
+
+def hop_figure(a: DeviceSpec, b: DeviceSpec) -> tuple[HopFigure, str]:
+    """The :data:`HOP_FIGURES` entry for the pair ``a -> b`` and its key."""
+    if a.kind is DeviceKind.CPU and b.kind is DeviceKind.CPU:
+        return HOP_FIGURES["cpu"], "cpu"
+    if a.is_gpu and b.is_gpu and a.index == b.index:
+        return HOP_FIGURES["same-gpu"], "same-gpu"
+    ea, eb = _entry(a), _entry(b)
+    h200 = catalog.CATALOG.get("h200")
+    if ea is not None and ea is eb and ea is h200:
+        return HOP_FIGURES["gpu"], "gpu"
+    return HOP_FIGURES["other-gpu"], "other-gpu"
+
+
 _PCIE_OF = {"pcie4": "pcie4", "pcie5": "pcie5", "nvlink3": "pcie4", "nvlink4": "pcie5", "nvlink5": "pcie5"}
 
 
@@ -153,12 +208,17 @@ def build_topology(devices: Sequence[DeviceSpec | str], measured: Sequence[LinkM
             raise ConfigError(f"network {network!r} is not one of {sorted(NETWORK_FIGURES)}")
         network = NETWORK_FIGURES[network]
     bw, lat = np.full((n, n), np.inf), np.zeros((n, n))
+    hop, expose = np.zeros((n, n)), np.zeros((n, n))
     got = {(m.src, m.dst): m for m in measured}
-    sources = set()
+    sources, hop_sources = set(), set()
     for i, a in enumerate(specs):
         for j, b in enumerate(specs):
             if i == j:
                 continue
+            fig, kind = hop_figure(a, b)
+            hop[i, j], expose[i, j] = fig.overhead_s, fig.exposure
+            hop_sources.add(f"{kind}: {fig.overhead_s * 1e6:.3g} us per cut edge, {fig.exposure:g} of copy time "
+                            f"({fig.source})")
             if hosts is not None and hosts[i] != hosts[j]:
                 bw[i, j], lat[i, j] = network.bandwidth, network.latency
                 sources.add("across hosts: " + network.source)
@@ -172,7 +232,8 @@ def build_topology(devices: Sequence[DeviceSpec | str], measured: Sequence[LinkM
                 sources.add(why)
     return Topology(tuple(s.name for s in specs), bw, lat, tuple(s.memory_bytes for s in specs),
                     source="; ".join(sorted(sources)) or "single device",
-                    hosts=tuple(hosts) if hosts is not None else ())
+                    hosts=tuple(hosts) if hosts is not None else (), hop_overhead=hop, copy_exposure=expose,
+                    overhead_source="; ".join(sorted(hop_sources)) or "single device")
 
 
 # ---------------------------------------------------------------------------------------------------------- measuring

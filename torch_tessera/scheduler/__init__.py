@@ -163,7 +163,10 @@ def _best_of_baselines(pb, sol):
 
     Every such baseline is a point of the same search space, so the throughput plan must never lose to one; on real
     model DAGs the counts relaxation's realisation can land above them (seen on Llama-3.1-8B, 2026-11-29), and this
-    makes them warm starts that bound the result. The solver's lower bound is kept.
+    makes them warm starts that bound the result. They are scored by the same model as the solver's plan
+    (:func:`evaluate.cycle_many`: with each cut edge's per-hop charge on its devices), so a plan the corrected model
+    says is slower than a baseline is never returned. Candidates that break a memory budget or a pin are skipped. The
+    solver's lower bound is kept.
     """
     from dataclasses import replace as dc_replace
 
@@ -185,6 +188,8 @@ def _best_of_baselines(pb, sol):
     stack = np.stack(places)
     values = cycle_many(pb, stack)
     fits = fits_many(pb, stack)
+    pinned = pb.pinned[pb.group]  # baselines ignore pins: a candidate that breaks one is not a warm start
+    fits &= ((pinned < 0)[None] | (stack == pinned[None])).all(1)
     fits[0] = True
     best = 0
     for i in [names.index(nm) for nm in ["layer", "af", "pd", "request-dist"] + [f"homo-{g}" for g in range(pb.D)]

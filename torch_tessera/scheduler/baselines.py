@@ -133,24 +133,35 @@ def layer(pb: Problem, objective: str) -> np.ndarray:
     ucost = np.zeros((U, pb.D))
     np.add.at(ucost, unit, wc)
     pre = np.vstack([np.zeros(pb.D), np.cumsum(ucost, 0)])  # pre[i] = cost of units < i
-    from torch_tessera.scheduler.evaluate import link_coef
+    from torch_tessera.scheduler.evaluate import device_coef, link_coef
 
-    coef = link_coef(pb)
-    diff = np.zeros((U + 2, pb.D, pb.D))  # cross[j]: edges from units < j to units >= j, as a running sum
     us, ut = unit[pb.esrc], unit[pb.edst]
     fwd = np.flatnonzero((us < ut) & (pb.ewbytes > 0))
-    np.add.at(diff, us[fwd] + 1, coef[fwd])
-    np.add.at(diff, ut[fwd] + 1, -coef[fwd])
-    cross = np.cumsum(diff, 0)[:U + 1]
+
+    def crossing(coef: np.ndarray) -> np.ndarray:
+        """``[U + 1, D, D]``: ``coef`` summed over the edges from units < j to units >= j (a running sum)."""
+        diff = np.zeros((U + 2, pb.D, pb.D))
+        np.add.at(diff, us[fwd] + 1, coef[fwd])
+        np.add.at(diff, ut[fwd] + 1, -coef[fwd])
+        return np.cumsum(diff, 0)[:U + 1]
+
+    cross = crossing(link_coef(pb))
+    dcoef = device_coef(pb)
+    dcross = crossing(dcoef) if dcoef is not None else None
     cands = []
     for k in range(1, min(pb.D, U) + 1):
         for seq in itertools.permutations(range(pb.D), k):
-            cands.append(_layer_dp(seq, pre, cross, U, unit))
+            cands.append(_layer_dp(seq, pre, cross, U, unit, dcross))
     return _best(pb, [project(pb, c) for c in cands], objective, "layer")
 
 
-def _layer_dp(seq: tuple[int, ...], pre: np.ndarray, cross: np.ndarray, U: int, unit: np.ndarray) -> np.ndarray:
-    """Split units 0..U-1 into ``len(seq)`` non-empty ranges minimising max(stage load, boundary link load)."""
+def _layer_dp(seq: tuple[int, ...], pre: np.ndarray, cross: np.ndarray, U: int, unit: np.ndarray,
+              dcross: np.ndarray | None = None) -> np.ndarray:
+    """Split units 0..U-1 into ``len(seq)`` non-empty ranges minimising max(stage load, boundary link load).
+
+    ``dcross[j, a, b]`` (optional): what the edges crossing boundary ``j`` from ``a`` to ``b`` charge each of the two
+    stages' devices (per-hop overhead); it is added to the new stage's load and to the best of the stages before it
+    (conservative where an earlier stage binds: the candidates are scored exactly afterwards)."""
     k = len(seq)
     best = np.full((k, U + 1), np.inf)  # best[s, i]: units < i covered by stages 0..s
     arg = np.zeros((k, U + 1), dtype=np.int64)
@@ -160,7 +171,8 @@ def _layer_dp(seq: tuple[int, ...], pre: np.ndarray, cross: np.ndarray, U: int, 
     for s in range(1, k):
         g, gp = seq[s], seq[s - 1]
         # val[j, i]: stage s covers units j..i-1 (s <= j < i)
-        val = np.maximum(np.maximum(best[s - 1][:, None], pre[None, :, g] - pre[:, None, g]),
+        hop = dcross[:, gp, g][:, None] if dcross is not None else 0.0
+        val = np.maximum(np.maximum(best[s - 1][:, None] + hop, pre[None, :, g] - pre[:, None, g] + hop),
                          cross[:, gp, g][:, None])
         val[(idx[:, None] >= idx[None, :]) | (idx[:, None] < s)] = np.inf
         j = val[s:].argmin(0) + s

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torch_tessera.scheduler.evaluate import _holder_entries, link_coef
+from torch_tessera.scheduler.evaluate import _holder_entries, device_coef, link_coef
 from torch_tessera.scheduler.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,9 @@ class Blocks:
         esrc / edst / coef: aggregated data edges between different blocks, ``coef[e, a, b]`` seconds per workload
             step on link ``a -> b`` when ``esrc[e]`` runs on ``a`` and ``edst[e]`` on ``b``.
         res_bytes / res_holders: resident buffers merged by identical holder-block sets (bytes, block indices).
+        dcoef: ``[E, D, D]`` seconds per workload step the same edge adds to EACH of devices ``a`` and ``b``
+            (:meth:`Problem.device_coef`: per-hop overhead and exposed copy time), or ``None`` when cut edges charge
+            no device.
     """
 
     label: np.ndarray
@@ -43,6 +46,7 @@ class Blocks:
     coef: np.ndarray
     res_bytes: np.ndarray
     res_holders: list[np.ndarray]
+    dcoef: np.ndarray | None = None
 
     @property
     def B(self) -> int:
@@ -66,11 +70,16 @@ def aggregate(pb: Problem, label: np.ndarray) -> Blocks:
     ls, lt = label[pb.esrc], label[pb.edst]
     keep = (ls != lt) & (pb.ewbytes > 0)
     coef_all = link_coef(pb)
+    dcoef_all = device_coef(pb)
+    dcoef = None
     if keep.any():
         keys = ls[keep] * B + lt[keep]
         uniq, inv = np.unique(keys, return_inverse=True)
         coef = np.zeros((len(uniq), D, D))
         np.add.at(coef, inv, coef_all[keep])
+        if dcoef_all is not None:
+            dcoef = np.zeros((len(uniq), D, D))
+            np.add.at(dcoef, inv, dcoef_all[keep])
         esrc, edst = uniq // B, uniq % B
     else:
         coef, esrc, edst = np.zeros((0, D, D)), np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -85,7 +94,7 @@ def aggregate(pb: Problem, label: np.ndarray) -> Blocks:
     cap = pb.budgets - pb.reserve
     return Blocks(label=label, cost=cost, pinned=pinned, forbidden=cap < 0, esrc=esrc, edst=edst, coef=coef,
                   res_bytes=np.array(list(merged.values()), dtype=np.float64),
-                  res_holders=[np.array(k, dtype=np.int64) for k in merged])
+                  res_holders=[np.array(k, dtype=np.int64) for k in merged], dcoef=dcoef)
 
 
 def layer_units(pb: Problem) -> list[int | None]:
@@ -213,7 +222,8 @@ def block_loads_many(blocks: Blocks, bplaces: np.ndarray) -> tuple[np.ndarray, n
     """Compute loads ``[P, D]`` and link loads ``[P, D * D]`` (seconds per step) of ``[P, B]`` block placements.
 
     Each entry sums its terms in block (edge) order, as a one-placement ``np.bincount`` / ``np.add.at`` does, so the
-    values equal the one-placement ones bit for bit."""
+    values equal the one-placement ones bit for bit. Device loads include the cut edges' device charges
+    (``blocks.dcoef``), added after the blocks' costs."""
     bplaces = np.asarray(bplaces, dtype=np.int64)
     P, D = bplaces.shape[0], blocks.cost.shape[1]
     w = blocks.cost[np.arange(blocks.B)[None], bplaces]
@@ -222,6 +232,9 @@ def block_loads_many(blocks: Blocks, bplaces: np.ndarray) -> tuple[np.ndarray, n
     pi, ei = np.nonzero(a != b)
     a, b = a[pi, ei], b[pi, ei]
     link = np.bincount(pi * D * D + a * D + b, weights=blocks.coef[ei, a, b], minlength=P * D * D)
+    if blocks.dcoef is not None and len(pi):
+        dv = blocks.dcoef[ei, a, b]
+        dev = dev + np.bincount(np.r_[pi * D + a, pi * D + b], weights=np.r_[dv, dv], minlength=P * D)
     return dev.reshape(P, D), link.reshape(P, D * D)
 
 

@@ -17,6 +17,10 @@ def make_plan(pb: Problem, place: np.ndarray, *, policy: str, objective: str, lo
     place = np.asarray(place, dtype=np.int64)
     dev, link = loads(pb, place)
     cyc = float(max(dev.max(), link.max())) if cycle is None else cycle  # = cycle_seconds(pb, place)
+    hop = ()
+    if pb.charges_devices and not replicas:  # what the cut edges charge each device (dev less its kernels)
+        kernels = np.bincount(place, weights=pb.wcost[np.arange(pb.n), place], minlength=pb.D)
+        hop = tuple(float(x) for x in np.maximum(dev - kernels, 0.0))
     if replicas:
         dev = np.array([cycle if g in replicas else 0.0 for g in range(pb.D)])
     lat = latency_seconds(pb, place) if latency is None else latency
@@ -47,4 +51,4 @@ def make_plan(pb: Problem, place: np.ndarray, *, policy: str, objective: str, lo
         state_bytes=tuple(int(x) for x in mem["state"]), activation_bytes=tuple(int(x) for x in mem["activation"]),
         memory_budgets=tuple(None if np.isinf(b) else int(b) for b in pb.budgets),
         weights=tuple(tuple(w) for w in mem["weights"]), solver=solver, replicas=tuple(replicas),
-        frequencies={name: float(f) for name, f in zip(pb.programs, pb.freq)})
+        frequencies={name: float(f) for name, f in zip(pb.programs, pb.freq)}, hop_seconds=hop)

@@ -1,8 +1,8 @@
 """Plans cached on disk, keyed by everything that decides them.
 
 The key hashes the compiled problem (kernel names, op classes, layers, unsure flags, every edge with its bytes, the
-cost table, resident buffers, groups and pins, program frequencies), the devices, links and budgets, and the policy
-with its options. A changed program, cost, device set or option gives a new key, so a stale plan is never returned.
+cost table, resident buffers, groups and pins, program frequencies), the devices, links (bandwidth, latency, per-hop
+overhead and copy exposure) and budgets, and the policy with its options. A changed program, cost, device set or option gives a new key, so a stale plan is never returned.
 Files are JSON (:meth:`Plan.to_json`), written atomically; an unreadable file counts as a miss.
 
 Location: ``cache_dir`` if given, else ``$TESSERA_CACHE_DIR/plans``, else ``~/.cache/torch_tessera/plans``.
@@ -24,8 +24,9 @@ from torch_tessera.scheduler.types import Plan
 
 log = logging.getLogger(__name__)
 
-#: Bump when the plan format or the solver's meaning of a key changes.
-SCHEMA = 1
+#: Bump when the plan format or the solver's meaning of a key changes (2: the cycle time charges each cut edge's
+#: per-hop overhead and exposed copy time on the devices it joins, issue 9).
+SCHEMA = 2
 
 
 def default_dir() -> Path:
@@ -54,7 +55,7 @@ def plan_key(pb: Problem, policy: str, options: dict) -> str:
     h.update(structural_hash(pb).encode())
     h.update(json.dumps({"schema": SCHEMA, "devices": list(pb.devices), "policy": policy,
                          "micro_batches": pb.micro_batches, "options": options}, sort_keys=True, default=str).encode())
-    for arr in (pb.bw, pb.alpha, pb.budgets):
+    for arr in (pb.bw, pb.alpha, pb.budgets, pb.hop, pb.expose):
         h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
     return h.hexdigest()[:32]
 

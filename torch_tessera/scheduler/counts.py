@@ -54,6 +54,7 @@ class Classes:
     fcoef: np.ndarray  # [F, D, D] least instance load per link
     res: list[tuple[float, int, list[tuple[int, float, int]]]]  # (bytes, count, [(class, slack, max holders)])
     unit: np.ndarray  # [G] layer unit of each group (blocks.layer_units of its first kernel; -1: none)
+    fdcoef: np.ndarray | None = None  # [F, D, D] least instance charge on each end device (None: no charge)
 
     @property
     def C(self) -> int:
@@ -83,6 +84,10 @@ def build_classes(pb: Problem, groups: Blocks, group_label: np.ndarray) -> Class
     F = len(uniq)
     fcoef = np.full((F, D, D), np.inf)
     np.minimum.at(fcoef, inv, groups.coef)
+    fdcoef = None
+    if groups.dcoef is not None:
+        fdcoef = np.full((F, D, D), np.inf)
+        np.minimum.at(fdcoef, inv, groups.dcoef)
     fk = np.bincount(inv, minlength=F)
     ends = []
     for end in (groups.esrc, groups.edst):  # distinct end groups per edge class, and most instances sharing one
@@ -94,7 +99,7 @@ def build_classes(pb: Problem, groups: Blocks, group_label: np.ndarray) -> Class
     units = layer_units(pb)
     unit = np.array([-1 if units[k] is None else units[k] for k in first.tolist()], dtype=np.int64)
     return Classes(of, members, L, cost, pinned, uniq // max(C, 1), uniq % max(C, 1), fk, ends[0], ends[2],
-                   ends[1], ends[3], fcoef, _families(groups, of, L), unit)
+                   ends[1], ends[3], fcoef, _families(groups, of, L), unit, fdcoef)
 
 
 def split_by_cost(groups: Blocks, group_label: np.ndarray, rtol: float = 1e-6) -> np.ndarray:
@@ -156,12 +161,20 @@ def solve_counts(pb: Problem, cls: Classes, forbidden: np.ndarray, time_limit: f
     cost = np.where(np.isfinite(cls.cost), cls.cost, 0.0) / scale
     n = m.vars(C * D, lb=lb.ravel(), ub=ub.ravel(), integer=True, cost=(EPS / D) * cost.ravel()).reshape(C, D)
     m.rows_coo(np.repeat(np.arange(C), D), n.ravel(), np.ones(C * D), cls.L.astype(float), cls.L.astype(float), C)
-    m.rows_coo(np.r_[np.tile(np.arange(D), C), np.arange(D)], np.r_[n.ravel(), np.full(D, T)],
-               np.r_[cost.ravel(), -np.ones(D)], -np.inf, 0.0, D)
+    charged = cls.fdcoef is not None and F > 0 and D > 1
+    if not charged:  # device rows: compute load <= T
+        m.rows_coo(np.r_[np.tile(np.arange(D), C), np.arange(D)], np.r_[n.ravel(), np.full(D, T)],
+                   np.r_[cost.ravel(), -np.ones(D)], -np.inf, 0.0, D)
     if F and D > 1:
         coef = np.where(np.isfinite(cls.fcoef), cls.fcoef, 0.0) / scale
         off = ~np.eye(D, dtype=bool)
-        mv = m.vars(F * D * D, lb=0.0, ub=np.inf, cost=(EPS / D) * (coef * off).ravel()).reshape(F, D, D)
+        dc = np.where(np.isfinite(cls.fdcoef), cls.fdcoef, 0.0) / scale * off if charged else 0.0
+        mv = m.vars(F * D * D, lb=0.0, ub=np.inf, cost=(EPS / D) * ((coef + 2 * dc) * off).ravel()).reshape(F, D, D)
+        if charged:  # device rows: compute load + the hops of its cut edges (either end) <= T
+            for g in range(D):
+                cols = np.r_[n[:, g], mv[:, g, :].ravel(), mv[:, :, g].ravel(), T]
+                vals = np.r_[cost[:, g], dc[:, g, :].ravel(), dc[:, :, g].ravel(), -1.0]
+                m.rows_coo(np.zeros(len(cols), np.int64), cols, vals, -np.inf, 0.0, 1)
         m.rows_coo(np.repeat(np.arange(F), D * D), mv.ravel(), np.ones(F * D * D), cls.fk.astype(float),
                    cls.fk.astype(float), F)
         for side, cl, ends, most in ((0, cls.fsrc, cls.fnsrc, cls.fmsrc), (1, cls.fdst, cls.fndst, cls.fmdst)):
@@ -224,6 +237,8 @@ def identical_device_pairs(pb: Problem, forbidden: np.ndarray) -> list[tuple[int
                     and np.array_equal(pb.alpha[g, others], pb.alpha[h, others])
                     and np.array_equal(pb.alpha[others, g], pb.alpha[others, h])
                     and pb.bw[g, h] == pb.bw[h, g] and pb.alpha[g, h] == pb.alpha[h, g]
+                    and all(np.array_equal(x[g, others], x[h, others]) and np.array_equal(x[others, g], x[others, h])
+                            and x[g, h] == x[h, g] for x in (pb.hop, pb.expose))
                     and not (pb.pinned == g).any() and not (pb.pinned == h).any()):
                 pairs.append((g, h))
                 break

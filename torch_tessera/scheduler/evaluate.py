@@ -6,6 +6,10 @@ Cycle time (throughput policies). With enough micro-batches in flight, compute a
 step takes ``max(max_g load_g, max_(a,b) link_ab)`` where ``load_g`` sums ``frequency x seconds`` of the kernels on
 ``g`` and ``link_ab`` sums ``frequency x (bytes / bandwidth_ab + micro_batches x latency_ab)`` over edges cut
 ``a -> b`` (each micro-batch pays the per-hop latency; Tessera paper §III-C, "min-max GPU load and link load").
+The overlap is not perfect on real GPUs (issue 9: measured on two H200s, each cut edge cost ~50 us of step time that
+this model did not charge), so ``load_g`` also holds, for every edge cut ``a -> b`` with ``g`` in ``{a, b}``,
+``frequency x micro_batches x hop_ab + frequency x exposure_ab x bytes / bandwidth_ab``
+(:meth:`Problem.device_coef`; figures in :attr:`Topology.hop_overhead`, :attr:`Topology.copy_exposure`).
 
 Latency (latency policy). Each program is list-scheduled once: kernels in program order, each device runs one
 kernel at a time, a cut edge's copy starts when its producer ends and its link is free and takes ``latency + bytes /
@@ -28,6 +32,17 @@ def link_coef(pb: Problem) -> np.ndarray:
     return c
 
 
+def device_coef(pb: Problem) -> np.ndarray | None:
+    """``pb.device_coef()``, computed once per problem; ``None`` when cut edges charge no device."""
+    if not pb.charges_devices:
+        return None
+    c = getattr(pb, "_dcoef", None)
+    if c is None:
+        c = pb.device_coef()
+        pb._dcoef = c
+    return c
+
+
 def loads(pb: Problem, place: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-device compute load ``[D]`` and per-link transfer load ``[D, D]`` (seconds per workload step)."""
     dev, link = loads_many(pb, np.asarray(place)[None])
@@ -43,7 +58,8 @@ def loads_many(pb: Problem, places: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
     Returns:
         ``([P, D] compute loads, [P, D, D] link loads)`` in seconds per workload step; each entry sums its terms in
-        kernel (edge) order, so it equals the one-placement sum bit for bit.
+        kernel (edge) order (then the cut edges' device charges, in edge order, source ends before destination
+        ends), so it equals the one-placement sum bit for bit.
     """
     places = np.asarray(places, dtype=np.int64)
     P, D = places.shape[0], pb.D
@@ -57,6 +73,10 @@ def loads_many(pb: Problem, places: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     a, b = a[pi, ei], b[pi, ei]
     vals = link_coef(pb)[data[ei], a, b]
     link = np.bincount(pi * D * D + a * D + b, weights=vals, minlength=P * D * D).reshape(P, D, D)
+    dcoef = device_coef(pb)
+    if dcoef is not None and len(pi):
+        dv = dcoef[data[ei], a, b]
+        dev = dev + np.bincount(np.r_[pi * D + a, pi * D + b], weights=np.r_[dv, dv], minlength=P * D).reshape(P, D)
     return dev, link
 
 

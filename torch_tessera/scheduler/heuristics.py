@@ -40,6 +40,7 @@ def greedy_cycle(pb: Problem, blocks: Blocks) -> np.ndarray:
         nbr[t].append((e, s, False))
     place = np.full(B, -1, dtype=np.int64)
     dev, link = np.zeros(D), np.zeros((D, D))
+    dcoef = blocks.dcoef
     limited = memory_binds(pb, blocks)
     for b in np.argsort(first, kind="stable").tolist():
         best = None
@@ -51,6 +52,9 @@ def greedy_cycle(pb: Problem, blocks: Blocks) -> np.ndarray:
                 if go >= 0 and go != g:
                     a, c = (g, go) if out else (go, g)
                     l2[a, c] += blocks.coef[e, a, c]
+                    if dcoef is not None:  # the hop's charge on both devices' timelines
+                        d2[a] += dcoef[e, a, c]
+                        d2[c] += dcoef[e, a, c]
             key = (max(d2.max(), l2.max()), d2.sum() + l2.sum())
             if limited:
                 place[b] = g
@@ -94,6 +98,9 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
         cut = ps != pd_
         link = np.zeros(D * D)
         np.add.at(link, ps[cut] * D + pd_[cut], coef[np.flatnonzero(cut), ps[cut], pd_[cut]])
+        if blocks.dcoef is not None:
+            dv = blocks.dcoef[np.flatnonzero(cut), ps[cut], pd_[cut]]  # as block_loads_many adds them
+            dev = dev + np.bincount(np.r_[ps[cut], pd_[cut]], weights=np.r_[dv, dv], minlength=D)
         base = np.concatenate([dev, link])
         new = delta + base[:, None, None]
         score = np.maximum.reduce(new, axis=0)
@@ -136,7 +143,8 @@ def _move_deltas(blocks: Blocks, place: np.ndarray, rows: np.ndarray) -> np.ndar
     """``[len(rows), D, D + D * D]``: the change of every resource (device loads, then links ``a * D + c``) when
     block ``rows[i]`` alone moves to device ``g``, for sorted distinct ``rows``. Each entry sums its terms in the
     order of the full computation (compute, then per end: each edge's current load removed, its new load added, in
-    edge order), so the rows of any subset equal those of all rows bit for bit."""
+    edge order; then, with device charges, per end: the edge's current charge removed from both its devices, its new
+    charge added to both), so the rows of any subset equal those of all rows bit for bit."""
     D, B = blocks.cost.shape[1], blocks.B
     R = D + D * D
     src, dst, coef = blocks.esrc, blocks.edst, blocks.coef
@@ -163,6 +171,20 @@ def _move_deltas(blocks: Blocks, place: np.ndarray, rows: np.ndarray) -> np.ndar
         a, c = (gs, oth) if side == 0 else (oth, gs)
         idx.append((rws * D + gs) * R + D + a * D + c)
         val.append(np.where(a != c, coef[np.repeat(e, D), a, c], 0.0))
+    if blocks.dcoef is not None:
+        dcoef = blocks.dcoef
+        for end, side in ((src, 0), (dst, 1)):
+            e = np.flatnonzero(local[end] >= 0)
+            ps, pd_ = place[src[e]], place[dst[e]]
+            cur = np.repeat(np.where(ps != pd_, dcoef[e, ps, pd_], 0.0), D)
+            rws = np.repeat(local[end[e]], D)
+            gs = np.tile(g_ar, len(e))
+            base = (rws * D + gs) * R
+            oth = np.repeat(pd_ if side == 0 else ps, D)
+            a, c = (gs, oth) if side == 0 else (oth, gs)
+            new = np.where(a != c, dcoef[np.repeat(e, D), a, c], 0.0)
+            idx += [base + np.repeat(ps, D), base + np.repeat(pd_, D), base + a, base + c]
+            val += [-cur, -cur, new, new]
     out += np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=len(rows) * D * R).reshape(
         len(rows), D, R)
     return out

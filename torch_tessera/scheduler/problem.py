@@ -38,7 +38,9 @@ class Problem:
 
     Edge arrays include STATE hand-over edges between programs (kind ``"STATE"``) and ordering-only edges
     (``ebytes == 0``). ``ewbytes``/``ewcount`` are per workload step: bytes times the program frequency, and transfers
-    times frequency times micro-batches (each micro-batch pays the per-hop latency).
+    times frequency times micro-batches (each micro-batch pays the per-hop latency). ``hop`` / ``expose`` (``[D, D]``,
+    from :attr:`Topology.hop_overhead` / :attr:`Topology.copy_exposure`) charge a cut edge on the two devices it joins
+    (:meth:`device_coef`).
     """
 
     devices: tuple[str, ...]
@@ -71,6 +73,13 @@ class Problem:
     micro_batches: int
     notes: list[str] = field(default_factory=list)
     streams: tuple[int, ...] = ()  # request stream of each program (Workload.replicated); () = all stream 0
+    hop: np.ndarray | None = None
+    expose: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        D = len(self.devices)
+        self.hop = np.zeros((D, D)) if self.hop is None else np.asarray(self.hop, dtype=np.float64)
+        self.expose = np.zeros((D, D)) if self.expose is None else np.asarray(self.expose, dtype=np.float64)
 
     @property
     def n(self) -> int:
@@ -95,6 +104,28 @@ class Problem:
         coef = self.ewbytes[:, None, None] * inv_bw[None] + self.ewcount[:, None, None] * self.alpha[None]
         coef[:, np.arange(self.D), np.arange(self.D)] = 0.0
         coef[(self.ewbytes <= 0)] = 0.0
+        return coef
+
+    @property
+    def charges_devices(self) -> bool:
+        """Whether a cut edge costs the devices it joins anything (:meth:`device_coef` not all zero)."""
+        return bool((self.hop > 0).any() or (self.expose > 0).any())
+
+    def device_coef(self) -> np.ndarray:
+        """``[E, D, D]`` seconds each edge adds per workload step to EACH of the devices ``a`` and ``b`` when cut
+        ``a -> b``: ``ewcount x hop[a, b] + ewbytes x expose[a, b] / bandwidth[a, b]`` (zero on the diagonal and for
+        edges that carry no bytes). On two devices every cut edge has one end on each, so this adds to the cycle
+        time whichever device binds.
+
+        STATE hand-overs between programs (one copy per workload step, outside both programs' runs) are left out:
+        the charge was fitted on cut edges inside a program's run (``bench/fit_hop_overhead.py``), and charging each
+        hand-over buffer a hop made ``pd`` on Mamba (16 state buffers) 23 % slower than its measured derivation."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv_bw = np.where(self.bw > 0, 1.0 / self.bw, np.inf)
+            exposed = np.where(self.expose > 0, self.expose * inv_bw, 0.0)
+        coef = self.ewcount[:, None, None] * self.hop[None] + self.ewbytes[:, None, None] * exposed[None]
+        coef[:, np.arange(self.D), np.arange(self.D)] = 0.0
+        coef[(self.ewbytes <= 0) | (np.array(self.ekind, dtype=object) == "STATE")] = 0.0
         return coef
 
 
@@ -241,7 +272,14 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
         group=group, pinned=pinned, resident=resident, temp_bytes=temp_bytes, reserve=float(reserve),
         budgets=_budgets(topology, memory_budgets, devices), bw=np.asarray(topology.bandwidth, dtype=np.float64),
         alpha=np.asarray(topology.latency, dtype=np.float64), micro_batches=int(micro_batches), notes=notes,
-        streams=tuple(p.stream for p in wl.programs))
+        streams=tuple(p.stream for p in wl.programs),
+        hop=_pair_matrix(topology, "hop_overhead", D), expose=_pair_matrix(topology, "copy_exposure", D))
+
+
+def _pair_matrix(topology: Topology, name: str, D: int) -> np.ndarray:
+    """``topology.<name>`` as a ``[D, D]`` float array (zeros when the topology has none)."""
+    v = getattr(topology, name, None)
+    return np.zeros((D, D)) if v is None else np.asarray(v, dtype=np.float64).reshape(D, D)
 
 
 def _written_bytes(esrc, ebytes, eranges, prog) -> dict[tuple[int, str], int]:

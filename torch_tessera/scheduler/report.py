@@ -52,7 +52,10 @@ def plan_summary(plan: Plan) -> str:
                      fmt_seconds(plan.device_seconds[g]), fmt_bytes(plan.weight_bytes[g]),
                      fmt_bytes(plan.state_bytes[g]), fmt_bytes(plan.activation_bytes[g]),
                      fmt_bytes(plan.memory_bytes[g]), "-" if budget is None else fmt_bytes(budget)])
-    out += _table(["device", "kernels", "compute/step", "weights", "state", "activ.", "memory", "budget"], rows)
+    out += _table(["device", "kernels", "busy/step", "weights", "state", "activ.", "memory", "budget"], rows)
+    if any(plan.hop_seconds):
+        out.append("busy/step includes the per-hop charge of cut edges: "
+                   + ", ".join(f"{plan.devices[g]} {fmt_seconds(s)}" for g, s in enumerate(plan.hop_seconds)))
     if plan.link_seconds:
         per_link: dict[tuple[int, int], list[float]] = {}
         for e in plan.cut_edges:

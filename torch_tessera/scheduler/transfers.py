@@ -124,7 +124,8 @@ def _apply(blocks: Blocks, nbrs: "_Adjacency", moves: list, order: list[int], pl
 def _moved_loads(blocks: Blocks, nbrs: "_Adjacency", old: np.ndarray, new: np.ndarray, gs: np.ndarray,
                  dev: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Device loads ``[D]`` and link loads ``[D * D]`` after moving groups ``gs`` (placement ``old`` -> ``new``),
-    updated from ``dev`` / ``link`` over the moved groups' costs and incident edges only."""
+    updated from ``dev`` / ``link`` over the moved groups' costs and incident edges only (with their device charges,
+    ``blocks.dcoef``)."""
     D = blocks.cost.shape[1]
     dev, link = dev.copy(), link.copy()
     np.subtract.at(dev, old[gs], blocks.cost[gs, old[gs]])
@@ -136,6 +137,9 @@ def _moved_loads(blocks: Blocks, nbrs: "_Adjacency", old: np.ndarray, new: np.nd
             pa, pb = pl[a], pl[b]
             cut = pa != pb
             np.add.at(link, pa[cut] * D + pb[cut], sign * blocks.coef[edges[cut], pa[cut], pb[cut]])
+            if blocks.dcoef is not None:
+                dv = sign * blocks.dcoef[edges[cut], pa[cut], pb[cut]]
+                np.add.at(dev, np.r_[pa[cut], pb[cut]], np.r_[dv, dv])
     return dev, link
 
 

@@ -168,13 +168,15 @@ class Plan:
         lower_bound_seconds: a proven lower bound on the same objective over all placements satisfying the
             constraints (0 when none is known).
         cycle_seconds / latency_seconds: both metrics, whatever the objective.
-        device_seconds: compute load per device per workload step (seconds).
+        device_seconds: load per device per workload step (seconds): its kernels plus ``hop_seconds``.
         link_seconds: ``((src, dst), seconds)`` transfer load per workload step on each used link.
         memory_bytes: per-device estimate: weights placed + STATE held + activation peak (bytes).
         weight_bytes / state_bytes / activation_bytes: its parts per device (bytes).
         memory_budgets: per-device budgets the plan respects (bytes), ``None`` where unlimited.
         weights: per device, names of the PARAMETER buffers placed there.
         replicas: devices that each run a full replica (``request-dist``); empty otherwise.
+        hop_seconds: per device, the part of ``device_seconds`` its cut edges charge it (per-hop overhead and
+            exposed copy time, :attr:`~torch_tessera.runtime.costs.Topology.hop_overhead`); empty when none.
         solver: how it was found.
     """
 
@@ -200,6 +202,7 @@ class Plan:
     solver: SolverInfo
     replicas: tuple[int, ...] = ()
     frequencies: Mapping[str, float] = field(default_factory=dict)
+    hop_seconds: tuple[float, ...] = ()
 
     @property
     def gap(self) -> float:
@@ -256,6 +259,7 @@ class Plan:
         d["weights"] = tuple(tuple(w) for w in d["weights"])
         d["solver"] = SolverInfo(**{**d["solver"], "notes": tuple(d["solver"]["notes"])})
         for key in ("devices", "device_seconds", "memory_bytes", "weight_bytes", "state_bytes", "activation_bytes",
-                    "memory_budgets", "replicas"):
-            d[key] = tuple(d[key])
+                    "memory_budgets", "replicas", "hop_seconds"):
+            if key in d:
+                d[key] = tuple(d[key])
         return Plan(**d)
