@@ -289,6 +289,26 @@ def device_busy(fn: Callable[[], Any], before: Callable[[], None], sync: Callabl
         return {"error": f"{type(e).__name__}: {e}"[:200]}
 
 
+def _own_streams(runner: Any) -> Any:
+    """A fresh current stream on every CUDA device of ``runner`` for the calling thread (a context manager).
+
+    The executor orders each call after the caller's current stream on every device it uses (the inputs and the
+    state may still be in flight there) and a home-only graph replays on it. Threads that share the default streams
+    therefore wait for each other's calls: measured 2026-11-30 on two H200s, a request stream per GPU (prefill and
+    decode threads each) ran at 0.47x of the same programs on separate GPUs, as if one after another. A serving
+    process gives each request stream its own CUDA streams; so does this timing."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    seen = set()
+    for d in runner.devices:
+        dev = d.torch_device
+        if dev.type == "cuda" and dev.index not in seen:
+            seen.add(dev.index)
+            stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device=dev)))
+    return stack
+
+
 def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls: dict[str, PlacedCall],
                             pipes: dict[str, list[PlacedCall]] | None = None,
                             frequencies: Mapping[str, float] | None = None) -> float:
@@ -327,7 +347,7 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
     def worker(prog: Compiled) -> None:
         start.wait()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _own_streams(prog.runner):
                 call, pipe = calls[prog.name], (pipes or {}).get(prog.name)
                 if pipe is not None:
                     batches = [c.args for c in pipe]
