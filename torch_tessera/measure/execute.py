@@ -93,12 +93,12 @@ def close_to_eager(got: torch.Tensor, prog: Compiled) -> tuple[bool, float]:
 PLAN_MICRO_BATCHES = 1
 
 
-def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], float]:
+def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False) -> tuple[dict[str, Any], float]:
     """Every plan of :func:`~torch_tessera.benchmark.plan_names` (a ``NotApplicableError`` or
-    ``InfeasiblePlanError`` in place of a plan that does not apply or fit; ``tessera`` as
+    ``InfeasiblePlanError`` in place of a plan that does not apply or fit; with ``streams``, ``tessera`` as
     :func:`~torch_tessera.benchmark.with_streams` picks it) and the zero-communication bound's cycle (seconds per
-    workload step, over the measured costs with free transfers: the better of one placement's and one request stream
-    per device's). Every plan, tessera and baselines, is scored by the same model: the topology's per-hop charge
+    workload step, over the measured costs with free transfers; with ``streams`` the better of one placement's and
+    one request stream per device's). Every plan, tessera and baselines, is scored by the same model: the topology's per-hop charge
     included (:attr:`Topology.hop_overhead`)."""
     from torch_tessera.benchmark import plan_names, with_streams
     from torch_tessera.errors import InfeasiblePlanError
@@ -107,7 +107,7 @@ def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], floa
     free = topo.free_transfers()
     bound = plan(wl, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * n_devices,
                  micro_batches=PLAN_MICRO_BATCHES).cycle_seconds
-    if n_devices > 1:  # the bound covers the streams plans too (one request stream per device, free transfers)
+    if streams and n_devices > 1:  # the bound covers the streams plans too (one request stream per device)
         bound = min(bound, plan_streams(wl, free, memory_budgets=[None] * n_devices,
                                         micro_batches=PLAN_MICRO_BATCHES).cycle_seconds)
     plans: dict[str, Any] = {}
@@ -117,7 +117,7 @@ def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], floa
                                micro_batches=PLAN_MICRO_BATCHES)
         except (NotApplicableError, InfeasiblePlanError) as e:
             plans[name] = e
-    return with_streams(plans, wl, topo, micro_batches=PLAN_MICRO_BATCHES), bound
+    return (with_streams(plans, wl, topo, micro_batches=PLAN_MICRO_BATCHES) if streams else plans), bound
 
 
 def program_frequencies(p: Any, s: MeasureSettings) -> dict[str, float]:
