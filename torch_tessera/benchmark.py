@@ -35,30 +35,33 @@ PLAN_NAMES = ("homo-L", "homo-R", "request-dist", "pd", "af", "layer", "tessera"
 SINGLE = "tessera-single"
 
 
-def with_streams(plans: dict[str, Any], wl: Any, topo: Any, **kwargs: Any) -> dict[str, Any]:
+def with_streams(plans: dict[str, Any], wl: Any, topo: Any, **kwargs: Any) -> tuple[dict[str, Any], str]:
     """``plans`` with ``tessera`` the better (lower modelled cycle) of the single-placement throughput plan and
     :func:`~torch_tessera.scheduler.plan_streams` (one request stream per device, kernels of a stream movable); when
     the streams plan wins, the single placement stays as :data:`SINGLE` so both are measured. ``kwargs`` go to
-    :func:`~torch_tessera.scheduler.plan_streams` (``micro_batches``: as the single plan was made)."""
+    :func:`~torch_tessera.scheduler.plan_streams` (``micro_batches``: as the single plan was made).
+
+    Returns:
+        ``(plans, note)``: the note says which plan was kept and both predicted cycle times, for the report.
+    """
     from torch_tessera.errors import InfeasiblePlanError
     from torch_tessera.scheduler import Plan, plan_streams
 
     single = plans.get("tessera")
     if not isinstance(single, Plan) or len(topo.devices) < 2:
-        return plans
+        return plans, "streams plan not made (no single throughput plan or one device)"
     try:
         streams = plan_streams(wl, topo, **kwargs)
     except InfeasiblePlanError as e:  # each stream holds its own state: may not fit where one placement does
-        log.info("streams plan does not fit: %s", e)
-        return plans
+        return plans, f"streams plan does not fit: {str(e).splitlines()[0]}"
+    versus = (f"one request stream per device {streams.cycle_seconds * 1e3:.4g} ms/step vs single placement "
+              f"{single.cycle_seconds * 1e3:.4g} ms/step (predicted)")
     if streams.cycle_seconds >= single.cycle_seconds * (1 - 1e-9):
-        log.info("streams plan %.4g ms/step vs single placement %.4g ms/step: single kept",
-                 streams.cycle_seconds * 1e3, single.cycle_seconds * 1e3)
-        return plans
+        return plans, f"--streams: {versus}: the single placement stays tessera"
     out = dict(plans)
     out["tessera"] = streams
     out[SINGLE] = single
-    return out
+    return out, f"--streams: {versus}: the streams plan is tessera, the single placement {SINGLE}"
 
 
 def checkable(num_devices: int) -> tuple[str, ...]:
@@ -182,7 +185,8 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
     bound_plan = plan(mw.workload, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * len(specs))
     bound_cycle = bound_plan.cycle_seconds
     if streams and len(specs) > 1:  # the bound covers the streams plans too (one request stream per device)
-        bound_cycle = min(bound_cycle, plan_streams(mw.workload, free, memory_budgets=[None] * len(specs)).cycle_seconds)
+        bound_cycle = min(bound_cycle,
+                          plan_streams(mw.workload, free, memory_budgets=[None] * len(specs)).cycle_seconds)
     plans: dict[str, Any] = {}
     for name in plan_names(len(specs)):
         policy = "throughput" if name == "tessera" else name
@@ -192,8 +196,9 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
             plans[name] = e
         if progress is not None:
             progress.update(1)
+    streams_note = ""
     if streams:
-        plans = with_streams(plans, mw.workload, mw.topology)
+        plans, streams_note = with_streams(plans, mw.workload, mw.topology)
     rows = []
     best_baseline = max((p.throughput_per_s for n, p in plans.items() if n not in ("tessera", SINGLE)
                          and isinstance(p, Plan)), default=float("nan"))
@@ -212,7 +217,8 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
     meta = {"model": model, "size": size, "devices": [s.name for s in specs], "unit": mw.unit, "output_tokens": output_tokens,
             "zero_communication_bound_cycle_s": bound_cycle,
             "zero_communication_bound_output_per_s": mw.output_per_step / bound_cycle if bound_cycle else math.nan,
-            "lower_and_cost_seconds": mw.seconds, "prices": {s.name: (s.price_per_hour, s.price_source) for s in specs}}
+            "lower_and_cost_seconds": mw.seconds, "streams": streams_note,
+            "prices": {s.name: (s.price_per_hour, s.price_source) for s in specs}}
     return rows, meta
 
 

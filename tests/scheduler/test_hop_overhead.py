@@ -219,7 +219,8 @@ def _ref_latency_hop(dag, costs: CostTable, tp: Topology, place: dict[int, int])
             ed, t = dag.graph.edges[u, k], fin[u]
             if place[u] != d and "RAW" in ed["kinds"] and ed["bytes"] > 0:
                 a = place[u]
-                t = max(t, link_free[a, d]) + tp.latency[a, d] + tp.hop_overhead[a, d] + ed["bytes"] / tp.bandwidth[a, d]
+                t = (max(t, link_free[a, d]) + tp.latency[a, d] + tp.hop_overhead[a, d]
+                     + ed["bytes"] / tp.bandwidth[a, d])
                 link_free[a, d] = t
             ready = max(ready, t)
         fin[k] = max(ready, free[d]) + costs.row(k)[d]

@@ -105,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r.plan:13s} {_fmt(r.output_per_s):>10s} {_fmt(r.output_per_s_per_price):>14s} "
                   f"{100 * r.vs_bound:>8.1f}% {_fmt(r.speedup_vs_best_baseline, 'x'):>17s}  {r.memory_gb}")
         print("prices: " + "; ".join(f"{k} {v[0]:g}/h ({v[1]})" for k, v in meta["prices"].items()))
+        if meta.get("streams"):
+            print(meta["streams"])
         result["simulated"] = {"meta": meta, "rows": rows_as_dicts(rows)}
         _chart(rows, meta, unit, out_dir / "bench.png")
         print(f"bar chart: {out_dir / 'bench.png'}")

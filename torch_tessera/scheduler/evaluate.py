@@ -105,8 +105,8 @@ def _preds(pb: Problem) -> list[list[tuple[int, float]]]:
 
 
 def _as_lists(pb: Problem) -> tuple[list, list, list, list]:
-    """``(cost, per-hop latency (:attr:`Problem.hop_latency`), bw, kernels of each program)`` as Python lists, for the list-schedule loop (indexing numpy
-    arrays element by element costs several times more); once per problem."""
+    """``(cost, per-hop latency (:attr:`Problem.hop_latency`), bw, kernels of each program)`` as Python lists, for
+    the list-schedule loop (indexing numpy arrays element by element costs several times more); once per problem."""
     c = getattr(pb, "_lists", None)
     if c is None:
         c = (pb.cost.tolist(), pb.hop_latency.tolist(), pb.bw.tolist(),
