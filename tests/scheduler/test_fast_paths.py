@@ -404,3 +404,112 @@ def test_local_search_with_incremental_deltas_matches_full_recomputation(D, tigh
             assert np.array_equal(got, ref_local_search(pb, blocks, start))
             moves += int((got != start).sum())
     assert moves > 10  # the searches moved blocks (a start that breaks a budget may not move)
+
+
+@pytest.mark.parametrize("D", [2, 3, 4])
+def test_moved_loads_of_many_moves_match_full_recomputation(D):
+    """Loads after each of many few-block moves, from the current loads over the moved blocks' costs and edges,
+    against summing every term of each moved placement (equal up to rounding)."""
+    from torch_tessera.scheduler.blocks import block_loads_many, moved_loads_many
+
+    pb = _problem(D)
+    label, _ = tie_layers(pb)
+    for blocks in (aggregate(pb, pb.group), aggregate(pb, label)):
+        rng = np.random.default_rng(D)
+        place = rng.integers(0, D, size=blocks.B)
+        dev, link = (x[0] for x in block_loads_many(blocks, place[None]))
+        move, group, to, want = [], [], [], []
+        for m in range(40):  # 1-4 blocks each, some already on their target, some joined by an edge
+            k = int(rng.integers(1, 5))
+            gs = rng.choice(blocks.B, size=k, replace=False) if m % 3 else np.unique(
+                [blocks.esrc[m], blocks.edst[m]])
+            ds = rng.integers(0, D, size=len(gs))
+            moved = place.copy()
+            moved[gs] = ds
+            want.append(moved)
+            move += [m] * len(gs)
+            group += list(gs)
+            to += list(ds)
+        dev1, link1 = moved_loads_many(blocks, place, np.array(move), np.array(group), np.array(to), 40, dev, link)
+        ref_dev, ref_link = block_loads_many(blocks, np.stack(want))
+        assert np.allclose(dev1, ref_dev, rtol=1e-12, atol=1e-15)
+        assert np.allclose(link1, ref_link, rtol=1e-12, atol=1e-15)
+
+
+def test_split_by_cost_numbers_classes_as_unique_rows():
+    rng = np.random.default_rng(0)
+    for D in (2, 4):
+        B = 300
+        cost = rng.choice([1e-4, 2e-4, 3e-4 * (1 + 1e-9)], size=(B, D))
+        groups = type("G", (), {"B": B, "cost": cost})()
+        label = rng.integers(0, 7, size=B)
+        key = np.round(np.log(np.maximum(cost, 1e-30)) / 1e-6).astype(np.int64)
+        _, want = np.unique(np.c_[label, key], axis=0, return_inverse=True)
+        assert np.array_equal(split_by_cost(groups, label), want.ravel())
+
+
+def test_union_find_labels_and_reserve_match_the_loops():
+    from torch_tessera.scheduler.problem import _UnionFind, _live_peak
+
+    rng = np.random.default_rng(1)
+    uf = _UnionFind(500)
+    for a, b in rng.integers(0, 500, size=(300, 2)):
+        uf.union(int(a), int(b))
+    _, want = np.unique([uf.find(i) for i in range(500)], return_inverse=True)
+    assert np.array_equal(uf.labels(), want)
+    for D in (2, 3):
+        pb = _problem(D)
+        touch = [r | w for r, w in zip(pb.reads, pb.writes)]
+        assert pb.reserve == max(_live_peak(pb.program_slice(p).tolist(), touch, pb.temp_bytes[p])
+                                 for p in range(len(pb.programs)))
+
+
+@pytest.mark.parametrize("relax", [False, True])
+def test_direct_highs_call_matches_scipy_milp(relax):
+    """compat.scipy_highs.solve passes scipy.optimize.milp's model and options to the same HiGHS: same status,
+    solution, objective and bound, on the counts model (optimal, and with a cut-off no placement beats)."""
+    import warnings
+
+    import torch_tessera.scheduler.milp as milp_mod
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from torch_tessera.compat.scipy_highs import solve
+
+    models = []
+
+    def keep(self, *args, **kwargs):
+        models.append(self)
+        return orig(self, *args, **kwargs)
+
+    orig = milp_mod._Model.solve
+    milp_mod._Model.solve = keep
+    try:
+        pb = _problem(2)
+        groups = aggregate(pb, pb.group)
+        label, _ = tie_layers(pb)
+        glabel = np.zeros(groups.B, dtype=np.int64)
+        glabel[pb.group] = label
+        solve_counts(pb, build_classes(pb, groups, split_by_cost(groups, glabel)), groups.forbidden, 30.0)
+    finally:
+        milp_mod._Model.solve = orig
+    m = models[0]
+    from scipy.sparse import coo_matrix
+
+    A = coo_matrix((np.concatenate(m.vals), (np.concatenate(m.rows), np.concatenate(m.cols))),
+                   shape=(m.nr, m.nv)).tocsr()
+    integ = np.zeros(m.nv) if relax else np.concatenate(m.integ)
+    args = (np.concatenate(m.c), integ, np.concatenate(m.lb), np.concatenate(m.ub), A, np.concatenate(m.rlo),
+            np.concatenate(m.rhi))
+    for extra in ({}, {"objective_bound": -1.0}):  # the second: nothing beats the cut-off (infeasible for a MILP)
+        if relax and extra:
+            continue
+        opts = {"time_limit": 30.0, "presolve": True, "mip_rel_gap": 1e-6, **extra}
+        got = solve(*args, dict(opts))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ref = milp(args[0], integrality=integ, bounds=Bounds(args[2], args[3]),
+                       constraints=LinearConstraint(A, args[5], args[6]), options=dict(opts))
+        assert got.status == ref.status and (got.x is None) == (ref.x is None)
+        if ref.x is not None:
+            assert np.array_equal(got.x, ref.x) and got.fun == ref.fun
+        assert got.mip_dual_bound == getattr(ref, "mip_dual_bound", None)
+        assert got.mip_node_count == getattr(ref, "mip_node_count", None)

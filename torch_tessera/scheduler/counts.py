@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torch_tessera.scheduler.blocks import (Blocks, block_cycle_many, block_loads_many, block_memory_ok_many,
-                                            layer_units)
+                                            layer_units, memory_binds, moved_loads_many)
 from torch_tessera.scheduler.evaluate import budgets_bind
 from torch_tessera.scheduler.milp import EPS, MilpResult, _Model, _result
 from torch_tessera.scheduler.problem import Problem
@@ -104,16 +104,28 @@ def split_by_cost(groups: Blocks, group_label: np.ndarray, rtol: float = 1e-6) -
     if groups.B == 0:
         return group_label
     key = np.round(np.log(np.maximum(groups.cost, 1e-30)) / max(rtol, 1e-12)).astype(np.int64)
-    _, lab = np.unique(np.c_[group_label, key], axis=0, return_inverse=True)
-    return lab.ravel().astype(np.int64)
+    rows = np.c_[group_label, key]
+    # np.unique(rows, axis=0, return_inverse=True), without its slow row view: rows sorted lexicographically,
+    # numbered in that order
+    order = np.lexsort(rows.T[::-1])
+    new = np.r_[True, (rows[order][1:] != rows[order][:-1]).any(1)]
+    lab = np.empty(len(rows), dtype=np.int64)
+    lab[order] = np.cumsum(new) - 1
+    return lab
 
 
 def _families(groups: Blocks, of: np.ndarray, L: np.ndarray) -> list[tuple[float, int, list[tuple[int, float, int]]]]:
     """Resident buffers grouped by the set of classes holding them: ``(least bytes, count, [(class, slack, M)])``
     where ``slack = L_c - (members of c holding one)`` and ``M`` = most members of c holding the same buffer."""
     fams: dict[tuple[int, ...], list[int]] = {}
-    for i, h in enumerate(groups.res_holders):
-        fams.setdefault(tuple(sorted(set(of[h].tolist()))), []).append(i)
+    sizes = [len(h) for h in groups.res_holders]
+    if sizes:  # the sorted distinct classes holding each buffer, as Python slices of one sorted array
+        item = np.repeat(np.arange(len(sizes)), sizes)
+        pairs = np.unique(item * max(len(L), 1) + of[np.concatenate(groups.res_holders)])
+        cls_of, cuts = (pairs % max(len(L), 1)).tolist(), np.r_[0, np.cumsum(np.bincount(
+            pairs // max(len(L), 1), minlength=len(sizes)))].tolist()
+        for i in range(len(sizes)):
+            fams.setdefault(tuple(cls_of[cuts[i]:cuts[i + 1]]), []).append(i)
     out = []
     for key, items in fams.items():
         h = np.concatenate([groups.res_holders[i] for i in items])
@@ -301,23 +313,19 @@ def realize(pb: Problem, groups: Blocks, cls: Classes, counts: np.ndarray) -> np
     slot[slot >= D] = 0  # members beyond the counts go to the order's first device
     devs = np.take_along_axis(dorders, slot.T, axis=1)  # [K, members]
     cands = []
+    allmem = np.concatenate(cls.members) if cls.C else np.zeros(0, np.int64)
     for rank in ranks.values():
         key = np.where(known, rank[np.maximum(cls.unit, 0)] if len(rank) else 0, -1)
-        flat = np.concatenate([mem[np.argsort(key[mem], kind="stable")] for mem in cls.members])
+        flat = allmem[np.lexsort((key[allmem], of))]  # each class's members by key, stably, classes in order
         gp = np.zeros((len(dorders), groups.B), dtype=np.int64)
         gp[:, flat] = devs
         cands.append(gp)
     cands = np.concatenate(cands)
     order = np.argsort(block_cycle_many(groups, cands), kind="stable")
+    if block_memory_ok_many(pb, groups, cands[order[:1]])[0]:  # usually the best fits: check it alone first
+        return cands[order[0]]
     ok = block_memory_ok_many(pb, groups, cands[order])
     return cands[order[int(np.argmax(ok))] if ok.any() else order[0]]
-
-
-def _loads_key(groups: Blocks, gps: np.ndarray) -> np.ndarray:
-    """``[2, P]``: cycle time and sum of squared resource loads of ``[P, G]`` group placements."""
-    dev, link = block_loads_many(groups, gps)
-    allr = np.concatenate([dev, link], axis=1)
-    return np.stack([allr.max(1), (allr ** 2).sum(1)])
 
 
 def shift_search(pb: Problem, groups: Blocks, cls: Classes, gp: np.ndarray, deadline: float) -> np.ndarray:
@@ -326,31 +334,58 @@ def shift_search(pb: Problem, groups: Blocks, cls: Classes, gp: np.ndarray, dead
     budget are not taken.
 
     Each sweep over the classes is first-improvement in class order; the trials of all classes still ahead of the
-    sweep are scored at once, and scoring restarts after the class of an accepted move."""
+    sweep are scored at once, and scoring restarts after the class of an accepted move. A rotation moves only the
+    members whose device differs from their neighbour's in the layer order (a few per class for a fill), so each trial
+    is scored from the current loads over those members (:func:`~torch_tessera.scheduler.blocks.moved_loads_many`)."""
     gp = gp.copy()
-    key = _loads_key(groups, gp[None])[:, 0]
     movable = [c for c, mem in enumerate(cls.members) if len(mem) >= 2]
+    if not movable:
+        return gp
+    mem = np.concatenate([cls.members[c] for c in movable])
+    size = np.array([len(cls.members[c]) for c in movable], dtype=np.int64)
+    seg = np.repeat(np.arange(len(movable)), size)
+    first = np.repeat(np.cumsum(size) - size, size)
+    last = first + np.repeat(size, size) - 1
+    pos = np.arange(len(mem))
+    prev, nxt = np.where(pos == first, last, pos - 1), np.where(pos == last, first, pos + 1)
+    binds = memory_binds(pb, groups)
+    dev, link = (loads[0] for loads in block_loads_many(groups, gp[None]))
+    key = _key(dev[None], link[None])[:, 0]
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
         start = 0
         while start < len(movable) and time.perf_counter() < deadline:
-            todo = [c for c in movable[start:] if len(np.unique(gp[cls.members[c]])) >= 2]
-            if not todo:
+            x = gp[mem]
+            # trial 2j rolls class movable[j] forward (each member takes its predecessor's device), 2j + 1 backward
+            moved = [np.flatnonzero((x[prev] != x) & (seg >= start)), np.flatnonzero((x[nxt] != x) & (seg >= start))]
+            if not len(moved[0]):
                 break
-            trials = np.repeat(gp[None], 2 * len(todo), axis=0)
-            for i, c in enumerate(todo):
-                mem = cls.members[c]
-                trials[2 * i, mem] = np.roll(gp[mem], 1)
-                trials[2 * i + 1, mem] = np.roll(gp[mem], -1)
-            k = _loads_key(groups, trials)
+            move = np.concatenate([2 * seg[moved[0]], 2 * seg[moved[1]] + 1])
+            at = np.concatenate(moved)
+            to = np.concatenate([x[prev[moved[0]]], x[nxt[moved[1]]]])
+            k = _key(*moved_loads_many(groups, gp, move, mem[at], to, 2 * len(movable), dev, link))
             better = (k[0] < key[0] * (1 - 1e-9)) | ((k[0] <= key[0] * (1 + 1e-12)) & (k[1] < key[1] * (1 - 1e-9)))
+            better[:2 * start] = False
             cand = np.flatnonzero(better)
-            if len(cand):
-                cand = cand[block_memory_ok_many(pb, groups, trials[cand])]
+            if len(cand) and binds:
+                trials = np.repeat(gp[None], len(cand), axis=0)
+                for i, t in enumerate(cand.tolist()):
+                    sel = move == t
+                    trials[i, mem[at[sel]]] = to[sel]
+                cand = cand[block_memory_ok_many(pb, groups, trials)]
             if not len(cand):
                 break
             t = int(cand[0])
-            gp, key, improved = trials[t], k[:, t], True
-            start = movable.index(todo[t // 2]) + 1
+            sel = move == t
+            gp[mem[at[sel]]] = to[sel]
+            dev, link = (loads[0] for loads in block_loads_many(groups, gp[None]))  # exact sums again
+            key, improved = _key(dev[None], link[None])[:, 0], True
+            start = t // 2 + 1
     return gp
+
+
+def _key(dev: np.ndarray, link: np.ndarray) -> np.ndarray:
+    """``[2, P]``: cycle time and sum of squared resource loads from ``[P, D]`` device and ``[P, D * D]`` link loads."""
+    allr = np.concatenate([dev, link], axis=1)
+    return np.stack([allr.max(1), (allr ** 2).sum(1)])
