@@ -7,6 +7,7 @@ is unsure of together with a DAG neighbour. Pins fix a group's device.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -219,7 +220,7 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
 
     uf = _UnionFind(n)
     touch = [r | w for r, w in zip(reads, writes)]
-    resident, handovers = _buffers(wl, touch, writes, prog, uf, (esrc, ebytes, eranges))
+    resident, handovers, temp_bytes, temps = _buffers(wl, touch, writes, prog, uf, (esrc, ebytes, eranges))
     for (s, t, nbytes, name) in handovers:
         esrc.append(s), edst.append(t), ebytes.append(nbytes), ekind.append("STATE")
         eranges.append(((name, 0, nbytes),))
@@ -233,9 +234,6 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
     group = uf.labels()
     pinned = _apply_pins(pins, wl, index, group, devices)
 
-    TEMP = BufferKind.TEMP
-    temp_bytes = [{b.name: b.nbytes for b in p.dag.buffers.values() if b.kind is TEMP} for p in wl.programs]
-    temps = temp_entries(touch, temp_bytes, prog)
     reserve = max(live_peak(np.flatnonzero(prog_a == pi), temps, n) for pi in range(len(wl.programs)))
     pb = Problem(
         devices=devices, programs=tuple(p.name for p in wl.programs), roles=tuple(p.role for p in wl.programs),
@@ -274,39 +272,81 @@ def _written_bytes(esrc, ebytes, eranges, prog, names: set[str] | frozenset[str]
     return out
 
 
+#: Code of a touched name that is not in its program's buffer table (skipped).
+_UNKNOWN = 2 ** 62
+
+
 def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, edges: tuple[list, list, list]):
-    """Resident buffers (weights, inputs, state) with their holder kernels; STATE owners merged; hand-over edges.
+    """Resident buffers (weights, inputs, state) with their holder kernels; STATE owners merged; hand-over edges;
+    and the TEMP buffers each kernel touches (:func:`temp_entries`' arrays and the programs' TEMP tables).
 
     A STATE buffer written by program p and used by the next program q that uses it is handed over once per workload
     step from p's owner to q's owner (q's first reader if q does not write it). The bytes are what p's RAW edges show
     it wrote (the whole buffer when unknown; ``edges`` = the program edges' ``(sources, bytes, ranges)``). Readers of
-    the state in q on a third device get only q's deltas: their copy of p's part is not priced (a known undercount)."""
+    the state in q on a third device get only q's deltas: their copy of p's part is not priced (a known undercount).
+
+    Every kernel's touched buffers are read once, as codes: a resident buffer's index by name (shared by the programs),
+    or ``-1 - i`` for the program's ``i``-th TEMP buffer (numbered program by program, as :func:`temp_entries`)."""
+    TEMP, STATE = BufferKind.TEMP, BufferKind.STATE
+    temp_bytes: list[dict[str, int]] = []
+    rid: dict[str, int] = {}
+    info: list[dict[str, tuple[str, int, bool]]] = []  # per program: resident name -> (kind, bytes, is STATE)
+    code: list[dict[str, int]] = []
+    offset = 0
+    for p in wl.programs:
+        temps, mine = {}, {}
+        for nm, b in p.dag.buffers.items():  # (the enum's _value_: its .value property is slow in a loop)
+            if b.kind is TEMP:
+                temps[b.name] = b.nbytes
+            else:
+                mine[nm] = (b.kind._value_, int(b.nbytes), b.kind is STATE)
+        temp_bytes.append(temps)
+        info.append(mine)
+        c = {nm: rid.setdefault(nm, len(rid)) for nm in mine}
+        c.update({nm: -1 - offset - i for i, nm in enumerate(temps)})
+        code.append(c)
+        offset += len(temps)
+    names = list(rid)
+    # one pass over every (kernel, buffer it touches), in kernel order, with the loops in C (map, chain, fromiter);
+    # a program's kernels are contiguous
+    prog_a = np.asarray(prog, dtype=np.int64)
+    ker, cod = [], []
+    for p in range(len(wl.programs)):
+        lo, hi = np.searchsorted(prog_a, [p, p + 1]).tolist()
+        lens = list(map(len, touch[lo:hi]))
+        ker.append(np.repeat(np.arange(lo, hi), lens))
+        cod.append(np.fromiter(map(code[p].get, itertools.chain.from_iterable(touch[lo:hi]),
+                                   itertools.repeat(_UNKNOWN)), dtype=np.int64, count=sum(lens)))
+    ker, cod = np.concatenate(ker) if ker else np.zeros(0, np.int64), np.concatenate(cod) if cod else np.zeros(0, np.int64)
+    known = cod != _UNKNOWN  # a name the program's buffer table lacks
+    ker, cod = ker[known], cod[known]
+    tmp = cod < 0
+    temps = (ker[tmp], -1 - cod[tmp], np.array([v for t in temp_bytes for v in t.values()], dtype=np.float64))
+    res = np.flatnonzero(~tmp)
+    res = res[np.argsort(cod[res], kind="stable")]  # by resident buffer, each one's holders in kernel order
+    cuts = np.r_[0, np.cumsum(np.bincount(cod[res], minlength=len(names)))].tolist()
+    held_by = ker[res].tolist()
+    held_arrays = np.split(ker[res], cuts[1:-1])
     holders: dict[str, list[int]] = {}
     kinds: dict[str, tuple[str, int]] = {}
     state_writers: dict[tuple[int, str], list[int]] = {}
     state_access: dict[tuple[int, str], list[int]] = {}
     state_progs: dict[str, set[int]] = {}
-    TEMP, STATE = BufferKind.TEMP, BufferKind.STATE
-    # per program, each resident buffer's (kind, bytes, is STATE): enum and attribute lookups are slow in the loop
-    info = [{nm: (b.kind.value, int(b.nbytes), b.kind is STATE) for nm, b in p.dag.buffers.items() if b.kind is not TEMP}
-            for p in wl.programs]
-    kept = [frozenset(i) for i in info]
-    for k in range(len(prog)):
-        p = prog[k]
-        for name in touch[k] & kept[p]:  # the resident buffers a kernel touches (most it touches are TEMP)
-            kind, nbytes, state = info[p][name]
-            held = holders.get(name)
-            if held is None:
-                holders[name], kinds[name] = [k], (kind, nbytes)
-            else:
-                held.append(k)
-                if nbytes > kinds[name][1]:
-                    kinds[name] = (kinds[name][0], nbytes)
-            if state:
-                state_access.setdefault((p, name), []).append(k)
-                state_progs.setdefault(name, set()).add(p)
-                if name in writes[k]:
-                    state_writers.setdefault((p, name), []).append(k)
+    for r, name in enumerate(names):
+        ks = held_by[cuts[r]:cuts[r + 1]]
+        if not ks:
+            continue
+        holders[name] = ks
+        progs = sorted({prog[k] for k in ks})
+        # the kind where it is first touched, the largest size among the programs touching it
+        kinds[name] = (info[prog[ks[0]]][name][0], max(info[q][name][1] for q in progs))
+        if any(info[q][name][2] for q in progs):
+            for k in ks:
+                if info[prog[k]][name][2]:
+                    state_access.setdefault((prog[k], name), []).append(k)
+                    state_progs.setdefault(name, set()).add(prog[k])
+                    if name in writes[k]:
+                        state_writers.setdefault((prog[k], name), []).append(k)
     # a RAW range of a STATE buffer leaves one of its writers: only their out-edges are read
     esrc, ebytes, eranges = edges
     writer = np.zeros(len(prog), dtype=bool)
@@ -329,9 +369,9 @@ def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, edges: tuple[lis
                 continue
             dst = state_writers.get((q, name)) or state_access[(q, name)]
             handovers.append((src[0], dst[0], written.get((p, name), kinds[name][1]), name))
-    resident = [Resident(nm, kinds[nm][0], kinds[nm][1], np.array(ks, dtype=np.int64))  # ks: ascending, distinct
-                for nm, ks in sorted(holders.items())]
-    return resident, handovers
+    resident = [Resident(nm, kinds[nm][0], kinds[nm][1], held_arrays[rid[nm]])  # holders: ascending, distinct
+                for nm in sorted(holders)]
+    return resident, handovers, temp_bytes, temps
 
 
 def _keep_unsure_with_neighbour(unsure, esrc, edst, ebytes, uf: _UnionFind) -> int:
