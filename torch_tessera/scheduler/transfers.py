@@ -158,22 +158,25 @@ class _Adjacency:
         self.edge = np.concatenate([np.arange(E), np.arange(E)])
         self.order = np.argsort(ends, kind="stable")
         self.ptr = np.searchsorted(ends[self.order], np.arange(blocks.B + 1))
-        self._heavy_for: np.ndarray | None = None
-        self._heavy: tuple[list[tuple[float, int]], list[int]] = ([], [])
+        self._heavy: tuple | None = None  # (weight, floor, lists) of the last heavy() call
 
     def edges_of(self, g: int) -> np.ndarray:
         return self.edge[self.order[self.ptr[g]:self.ptr[g + 1]]]
 
-    def heaviest_first(self, weight: np.ndarray) -> tuple[list[tuple[float, int]], list[int]]:
-        """Every group's ``(edge weight, neighbour)`` pairs, heaviest first: group ``g``'s are
-        ``pairs[ptr[g]:ptr[g + 1]]`` (Python lists, for the cluster search's loop); computed once per ``weight``."""
-        if self._heavy_for is not weight:
-            ends = np.repeat(np.arange(len(self.ptr) - 1), np.diff(self.ptr))  # self.order is grouped by end
-            w = weight[self.edge[self.order]]
-            o = np.lexsort((-w, ends))  # by group, heaviest first
-            self._heavy = (list(zip(w[o].tolist(), self.other[self.order][o].tolist())), self.ptr.tolist())
-            self._heavy_for = weight
-        return self._heavy
+    def heavy(self, weight: np.ndarray, floor: float) -> tuple[list[tuple[float, int]], list[int]]:
+        """Every group's ``(edge weight, neighbour)`` pairs over edges of weight at least ``floor`` (or a lower floor:
+        the lists of an earlier call with the same ``weight`` are reused), heaviest first: group ``g``'s are
+        ``pairs[ptr[g]:ptr[g + 1]]`` (Python lists, for the cluster search's loop)."""
+        if self._heavy is not None and self._heavy[0] is weight and self._heavy[1] <= floor:
+            return self._heavy[2]
+        ends = np.repeat(np.arange(len(self.ptr) - 1), np.diff(self.ptr))  # self.order is grouped by end
+        w = weight[self.edge[self.order]]
+        keep = np.flatnonzero(w >= floor)  # on real DAGs most edges carry a few kilobytes
+        o = keep[np.lexsort((-w[keep], ends[keep]))]  # by group, heaviest first
+        ptr = np.r_[0, np.cumsum(np.bincount(ends[o], minlength=len(self.ptr) - 1))]
+        out = list(zip(w[o].tolist(), self.other[self.order][o].tolist())), ptr.tolist()
+        self._heavy = (weight, floor, out)
+        return out
 
     def of(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         """``(neighbour groups, edges)`` of group ``g``, one entry per incident edge."""
@@ -197,7 +200,7 @@ def _moves(blocks: Blocks, place: np.ndarray, weight: np.ndarray, nbrs: _Adjacen
     moves = [(np.array([g]), d) for g in ends[free[ends]].tolist() for d in range(D) if d != place[g] and allowed[d]]
     seen: set[tuple[tuple[int, ...], int]] = set()
     at = place.tolist()
-    heavy, ptr = nbrs.heaviest_first(weight)
+    heavy, ptr = nbrs.heavy(weight, CLUSTER_SHARE * min_weight)  # the lightest edge any cluster below can use
 
     for e in cut.tolist():
         for start, target in ((int(blocks.esrc[e]), int(place[blocks.edst[e]])),
