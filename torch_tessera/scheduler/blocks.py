@@ -150,8 +150,8 @@ def tie_layers(pb: Problem, align: bool = True) -> tuple[np.ndarray, int]:
     bounds = np.r_[start, len(kern)].tolist()
     kl, prog = kern.tolist(), pb.prog.tolist()
     segs = np.argsort(kern[start], kind="stable").tolist()  # by first kernel
-    members: dict[tuple[int, int], list[int]] = {(prog[kl[bounds[j]]], units[kl[bounds[j]]]): kl[bounds[j]:bounds[j + 1]]
-                                                 for j in segs}
+    members: dict[tuple[int, int], list[int]] = {
+        (prog[kl[bounds[j]]], units[kl[bounds[j]]]): kl[bounds[j]:bounds[j + 1]] for j in segs}
     inside = np.flatnonzero((pb.ebytes > 0) & (uarr[pb.esrc] >= 0) & (uarr[pb.esrc] == uarr[pb.edst])
                             & (pb.prog[pb.esrc] == pb.prog[pb.edst]))
     es, et = pb.esrc[inside], pb.edst[inside]
@@ -278,7 +278,7 @@ def moved_loads_many(blocks: Blocks, bplace: np.ndarray, move: np.ndarray, group
     ddev = np.bincount(move * D + to, weights=blocks.cost[group, to], minlength=M * D)
     ddev -= np.bincount(move * D + old, weights=blocks.cost[group, old], minlength=M * D)
     dev1 = dev[None] + ddev.reshape(M, D)
-    if not E:
+    if not E or not len(group):
         return dev1, np.repeat(link[None], M, axis=0)
     ptr, inc = incident_edges(blocks)
     cnt = ptr[group + 1] - ptr[group]

@@ -196,7 +196,8 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
         prog += [pi] * len(nodes)
         launch += nodes
         rows = [(a.get("name", str(k)), a.get("op_class", "other"), a.get("layer"), frozenset(a.get("reads", ())),
-                 frozenset(a.get("writes", ())), bool(a.get("unsure", False))) for k, a in ((k, attrs[k]) for k in nodes)]
+                 frozenset(a.get("writes", ())), bool(a.get("unsure", False)))
+                for k, a in zip(nodes, map(attrs.get, nodes))]
         for out, col in zip((names, ocls, layers, reads, writes, unsure), zip(*rows) if rows else [()] * 6):
             out += col
     n = len(prog)
@@ -294,18 +295,18 @@ def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, edges: tuple[lis
     code: list[dict[str, int]] = []
     offset = 0
     for p in wl.programs:
-        temps, mine = {}, {}
+        tb, mine = {}, {}
         for nm, b in p.dag.buffers.items():  # (the enum's _value_: its .value property is slow in a loop)
             if b.kind is TEMP:
-                temps[b.name] = b.nbytes
+                tb[b.name] = b.nbytes
             else:
                 mine[nm] = (b.kind._value_, int(b.nbytes), b.kind is STATE)
-        temp_bytes.append(temps)
+        temp_bytes.append(tb)
         info.append(mine)
         c = {nm: rid.setdefault(nm, len(rid)) for nm in mine}
-        c.update({nm: -1 - offset - i for i, nm in enumerate(temps)})
+        c.update({nm: -1 - offset - i for i, nm in enumerate(tb)})
         code.append(c)
-        offset += len(temps)
+        offset += len(tb)
     names = list(rid)
     # one pass over every (kernel, buffer it touches), in kernel order, with the loops in C (map, chain, fromiter);
     # a program's kernels are contiguous
@@ -317,7 +318,7 @@ def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, edges: tuple[lis
         ker.append(np.repeat(np.arange(lo, hi), lens))
         cod.append(np.fromiter(map(code[p].get, itertools.chain.from_iterable(touch[lo:hi]),
                                    itertools.repeat(_UNKNOWN)), dtype=np.int64, count=sum(lens)))
-    ker, cod = np.concatenate(ker) if ker else np.zeros(0, np.int64), np.concatenate(cod) if cod else np.zeros(0, np.int64)
+    ker, cod = np.concatenate(ker), np.concatenate(cod)  # (a workload has at least one program)
     known = cod != _UNKNOWN  # a name the program's buffer table lacks
     ker, cod = ker[known], cod[known]
     tmp = cod < 0
