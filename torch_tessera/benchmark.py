@@ -164,8 +164,9 @@ def _price(spec: DeviceSpec) -> float:
 
 
 def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float = 129.0,
-                   progress: Any = None, size: str = "full") -> tuple[list[SimRow], dict]:
-    """Predicted throughput of every plan of ``model`` (``size``, default full) on ``specs`` (see module docstring).
+                   progress: Any = None, size: str = "full", streams: bool = False) -> tuple[list[SimRow], dict]:
+    """Predicted throughput of every plan of ``model`` (``size``, default full) on ``specs`` (see module docstring);
+    with ``streams``, ``tessera`` as :func:`with_streams` picks it.
 
     ``output_per_s_per_price`` is throughput per unit of the price table (output/s per relative $/h).
     """
@@ -180,7 +181,7 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
                     np.zeros_like(mw.topology.latency), mw.topology.memory, "free transfers")
     bound_plan = plan(mw.workload, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * len(specs))
     bound_cycle = bound_plan.cycle_seconds
-    if len(specs) > 1:  # the bound covers the streams plans too (one request stream per device, free transfers)
+    if streams and len(specs) > 1:  # the bound covers the streams plans too (one request stream per device)
         bound_cycle = min(bound_cycle, plan_streams(mw.workload, free, memory_budgets=[None] * len(specs)).cycle_seconds)
     plans: dict[str, Any] = {}
     for name in plan_names(len(specs)):
@@ -191,7 +192,8 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
             plans[name] = e
         if progress is not None:
             progress.update(1)
-    plans = with_streams(plans, mw.workload, mw.topology)
+    if streams:
+        plans = with_streams(plans, mw.workload, mw.topology)
     rows = []
     best_baseline = max((p.throughput_per_s for n, p in plans.items() if n not in ("tessera", SINGLE)
                          and isinstance(p, Plan)), default=float("nan"))

@@ -30,10 +30,13 @@ def test_bad_option_value():
 def test_graph_copies_values_and_combination():
     assert TesseraConfig.from_options({}).graph_copies == "link"
     assert TesseraConfig.from_options({"graph_copies": "producer", "cuda_graphs": True}).graph_copies == "producer"
+    assert TesseraConfig.from_options({"graph_copies": "push", "cuda_graphs": "whole"}).graph_copies == "push"
     with pytest.raises(ConfigError, match="graph_copies='peer' is not one of"):
         TesseraConfig.from_options({"graph_copies": "peer", "cuda_graphs": True})
     with pytest.raises(ConfigError, match="also pass cuda_graphs=True"):
         TesseraConfig.from_options({"graph_copies": "producer", "cuda_graphs": "segments"})
+    with pytest.raises(ConfigError, match="also pass cuda_graphs=True"):
+        TesseraConfig.from_options({"graph_copies": "push"})
 
 
 def test_unknown_option_through_torch_compile():

@@ -26,7 +26,7 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))  # profile every launch afresh
     rc = main(["bench", "--measure", "--model", "llama", "--size", "tiny", "--devices", "cpu:0,cpu:1",
                "--layers", "1", "--repeats", "1", "--warmup", "0", "--profile-repeats", "1", "--micro-batches", "2",
-               "--concurrent-steps", "2", "--out", str(tmp_path)])
+               "--concurrent-steps", "2", "--streams", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0, out
     result = json.loads((tmp_path / "bench.json").read_text())["measured"]

@@ -22,6 +22,7 @@ from torch_tessera.runtime import executor as executor_mod
 from torch_tessera.runtime import graphs as graphs_mod
 from torch_tessera.runtime import placed as placed_mod
 from torch_tessera.runtime.devices import CpuStream
+from torch_tessera.runtime.push import push_copy
 
 
 class StaleReplay(AssertionError):
@@ -107,14 +108,17 @@ def stand_in_graphs(monkeypatch):
         _Graph.capturing.calls.append(replay_extern)
         return result
 
-    def capture_copy(executor, step, pools, streams, copy_stream):
+    def capture_copy(executor, step, pools, streams, copy_stream, push=False):
         src = pools[step.src].storages[step.buffer][step.start:step.end]
         dst = pools[step.dst].storages[step.buffer][step.start:step.end]
 
         def replay_copy(src_pool=pools[step.src], dst_pool=pools[step.dst]):
             _check_bound(src_pool, [(step.buffer, src)], f"copy of {step.buffer} from {step.src}")
             _check_bound(dst_pool, [(step.buffer, dst)], f"copy of {step.buffer} to {step.dst}")
-            dst.copy_(src)  # a memcpy node: these very bytes, at replay
+            if push:  # a push kernel node: the copy kernel (in Triton's interpreter) over these very bytes
+                push_copy(src, dst)
+            else:
+                dst.copy_(src)  # a memcpy node: these very bytes, at replay
 
         _Graph.capturing.calls.append(replay_copy)
 

@@ -11,6 +11,7 @@ the result must still equal eager. Without the hazard waits at least one placeme
 from __future__ import annotations
 
 import copy
+import random
 
 import pytest
 import torch
@@ -23,9 +24,9 @@ from torch_tessera.runtime.schedule import CopyStep, LaunchStep, SyncStep, copy_
 pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="reorders the steps of CPU virtual devices")
 
 
-def _late(steps, hazards, dom):
+def _late(steps, hazards, dom, pushed=frozenset()):
     """Each copy delayed until a launch that must see it: one on the destination's domain, or (when the source must
-    wait for it) one on the source's domain."""
+    wait for it, or it runs on the source's stream: the step indices in ``pushed``) one on the source's domain."""
     out, pending = [], []
     for i, st in enumerate(steps):
         if isinstance(st, CopyStep):
@@ -35,7 +36,7 @@ def _late(steps, hazards, dom):
             d = dom[st.device]
             keep = []
             for j, c in pending:
-                if dom[c.dst] == d or (hazards[j][1] and dom[c.src] == d):
+                if dom[c.dst] == d or ((hazards[j][1] or j in pushed) and dom[c.src] == d):
                     out.append(c)
                 else:
                     keep.append((j, c))
@@ -47,11 +48,14 @@ def _late(steps, hazards, dom):
     return out + [c for _, c in pending]
 
 
-def _early(steps, hazards, dom):
+def _early(steps, hazards, dom, pushed=frozenset()):
     """Each copy hoisted to right after the last step it must follow: its source's last launch, the copies that
     filled its source and earlier copies on its link (one stream per link), and the destination's last launch when
-    it must wait for it."""
+    it must wait for it. A copy in ``pushed`` (step indices: a push kernel on the source's stream) follows, instead
+    of its link's earlier copies, the earlier pushes from its source and the copies its source waited for; a link
+    copy also follows the earlier pushes from its source (it waits for the source's stream)."""
     out: list = []
+    index = {id(st): i for i, st in enumerate(steps)}
     for i, st in enumerate(steps):
         if not isinstance(st, CopyStep):
             out.append(st)
@@ -61,9 +65,15 @@ def _early(steps, hazards, dom):
             if isinstance(prev, LaunchStep) and (dom[prev.device] == dom[st.src]
                                                  or (hazards[i][0] and dom[prev.device] == dom[st.dst])):
                 pos = k + 1
-            elif isinstance(prev, CopyStep) and (dom[prev.dst] == dom[st.src]
-                                                 or (prev.src, prev.dst) == (st.src, st.dst)):
-                pos = k + 1
+            elif isinstance(prev, CopyStep):
+                j = index[id(prev)]
+                same_source = dom[prev.src] == dom[st.src]
+                if dom[prev.dst] == dom[st.src] or (same_source and j in pushed):
+                    pos = k + 1
+                elif i in pushed and same_source and hazards[j][1]:
+                    pos = k + 1
+                elif i not in pushed and j not in pushed and (prev.src, prev.dst) == (st.src, st.dst):
+                    pos = k + 1
             elif isinstance(prev, SyncStep):
                 pos = k + 1
         out.insert(pos, st)
@@ -107,3 +117,32 @@ def test_copies_at_their_extreme_legal_times_equal_eager(model_name):
                 wrong_without_waits += not torch.allclose(bad, want)
     assert checked == 24
     assert wrong_without_waits > 0, "no placement needed the hazard waits: this test could not fail"
+
+
+@pytest.mark.parametrize("model_name", ["llama", "moe"])
+def test_push_and_link_copies_mixed_at_their_extreme_legal_times_equal_eager(model_name):
+    """``graph_copies="push"``: copies up to a size run as push kernels on the producer's stream, the others on the
+    link's stream; here a random half of the copies is pushed."""
+    torch.manual_seed(0)
+    model, inputs = build_model(model_name, "tiny")
+    torch._dynamo.reset()
+    backend = RecordingBackend(devices="cpu:0,cpu:1", policy="home")
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    rng = random.Random(0)
+    with torch.no_grad():
+        want = copy.deepcopy(model)(*inputs)
+        compiled(*inputs)
+        runner = backend.executors[0]
+        for seed in range(6):
+            runner.set_placement(random_placement(runner.dag, 2, seed))
+            ex = runner.executor
+            steps, dom = ex.schedule.steps, ex.domains
+            hazards = copy_hazards(ex.schedule, runner.dag, dom)
+            pushed = {i for i in hazards if rng.random() < 0.5}
+            for reorder in (_late, _early):
+                got = _run(compiled, runner, seed, inputs, lambda st: reorder(st, hazards, dom, pushed))
+                torch.testing.assert_close(got, want, msg=lambda m: f"seed {seed}, {reorder.__name__}: {m}")
+            if seed == 0:  # the same mix without the hazard waits goes wrong: this test can fail
+                none = {i: (False, False) for i in hazards}
+                bad = _run(compiled, runner, seed, inputs, lambda st: _early(st, none, dom, pushed))
+                assert not torch.allclose(bad, want), "the mix needed no hazard wait: this test could not fail"

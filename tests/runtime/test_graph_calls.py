@@ -90,7 +90,7 @@ def test_graph_with_transfers_that_never_completes_names_them(stand_in_graphs, m
             compiled(x)
 
 
-@pytest.mark.parametrize("graph_copies", ["link", "producer"])
+@pytest.mark.parametrize("graph_copies", ["link", "producer", "push"])
 def test_graph_copies_option_reaches_the_executor(stand_in_graphs, graph_copies):
     torch.manual_seed(0)
     model, ref = StatefulCounter(), StatefulCounter()
@@ -103,5 +103,6 @@ def test_graph_copies_option_reaches_the_executor(stand_in_graphs, graph_copies)
             torch.testing.assert_close(compiled(x), ref(x), msg=lambda m: f"call {call}: {m}")
     ex = backend.executors[0].executor
     assert ex.graph_copies == graph_copies and ex._graphs.whole is not None and ex._graphs.copies
+    assert not ex._graphs.pushes  # CPU devices: "push" falls back to the ordinary copies
     per_call = len(ex._graphs.copies)
     assert sum(n for purpose, n in ex.transfers.items() if purpose != "weights") == 3 * per_call

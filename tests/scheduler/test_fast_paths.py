@@ -138,7 +138,8 @@ def ref_makespans(pb, place):
                 t = finish[s]
                 if place[s] != d and pb.ebytes[e] > 0:
                     start = max(t, link_free[place[s], d])
-                    t = start + pb.alpha[place[s], d] + pb.ebytes[e] / pb.bw[place[s], d]
+                    # the link's latency plus the per-hop charge (Problem.hop_latency), then the bytes
+                    t = start + (pb.alpha[place[s], d] + pb.hop[place[s], d]) + pb.ebytes[e] / pb.bw[place[s], d]
                     link_free[place[s], d] = t
                 ready = max(ready, t)
             finish[k] = max(ready, dev_free[d]) + pb.cost[k, d]
@@ -282,10 +283,16 @@ def test_cycle_times_of_many_placements_match_one_at_a_time(D, hop):
 
 
 @pytest.mark.parametrize("D", [2, 3])
-def test_makespans_match_the_loop_over_numpy_arrays(D):
-    pb = _problem(D)
+@pytest.mark.parametrize("hop", [False, True])
+def test_makespans_match_the_loop_over_numpy_arrays(D, hop):
+    """The list schedule (its same-device shortcut included) against the loop, with and without the per-hop charge
+    on each cut copy of the critical path (the latency policy's model)."""
+    pb = _problem(D, hop=hop)
     for place in _placements(pb, 20, seed=20 + D):
         assert np.array_equal(makespans(pb, place), ref_makespans(pb, place))
+    if hop:  # the charge lengthens some run
+        free = _problem(D)
+        assert any((makespans(pb, pl) > makespans(free, pl)).any() for pl in _placements(pb, 5, seed=3))
 
 
 @pytest.mark.parametrize("hop", [False, True])

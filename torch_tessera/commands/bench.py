@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--micro-batches", type=int, default=4,
                    help="micro-batches for the pipelined timing of multi-device plans (0: skip)")
     m.add_argument("--links", default="catalog", choices=["catalog", "measured"], help="link figures to plan with")
+    parser.add_argument("--streams", action="store_true",
+                        help="also plan one request stream per device (each its own KV cache; request-dist is one "
+                             "such plan) and report it as tessera where the model prefers it, the single placement "
+                             "as tessera-single (experimental: measured below its model on two H200s, 2026-11-30)")
 
 
 def _fmt(x: float, unit: str = "") -> str:
@@ -86,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_simulate:
         with tqdm(total=len(plan_names(len(specs))) + 1, desc=f"plan {args.model} ({args.size}) on {args.devices}",
                   unit="step") as bar:
-            rows, meta = simulate_plans(args.model, specs, args.output_tokens, bar, size=args.size)
+            rows, meta = simulate_plans(args.model, specs, args.output_tokens, bar, size=args.size,
+                                        streams=args.streams)
         unit = {"tokens": "tok/s", "images": "img/s", "rows": "rows/s"}[meta["unit"]]
         print(f"\nPREDICTED (simulated from datasheet figures, not measured): {args.model} {args.size} size on "
               f"{args.devices}")

@@ -93,12 +93,12 @@ def close_to_eager(got: torch.Tensor, prog: Compiled) -> tuple[bool, float]:
 PLAN_MICRO_BATCHES = 1
 
 
-def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], float]:
+def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False) -> tuple[dict[str, Any], float]:
     """Every plan of :func:`~torch_tessera.benchmark.plan_names` (a ``NotApplicableError`` or
-    ``InfeasiblePlanError`` in place of a plan that does not apply or fit; ``tessera`` as
+    ``InfeasiblePlanError`` in place of a plan that does not apply or fit; with ``streams``, ``tessera`` as
     :func:`~torch_tessera.benchmark.with_streams` picks it) and the zero-communication bound's cycle (seconds per
-    workload step, over the measured costs with free transfers: the better of one placement's and one request stream
-    per device's). Every plan, tessera and baselines, is scored by the same model: the topology's per-hop charge
+    workload step, over the measured costs with free transfers; with ``streams`` the better of one placement's and
+    one request stream per device's). Every plan, tessera and baselines, is scored by the same model: the topology's per-hop charge
     included (:attr:`Topology.hop_overhead`)."""
     from torch_tessera.benchmark import plan_names, with_streams
     from torch_tessera.errors import InfeasiblePlanError
@@ -107,7 +107,7 @@ def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], floa
     free = topo.free_transfers()
     bound = plan(wl, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * n_devices,
                  micro_batches=PLAN_MICRO_BATCHES).cycle_seconds
-    if n_devices > 1:  # the bound covers the streams plans too (one request stream per device, free transfers)
+    if streams and n_devices > 1:  # the bound covers the streams plans too (one request stream per device)
         bound = min(bound, plan_streams(wl, free, memory_budgets=[None] * n_devices,
                                         micro_batches=PLAN_MICRO_BATCHES).cycle_seconds)
     plans: dict[str, Any] = {}
@@ -117,7 +117,7 @@ def make_plans(wl: Any, topo: Any, n_devices: int) -> tuple[dict[str, Any], floa
                                micro_batches=PLAN_MICRO_BATCHES)
         except (NotApplicableError, InfeasiblePlanError) as e:
             plans[name] = e
-    return with_streams(plans, wl, topo, micro_batches=PLAN_MICRO_BATCHES), bound
+    return (with_streams(plans, wl, topo, micro_batches=PLAN_MICRO_BATCHES) if streams else plans), bound
 
 
 def program_frequencies(p: Any, s: MeasureSettings) -> dict[str, float]:
@@ -289,6 +289,26 @@ def device_busy(fn: Callable[[], Any], before: Callable[[], None], sync: Callabl
         return {"error": f"{type(e).__name__}: {e}"[:200]}
 
 
+def _own_streams(runner: Any) -> Any:
+    """A fresh current stream on every CUDA device of ``runner`` for the calling thread (a context manager).
+
+    The executor orders each call after the caller's current stream on every device it uses (the inputs and the
+    state may still be in flight there) and a home-only graph replays on it. Threads that share the default streams
+    therefore wait for each other's calls: measured 2026-11-30 on two H200s, a request stream per GPU (prefill and
+    decode threads each) ran at 0.47x of the same programs on separate GPUs, as if one after another. A serving
+    process gives each request stream its own CUDA streams; so does this timing."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    seen = set()
+    for d in runner.devices:
+        dev = d.torch_device
+        if dev.type == "cuda" and dev.index not in seen:
+            seen.add(dev.index)
+            stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device=dev)))
+    return stack
+
+
 def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls: dict[str, PlacedCall],
                             pipes: dict[str, list[PlacedCall]] | None = None,
                             frequencies: Mapping[str, float] | None = None) -> float:
@@ -327,7 +347,7 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
     def worker(prog: Compiled) -> None:
         start.wait()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _own_streams(prog.runner):
                 call, pipe = calls[prog.name], (pipes or {}).get(prog.name)
                 if pipe is not None:
                     batches = [c.args for c in pipe]

@@ -53,7 +53,7 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
     wl, topo, tables = measured_workload(progs, s, progress)
     seconds["profile"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plans, bound_cycle = make_plans(wl, topo, len(specs))
+    plans, bound_cycle = make_plans(wl, topo, len(specs), s.streams)
     if progress is not None and len(plans) > len(plan_names(len(specs))):
         progress.total += len(plans) - len(plan_names(len(specs)))  # tessera-single beside a streams plan
     step("planned")

@@ -63,6 +63,7 @@ class GraphState:
     first_outputs: Any = None  # the capturing call's outputs (from its warm-up pass), handed out once
     lane: Any = None  # the pipeline slot whose streams the graphs were captured on (None: the executor's streams)
     whole: Any = None  # one graph over every device, copies inside (graph_mode "whole"); None: one per segment
+    pushes: frozenset = frozenset()  # ids of the copy steps inside ``whole`` that run as push kernels
     keep_alive: list = field(default_factory=list)  # the other GPUs' memory pools the whole graph allocated from
     copies: list = field(default_factory=list)  # the copy steps inside ``whole`` (counted per replay)
     # what one replay adds to the executor's counters, summed at capture (see _count_replay)
@@ -133,9 +134,11 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
                          for b in launch_buffers(program.launches[s.launch])} - fresh_all):
             executor._ensure(pools[i], i, b)
     items = _segments(executor)
-    # warm-up: one eager pass (compiles and autotunes kernels; fresh extern outputs get eager storages)
+    pushes = plan_pushes(executor, items)
+    # warm-up: one eager pass (compiles and autotunes kernels, the push kernel too, at the very addresses the capture
+    # sees; fresh extern outputs get eager storages)
     for item in items:
-        _run_item(executor, item, pools, capture=False, lane=lane, edges=edges)
+        _run_item(executor, item, pools, capture=False, lane=lane, edges=edges, push=id(item) in pushes)
     for s in streams:
         if s is not None:
             s.synchronize()
@@ -143,7 +146,7 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
     executed = executor.launches_executed  # capturing records launches, it does not run them
     whole = None
     if getattr(executor, "graph_mode", "segments") == "whole":
-        whole = _capture_whole(executor, items, pools, streams, lane)
+        whole = _capture_whole(executor, items, pools, streams, lane, pushes)
     mempools = {i: torch.cuda.graph_pool_handle() for i in set(executor.domains)} if whole is None else {}
     for item in items if whole is None else ():
         if isinstance(item, Segment):
@@ -163,6 +166,7 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
     if whole is not None:
         state.whole, state.keep_alive = whole
         state.copies = [x for x in items if isinstance(x, CopyStep)]
+        state.pushes = frozenset(pushes)
     state.first_outputs = first_outputs
     state.addresses = {(i, b): t.data_ptr() for i, p in enumerate(pools) for b, t in p.storages.items()}
     seen: set[str] = set()
@@ -183,12 +187,41 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
     executor.captures += 1
     n_copies = sum(isinstance(x, CopyStep) for x in items)
     if whole is not None:
-        log.info("captured one CUDA graph over %d devices (%d segments, %d copies inside it)",
-                 len(state.used_devices), sum(isinstance(x, Segment) for x in items), n_copies)
+        log.info("captured one CUDA graph over %d devices (%d segments, %d copies inside it, %d of them push "
+                 "kernels)", len(state.used_devices), sum(isinstance(x, Segment) for x in items), n_copies,
+                 len(state.pushes))
     else:
         log.info("captured %d CUDA graphs (%d copies between them)", sum(isinstance(x, Segment) for x in items),
                  n_copies)
     return state
+
+
+def plan_pushes(executor: Any, items: Sequence[Any]) -> set[int]:
+    """Ids of the copy steps in ``items`` that run as push kernels (:mod:`torch_tessera.runtime.push`): with
+    ``graph_copies="push"`` and one graph over the devices, every cut-edge copy of at most ``PUSH_MAX_BYTES``
+    between two GPUs with peer access (enabled here, before the capture, where missing). Logs how many, and why the
+    others are not."""
+    if getattr(executor, "graph_copies", "link") != "push" or getattr(executor, "graph_mode", "") != "whole":
+        return set()
+    from torch_tessera.runtime import push
+
+    devices, out, why_not, peers = executor.devices, set(), Counter(), {}
+    copies = [x for x in items if isinstance(x, CopyStep)]
+    for step in copies:
+        why = push.refusal(step, devices[step.src], devices[step.dst])
+        if why is None:
+            a, b = devices[step.src].torch_device.index, devices[step.dst].torch_device.index
+            pair = frozenset((a, b))
+            if pair not in peers:
+                peers[pair] = push.peer_access(a, b)
+            why = None if peers[pair] else "no peer access"
+        if why is None:
+            out.add(id(step))
+        else:
+            why_not[why] += 1
+    log.info("graph_copies='push': %d of %d copies as push kernels%s", len(out), len(copies),
+             f" (the others: {dict(why_not)})" if why_not else "")
+    return out
 
 
 def _precompute_replay(executor: Any, state: GraphState) -> None:
@@ -221,19 +254,19 @@ def _count_replay(executor: Any, state: GraphState, edges: set) -> None:
 
 
 def _capture_whole(executor: Any, items: Sequence[Any], pools: list[BufferPool], streams: Sequence[Any],
-                   lane: Any) -> tuple[Any, list] | None:
+                   lane: Any, pushes: set[int] = frozenset()) -> tuple[Any, list] | None:
     """Capture every segment AND the copies between them as ONE CUDA graph spanning the devices; None if CUDA or this
     torch refuses (the caller then captures one graph per segment).
 
     The capture begins on the home device's stream; every other stream the schedule uses (other devices' compute
     streams, the links' copy streams) joins it through an event, so their work becomes nodes of the same graph and the
     events between them become its edges. Copies between GPUs are captured as memcpy nodes on the link's copy stream
-    (:func:`_capture_copy`). Extern kernels that allocate their outputs allocate from the graph's pool on the home
-    GPU and from a private ``torch.cuda.MemPool`` per other GPU, owned by that GPU (:func:`_private_pool`) and kept
-    alive with the graph. Replaying it is one
-    ``cudaGraphLaunch`` per call, with no host work between segments: measured 2026-11-29 on two H200s
-    (``bench/gpu_multidevice_graph.py``), a hop between GPUs inside one graph cost 12 us (8 KiB) against 131 us
-    issued from Python.
+    (:func:`_capture_copy`), or, for the steps in ``pushes``, as push kernels on the producer's stream
+    (:mod:`torch_tessera.runtime.push`). Extern kernels that allocate their outputs allocate from the graph's pool on
+    the home GPU and from a private ``torch.cuda.MemPool`` per other GPU, owned by that GPU (:func:`_private_pool`)
+    and kept alive with the graph. Replaying it is one ``cudaGraphLaunch`` per call, with no host work between
+    segments: measured 2026-11-29 on two H200s (``bench/gpu_multidevice_graph.py``), a hop between GPUs inside one
+    graph cost 12 us (8 KiB) against 131 us issued from Python.
 
     Returns:
         ``(graph, objects to keep alive with it)``, or None after logging why the capture failed.
@@ -247,7 +280,7 @@ def _capture_whole(executor: Any, items: Sequence[Any], pools: list[BufferPool],
     copy_streams = {}
     on_producer = getattr(executor, "graph_copies", "link") == "producer"  # copies on the producer's own stream
     for item in items:
-        if isinstance(item, CopyStep) and (item.src, item.dst) not in copy_streams:
+        if isinstance(item, CopyStep) and (item.src, item.dst) not in copy_streams and id(item) not in pushes:
             copy_streams[(item.src, item.dst)] = (None if on_producer else executor._copy_stream(item.src, item.dst)
                                                   if lane is None else lane.copy_stream(item.src, item.dst))
     touched = [s for s in [*streams, *copy_streams.values()] if isinstance(s, torch.cuda.Stream) and s is not main]
@@ -276,6 +309,8 @@ def _capture_whole(executor: Any, items: Sequence[Any], pools: list[BufferPool],
                             executor._launch(step, pools, lane)
                     elif isinstance(item, SyncStep):
                         executor._sync(item, lane)
+                    elif id(item) in pushes:
+                        _capture_copy(executor, item, pools, streams, None, push=True)
                     else:
                         _capture_copy(executor, item, pools, streams, copy_streams[(item.src, item.dst)])
                 if main is not None:
@@ -307,10 +342,11 @@ def _private_pool(device: torch.device) -> Any:
 
 
 def _capture_copy(executor: Any, step: CopyStep, pools: list[BufferPool], streams: Sequence[Any],
-                  copy_stream: Any) -> None:
+                  copy_stream: Any, push: bool = False) -> None:
     """Capture one copy step as a memcpy node: after the producer's stream, before the consumer's (see
     :func:`order_copy`); on ``copy_stream`` (the link's), or on the producer's stream when it is None
-    (``graph_copies="producer"``).
+    (``graph_copies="producer"``). With ``push``, as the push kernel on the producer's stream instead
+    (:mod:`torch_tessera.runtime.push`; its kernel was compiled by the warm-up pass, at these addresses).
 
     ``Tensor.copy_`` between GPUs is not used here: torch runs it on the *source* device's current stream with a
     two-way barrier against the destination's current stream, and inside a capture those would have to be this
@@ -319,6 +355,12 @@ def _capture_copy(executor: Any, step: CopyStep, pools: list[BufferPool], stream
     """
     src = pools[step.src].storages[step.buffer][step.start:step.end]
     dst = pools[step.dst].storages[step.buffer][step.start:step.end]
+    waits = executor._copy_waits.get(id(step), (False, False))  # see schedule.copy_hazards
+    if push:
+        from torch_tessera.runtime.push import push_on_producer
+
+        push_on_producer(executor.devices[step.src], src, dst, streams[step.src], streams[step.dst], waits)
+        return
 
     def memcpy(stream: Any) -> None:
         if src.device == dst.device:  # two SM partitions of one GPU: an ordinary device copy
@@ -331,7 +373,6 @@ def _capture_copy(executor: Any, step: CopyStep, pools: list[BufferPool], stream
         if err != drv.CUresult.CUDA_SUCCESS:
             raise TesseraError(f"cuMemcpyAsync of {step.buffer}[{step.start}:{step.end}] failed: {err}")
 
-    waits = executor._copy_waits.get(id(step), (False, False))  # see schedule.copy_hazards
     order_copy(streams[step.src], streams[step.dst], copy_stream, waits, memcpy)
 
 
@@ -371,7 +412,7 @@ def _copy_inputs(program: Any, home: BufferPool, inputs: Sequence[Any], static: 
 
 
 def _run_item(executor: Any, item: Any, pools: list[BufferPool], capture: bool, lane: Any = None,
-              edges: set | None = None) -> Any:
+              edges: set | None = None, push: bool = False) -> Any:
     if isinstance(item, Segment):
         if item.graph is not None and not capture:
             stream = (executor.streams if lane is None else lane.streams)[item.device]
@@ -385,7 +426,7 @@ def _run_item(executor: Any, item: Any, pools: list[BufferPool], capture: bool, 
     if isinstance(item, SyncStep):
         executor._sync(item, lane)
         return None
-    return executor._copy(item, pools, lane, edges)
+    return executor._copy(item, pools, lane, edges, push=push)
 
 
 def _bound_inputs_unmoved(state: GraphState, inputs: Sequence[Any]) -> bool:

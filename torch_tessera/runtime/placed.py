@@ -45,7 +45,7 @@ POISON = 0xFF
 
 
 #: where a copy inside one CUDA graph over the devices runs (see PlacedExecutor's ``graph_copies``)
-GRAPH_COPIES = ("link", "producer")
+GRAPH_COPIES = ("link", "producer", "push")
 
 #: seconds a call busy-polls its completion event before polling with sleeps (which oversleep by tens of us)
 SPIN_S = 0.05
@@ -69,7 +69,10 @@ class PlacedExecutor:
             copies between them issued eagerly. See :mod:`torch_tessera.runtime.graphs`.
         graph_copies: where a copy inside one graph over the devices runs: ``"link"`` (default) on the link's own
             copy stream, ``"producer"`` on the producing device's stream (no copy stream, one event fewer per hop;
-            see :func:`torch_tessera.runtime.graphs.order_copy`). Only with ``cuda_graphs`` ``True`` / ``"whole"``.
+            see :func:`torch_tessera.runtime.graphs.order_copy`), ``"push"`` as a copy kernel on the producing GPU
+            writing the consumer's memory over peer access, for cut edges of at most
+            :data:`~torch_tessera.runtime.push.PUSH_MAX_BYTES` between GPUs with peer access (other copies as with
+            ``"link"``; :mod:`torch_tessera.runtime.push`). Only with ``cuda_graphs`` ``True`` / ``"whole"``.
 
     Attributes:
         transfers: count of copies performed, by purpose (``cut``, ``input``, ``weights``, ``gather``); a cut edge
@@ -372,12 +375,15 @@ class PlacedExecutor:
         if src is not None and dst is not None and src is not dst:
             dst.wait_stream(src)
 
-    def _copy(self, step: CopyStep, pools: list[BufferPool], lane: Any = None, edges: set | None = None) -> Any:
-        """Copy one step's bytes; returns the copy's CUDA event (None on CPU).
+    def _copy(self, step: CopyStep, pools: list[BufferPool], lane: Any = None, edges: set | None = None,
+              push: bool = False) -> Any:
+        """Copy one step's bytes; returns the copy's CUDA event (None on CPU, and for a push).
 
         With ``lane`` (a pipeline slot) the copy runs on the slot's copy stream for the link, ordered after and
         before the slot's compute streams, and the destination is allocated on the slot's consumer stream; the cut
-        edge is counted in ``edges`` (default: this call's set).
+        edge is counted in ``edges`` (default: this call's set). With ``push`` (the warm-up pass of a
+        ``graph_copies="push"`` capture, whose static pools free nothing) the copy kernel runs on the producer's
+        stream instead (:func:`torch_tessera.runtime.push.push_on_producer`).
         """
         src_pool, dst_pool = pools[step.src], pools[step.dst]
         if step.buffer not in src_pool:
@@ -391,6 +397,12 @@ class PlacedExecutor:
         src = src_pool.storages[step.buffer][step.start:step.end]
         dst = dst_pool.storages[step.buffer][step.start:step.end]
         self._count_copy(step, edges)
+        if push:
+            from torch_tessera.runtime.push import push_on_producer
+
+            push_on_producer(self.devices[step.src], src, dst, streams[step.src], streams[step.dst],
+                              self._copy_waits.get(id(step), (False, False)))
+            return None
         if not (self._is_cuda[step.src] or self._is_cuda[step.dst]):
             dst.copy_(src)
             return None

@@ -106,11 +106,11 @@ def _preds(pb: Problem) -> list[list[tuple[int, float]]]:
 
 
 def _as_lists(pb: Problem) -> tuple[list, list, list, list]:
-    """``(cost, alpha, bw, kernels of each program)`` as Python lists, for the list-schedule loop (indexing numpy
+    """``(cost, per-hop latency (:attr:`Problem.hop_latency`), bw, kernels of each program)`` as Python lists, for the list-schedule loop (indexing numpy
     arrays element by element costs several times more); once per problem."""
     c = getattr(pb, "_lists", None)
     if c is None:
-        c = (pb.cost.tolist(), pb.alpha.tolist(), pb.bw.tolist(),
+        c = (pb.cost.tolist(), pb.hop_latency.tolist(), pb.bw.tolist(),
              [pb.program_slice(p).tolist() for p in range(len(pb.programs))])
         pb._lists = c
     return c

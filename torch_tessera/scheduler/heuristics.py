@@ -225,7 +225,7 @@ def heft_latency(pb: Problem, label: np.ndarray) -> np.ndarray:
                     s = pb.esrc[e]
                     t = finish[s]
                     if place[s] != g and pb.ebytes[e] > 0:
-                        t += pb.alpha[place[s], g] + pb.ebytes[e] / pb.bw[place[s], g]
+                        t += pb.hop_latency[place[s], g] + pb.ebytes[e] / pb.bw[place[s], g]
                     ready = max(ready, t)
                 f = max(ready, dev_free[g]) + pb.cost[k, g]
                 if best is None or (f, pb.cost[k, g]) < best[:2]:
@@ -278,7 +278,7 @@ def chain_dp(pb: Problem, p: int, label: np.ndarray) -> np.ndarray | None:
     for e in np.flatnonzero(mask).tolist():
         i = int(pb.edst[e]) - first
         if pb.ebytes[e] > 0:
-            h = pb.alpha + pb.ebytes[e] / pb.bw
+            h = pb.hop_latency + pb.ebytes[e] / pb.bw
             np.fill_diagonal(h, 0.0)
             hop[i] += h
     cost = np.where(allowed, pb.cost[ks], np.inf)

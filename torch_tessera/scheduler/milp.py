@@ -210,7 +210,7 @@ def solve_latency(pb: Problem, blocks: Blocks, time_limit: float, upper: float |
     c = pb.cost / scale
     lab = blocks.label
     data = np.flatnonzero((pb.ebytes > 0) & (np.array(pb.ekind) != "STATE") & (lab[pb.esrc] != lab[pb.edst]))
-    tau = (pb.alpha[None] + pb.ebytes[data, None, None] / pb.bw[None]) / scale  # [Ed, D, D]
+    tau = (pb.hop_latency[None] + pb.ebytes[data, None, None] / pb.bw[None]) / scale  # [Ed, D, D]
     hand = np.flatnonzero((np.array(pb.ekind) == "STATE") & (lab[pb.esrc] != lab[pb.edst]))
     tau_h = (pb.alpha[None] + pb.ebytes[hand, None, None] / pb.bw[None]) / scale
     pairs = [(a, b) for a in range(D) for b in range(D) if a != b]

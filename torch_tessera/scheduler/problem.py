@@ -98,6 +98,13 @@ class Problem:
     def program_slice(self, p: int) -> np.ndarray:
         return np.flatnonzero(self.prog == p)
 
+    @property
+    def hop_latency(self) -> np.ndarray:
+        """``[D, D]`` seconds one cut edge adds to a run's critical path besides its bytes: the link's latency plus
+        the topology's measured per-hop charge (:attr:`hop`; what a hop cost inside one CUDA graph spanning two
+        H200s, fitted 2026-11-30). Used by the latency policy; STATE hand-overs pay only ``alpha``."""
+        return self.alpha + self.hop
+
     def link_coef(self) -> np.ndarray:
         """``[E, D, D]`` seconds each edge adds to link ``a -> b`` per workload step when cut that way."""
         with np.errstate(divide="ignore"):

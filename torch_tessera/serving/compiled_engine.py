@@ -177,6 +177,7 @@ class CompiledModel:
     def _plan_all(self) -> dict[tuple[str, str], dict[Any, Any]]:
         """(policy, plan name) -> program key -> executor, from measured costs per bucket."""
         from torch_tessera.measure import MeasureSettings, measured_workload
+        from torch_tessera.measure.execute import PLAN_MICRO_BATCHES  # one call per step: each pays every cut once
         from torch_tessera.scheduler import plan
 
         s = self.settings
@@ -190,7 +191,7 @@ class CompiledModel:
             for policy in s.policies:
                 for name in plans_of(policy):
                     how = name if policy == "tessera" else policy
-                    p = plan(wl, None, topo, policy=how, cache_dir=False)
+                    p = plan(wl, None, topo, policy=how, cache_dir=False, micro_batches=PLAN_MICRO_BATCHES)
                     per = placements.setdefault((policy, name), {})
                     per[b] = (p.placements["decode"], p)
                     if b == s.buckets[-1]:
