@@ -9,7 +9,8 @@ cuDNN call), costed by the roofline model for an H200 and an H200 partition of 2
 scaled to the measured total of that program on that device (``measured_kernel_seconds``: the same calibration the
 bench applies to its one-by-one timings). Then every baseline and tessera are planned twice: with the topology's
 per-hop charge (after) and without it (before, the model of 2026-11-29), micro-batches 1 as the measured bench plans;
-every plan is scored by both models.
+every plan is scored by both models; the last column is each plan's solve time (``Plan.solver.wall_seconds``) and
+method.
 
 Usage: ``PYTHONPATH=. python bench/replan_hop.py [--models llama,mamba,dit] [--profiles 24,72] [--cache DIR]``
 (lowering takes ~2.5 min for the three models on a 2-core machine; ``--cache`` keeps the lowered programs).
@@ -143,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = []
     print("| model | GPU1 | plan | model | cuts (per program) | predicted before | predicted after | "
-          "vs homo-L (after) | vs layer (after) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "vs homo-L (after) | vs layer (after) | solve |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for model in args.models.split(","):
         progs = lowered(model, args.cache)
         out_step, unit = WORKLOADS[model][1], WORKLOADS[model][2]
@@ -174,10 +175,12 @@ def main(argv: list[str] | None = None) -> int:
                     continue  # the other baselines are fixed rules: the same placement either way
                 label = f"{name} (planned {which})" if name in ("tessera", "layer") else name
                 row = dict(model=model, sms=sms, plan=label, cuts=cuts(p), before=out_step / b, after=out_step / a,
-                           vs_homo=homo_a / a, vs_layer=layer_a / a, unit=unit)
+                           vs_homo=homo_a / a, vs_layer=layer_a / a, unit=unit, solve_s=p.solver.wall_seconds,
+                           method=p.solver.method)
                 rows.append(row)
                 print(f"| {model} | {sms} SMs | {label} | {unit} | {row['cuts']} | {row['before']:,.1f} | "
-                      f"{row['after']:,.1f} | {row['vs_homo']:.2f}x | {row['vs_layer']:.2f}x |", flush=True)
+                      f"{row['after']:,.1f} | {row['vs_homo']:.2f}x | {row['vs_layer']:.2f}x | "
+                      f"{row['solve_s']:.3f} s ({row['method']}) |", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

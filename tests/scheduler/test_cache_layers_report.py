@@ -145,6 +145,7 @@ def test_counts_on_real_dag_shapes(D, monkeypatch):
     costs, tp = roofline_costs(dag, devs, seed=D), nvlink_topology(devs)
     full = plan(dag, costs, tp, tie_layers=False, cache_dir=False, time_limit=60, mip_gap=1e-6)
     monkeypatch.setattr(solve, "EXACT_BLOCKS", 0)  # the counts path alone
+    monkeypatch.setattr(solve, "LP_PLAN_GAP", 0.0)  # and its MILP, even when the rounded LP plan is close
     red = plan(dag, costs, tp, cache_dir=False, mip_gap=1e-6)
     assert "counted" in " ".join(red.solver.notes)
     assert "milp" in red.solver.method  # the counts MILP's realisation, not only the list heuristic
@@ -243,3 +244,28 @@ def test_compare_prints_why_a_plan_is_missing_in_full():
               "KV cache 9.13 GB, activations 1.1 GB)")
     text = compare({"homo-R": InfeasiblePlanError(reason)})
     assert "n/a" in text and reason in text
+
+
+def test_a_rounded_lp_plan_within_lp_plan_gap_skips_the_counts_milp(monkeypatch):
+    """A tied plan realised from the rounded counts LP within LP_PLAN_GAP of the LP bound (here 0.55 %, over the
+    default mip_gap) is returned without the counts MILP; with LP_PLAN_GAP = 0 the MILP runs, and its plan is not
+    better by more than that gap."""
+    devs = ("big", "small")
+    dag = transformer_dag(layers=18, tokens=256, context=2048)  # bench/bench_scheduler.py's 200-kernel case
+    costs, tp = roofline_costs(dag, devs), nvlink_topology(devs)
+    relaxed: list[bool] = []
+    counts = solve.solve_counts
+
+    def counting(*args, **kwargs):
+        relaxed.append(bool(kwargs.get("relax", False)))
+        return counts(*args, **kwargs)
+
+    monkeypatch.setattr(solve, "solve_counts", counting)
+    fast = plan(dag, costs, tp, cache_dir=False)
+    assert relaxed == [True]  # the LP only
+    assert 5e-3 < fast.gap <= solve.LP_PLAN_GAP and fast.solver.method == "counts-lp+local"
+    relaxed.clear()
+    monkeypatch.setattr(solve, "LP_PLAN_GAP", 0.0)
+    full = plan(dag, costs, tp, cache_dir=False)
+    assert relaxed == [True, False] and "milp" in full.solver.method
+    assert fast.predicted_seconds <= full.predicted_seconds * (1 + 1e-2)

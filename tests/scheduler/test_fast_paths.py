@@ -138,7 +138,8 @@ def ref_makespans(pb, place):
                 t = finish[s]
                 if place[s] != d and pb.ebytes[e] > 0:
                     start = max(t, link_free[place[s], d])
-                    t = start + pb.alpha[place[s], d] + pb.ebytes[e] / pb.bw[place[s], d]
+                    # the link's latency plus the per-hop charge (Problem.hop_latency), then the bytes
+                    t = start + (pb.alpha[place[s], d] + pb.hop[place[s], d]) + pb.ebytes[e] / pb.bw[place[s], d]
                     link_free[place[s], d] = t
                 ready = max(ready, t)
             finish[k] = max(ready, dev_free[d]) + pb.cost[k, d]
@@ -282,10 +283,16 @@ def test_cycle_times_of_many_placements_match_one_at_a_time(D, hop):
 
 
 @pytest.mark.parametrize("D", [2, 3])
-def test_makespans_match_the_loop_over_numpy_arrays(D):
-    pb = _problem(D)
+@pytest.mark.parametrize("hop", [False, True])
+def test_makespans_match_the_loop_over_numpy_arrays(D, hop):
+    """The list schedule (its same-device shortcut included) against the loop, with and without the per-hop charge
+    on each cut copy of the critical path (the latency policy's model)."""
+    pb = _problem(D, hop=hop)
     for place in _placements(pb, 20, seed=20 + D):
         assert np.array_equal(makespans(pb, place), ref_makespans(pb, place))
+    if hop:  # the charge lengthens some run
+        free = _problem(D)
+        assert any((makespans(pb, pl) > makespans(free, pl)).any() for pl in _placements(pb, 5, seed=3))
 
 
 @pytest.mark.parametrize("hop", [False, True])
@@ -450,3 +457,204 @@ def test_local_search_with_incremental_deltas_matches_full_recomputation(D, tigh
             assert np.array_equal(got, ref_local_search(pb, blocks, start))
             moves += int((got != start).sum())
     assert moves > 10  # the searches moved blocks (a start that breaks a budget may not move)
+
+
+@pytest.mark.parametrize("hop", [False, True])
+@pytest.mark.parametrize("D", [2, 3, 4])
+def test_moved_loads_of_many_moves_match_full_recomputation(D, hop):
+    """Loads after each of many few-block moves, from the current loads over the moved blocks' costs and edges (and,
+    with ``hop``, the cut edges' charges on both end devices), against summing every term of each moved placement
+    (equal up to rounding)."""
+    from torch_tessera.scheduler.blocks import block_loads_many, moved_loads_many
+
+    pb = _problem(D, hop=hop)
+    label, _ = tie_layers(pb)
+    for blocks in (aggregate(pb, pb.group), aggregate(pb, label)):
+        rng = np.random.default_rng(D)
+        place = rng.integers(0, D, size=blocks.B)
+        dev, link = (x[0] for x in block_loads_many(blocks, place[None]))
+        move, group, to, want = [], [], [], []
+        for m in range(40):  # 1-4 blocks each, some already on their target, some joined by an edge
+            k = int(rng.integers(1, 5))
+            gs = rng.choice(blocks.B, size=k, replace=False) if m % 3 else np.unique(
+                [blocks.esrc[m], blocks.edst[m]])
+            ds = rng.integers(0, D, size=len(gs))
+            moved = place.copy()
+            moved[gs] = ds
+            want.append(moved)
+            move += [m] * len(gs)
+            group += list(gs)
+            to += list(ds)
+        dev1, link1 = moved_loads_many(blocks, place, np.array(move), np.array(group), np.array(to), 40, dev, link)
+        ref_dev, ref_link = block_loads_many(blocks, np.stack(want))
+        assert np.allclose(dev1, ref_dev, rtol=1e-12, atol=1e-15)
+        assert np.allclose(link1, ref_link, rtol=1e-12, atol=1e-15)
+        assert np.allclose(dev1, np.stack([ref_block_dev(blocks, w) for w in want]), rtol=1e-12, atol=1e-15)
+        if hop:  # the charge moved the device loads
+            assert (blocks.dcoef is not None) and not np.allclose(
+                dev1, np.stack([np.bincount(w, weights=blocks.cost[np.arange(blocks.B), w], minlength=D)
+                                for w in want]))
+
+
+def test_split_by_cost_numbers_classes_as_unique_rows():
+    rng = np.random.default_rng(0)
+    for D in (2, 4):
+        B = 300
+        cost = rng.choice([1e-4, 2e-4, 3e-4 * (1 + 1e-9)], size=(B, D))
+        groups = type("G", (), {"B": B, "cost": cost})()
+        label = rng.integers(0, 7, size=B)
+        key = np.round(np.log(np.maximum(cost, 1e-30)) / 1e-6).astype(np.int64)
+        _, want = np.unique(np.c_[label, key], axis=0, return_inverse=True)
+        assert np.array_equal(split_by_cost(groups, label), want.ravel())
+
+
+def test_union_find_labels_and_reserve_match_the_loops():
+    from torch_tessera.scheduler.problem import _UnionFind, _live_peak
+
+    rng = np.random.default_rng(1)
+    uf = _UnionFind(500)
+    for a, b in rng.integers(0, 500, size=(300, 2)):
+        uf.union(int(a), int(b))
+    _, want = np.unique([uf.find(i) for i in range(500)], return_inverse=True)
+    assert np.array_equal(uf.labels(), want)
+    for D in (2, 3):
+        pb = _problem(D)
+        touch = [r | w for r, w in zip(pb.reads, pb.writes)]
+        assert pb.reserve == max(_live_peak(pb.program_slice(p).tolist(), touch, pb.temp_bytes[p])
+                                 for p in range(len(pb.programs)))
+
+
+@pytest.mark.parametrize("relax", [False, True])
+def test_direct_highs_call_matches_scipy_milp(relax):
+    """compat.scipy_highs.solve passes scipy.optimize.milp's model and options to the same HiGHS: same status,
+    solution, objective and bound, on the counts model (optimal, and with a cut-off no placement beats)."""
+    import warnings
+
+    import torch_tessera.scheduler.milp as milp_mod
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from torch_tessera.compat.scipy_highs import solve
+
+    models = []
+
+    def keep(self, *args, **kwargs):
+        models.append(self)
+        return orig(self, *args, **kwargs)
+
+    orig = milp_mod._Model.solve
+    milp_mod._Model.solve = keep
+    try:
+        pb = _problem(2)
+        groups = aggregate(pb, pb.group)
+        label, _ = tie_layers(pb)
+        glabel = np.zeros(groups.B, dtype=np.int64)
+        glabel[pb.group] = label
+        solve_counts(pb, build_classes(pb, groups, split_by_cost(groups, glabel)), groups.forbidden, 30.0)
+    finally:
+        milp_mod._Model.solve = orig
+    m = models[0]
+    from scipy.sparse import coo_matrix
+
+    A = coo_matrix((np.concatenate(m.vals), (np.concatenate(m.rows), np.concatenate(m.cols))),
+                   shape=(m.nr, m.nv)).tocsr()
+    integ = np.zeros(m.nv) if relax else np.concatenate(m.integ)
+    args = (np.concatenate(m.c), integ, np.concatenate(m.lb), np.concatenate(m.ub), A, np.concatenate(m.rlo),
+            np.concatenate(m.rhi))
+    for extra in ({}, {"objective_bound": -1.0}):  # the second: nothing beats the cut-off (infeasible for a MILP)
+        if relax and extra:
+            continue
+        opts = {"time_limit": 30.0, "presolve": True, "mip_rel_gap": 1e-6, **extra}
+        got = solve(*args, dict(opts))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ref = milp(args[0], integrality=integ, bounds=Bounds(args[2], args[3]),
+                       constraints=LinearConstraint(A, args[5], args[6]), options=dict(opts))
+        assert got.status == ref.status and (got.x is None) == (ref.x is None)
+        if ref.x is not None:
+            assert np.array_equal(got.x, ref.x) and got.fun == ref.fun
+        assert got.mip_dual_bound == getattr(ref, "mip_dual_bound", None)
+        assert got.mip_node_count == getattr(ref, "mip_node_count", None)
+
+
+def ref_buffers(wl, touch, writes, prog, esrc, ebytes, eranges):
+    """Resident buffers and STATE hand-overs, kernel by kernel over every touched name (the loop that
+    problem._buffers replaced), with request streams: a non-weight buffer of stream ``r >= 1`` is ``"<name>@<r>"``."""
+    from torch_tessera.lowering.program import BufferKind
+
+    spans = {}
+    for s, b, rs in zip(esrc, ebytes, eranges):
+        if b:
+            for name, lo, hi in rs:
+                spans.setdefault((prog[s], name), []).append((lo, hi))
+    written = {}
+    for key, iv in spans.items():
+        total, end = 0, None
+        for lo, hi in sorted(iv):
+            if end is None or lo > end:
+                total, end = total + hi - lo, hi
+            elif hi > end:
+                total, end = total + hi - end, hi
+        written[key] = total
+    holders, kinds, writers, access, progs_of, raw = {}, {}, {}, {}, {}, {}
+    for k in range(len(prog)):
+        p = wl.programs[prog[k]]
+        for name in touch[k]:
+            b = p.dag.buffers.get(name)
+            if b is None or b.kind is BufferKind.TEMP:
+                continue
+            key = name
+            if p.stream and b.kind is not BufferKind.PARAMETER:
+                key = f"{name}@{p.stream}"
+                raw[key] = name
+            holders.setdefault(key, []).append(k)
+            old = kinds.get(key)
+            kinds[key] = (b.kind.value, int(b.nbytes)) if old is None else (old[0], max(old[1], int(b.nbytes)))
+            if b.kind is BufferKind.STATE:
+                access.setdefault((prog[k], key), []).append(k)
+                progs_of.setdefault(key, set()).add(prog[k])
+                if name in writes[k]:
+                    writers.setdefault((prog[k], key), []).append(k)
+    handovers = []
+    for name in sorted({nm for (_, nm) in writers}):
+        ps = sorted(progs_of[name])
+        for p, q in zip(ps, ps[1:]):
+            src = writers.get((p, name))
+            if not src or (wl.tie_state and (q, name) in writers):
+                continue
+            dst = writers.get((q, name)) or access[(q, name)]
+            handovers.append((src[0], dst[0], written.get((p, raw.get(name, name)), kinds[name][1]), name))
+    resident = [(nm, kinds[nm][0], kinds[nm][1], sorted(set(ks))) for nm, ks in sorted(holders.items())]
+    return resident, handovers
+
+
+@pytest.mark.parametrize("streams,tie", [(1, False), (2, False), (3, False), (2, True)])
+def test_buffers_of_request_streams_match_the_loop(streams, tie):
+    """problem._buffers (one pass over codes) against the kernel-by-kernel loop, on prefill + decode with a KV cache
+    served as ``streams`` request streams: each stream's state and inputs its own, weights shared."""
+    from dataclasses import replace
+
+    from torch_tessera.scheduler.problem import _buffers, _UnionFind
+
+    devs = ("big", "small")
+    pre = transformer_dag(layers=3, tokens=128, context=512)
+    dec = transformer_dag(layers=3, tokens=1, context=512)
+    wl = Workload.llm(pre, roofline_costs(pre, devs), dec, roofline_costs(dec, devs, seed=1), 8.0)
+    wl = replace(wl, tie_state=tie)
+    if streams > 1:
+        wl = wl.replicated([1.0 / streams] * streams)
+    pb = compile_problem(wl, nvlink_topology(devs), micro_batches=2)
+    touch = [r | w for r, w in zip(pb.reads, pb.writes)]
+    prog = pb.prog.tolist()
+    keep = [i for i, kind in enumerate(pb.ekind) if kind != "STATE"]  # the programs' own edges
+    esrc, ebytes, eranges = ([x[i] for i in keep] for x in (pb.esrc.tolist(), pb.ebytes.tolist(), pb.eranges))
+    ebytes = [int(b) for b in ebytes]
+    resident, handovers, _, _ = _buffers(wl, touch, pb.writes, prog, _UnionFind(pb.n), (esrc, ebytes, eranges))
+    want_res, want_hand = ref_buffers(wl, touch, pb.writes, prog, esrc, ebytes, eranges)
+    assert [(r.name, r.kind, r.nbytes, r.holders.tolist()) for r in resident] == want_res
+    assert handovers == want_hand
+    names = {r.name for r in resident}
+    for r in range(1, streams):  # each stream's own KV cache, one set of weights
+        assert any(nm.endswith(f"@{r}") for nm in names)
+        assert all(not nm.endswith(f"@{r}") for nm in names if dict((x.name, x.kind) for x in resident)[nm]
+                   == "parameter")
+    if streams > 1 and not tie:
+        assert {nm for (_, _, _, nm) in handovers} & {nm for nm in names if "@" in nm}

@@ -241,3 +241,104 @@ def test_latency_policy_charges_each_hop_and_matches_brute_force(seed):
     assert p.predicted_seconds == pytest.approx(best, rel=1e-9)
     free = plan(dag, costs, replace(tp, hop_overhead=np.zeros((2, 2))), policy="latency", cache_dir=False)
     assert _cuts(dag, p.placement) <= _cuts(dag, free.placement)
+
+def _charged_llm(D: int, layers: int = 8):
+    """Prefill + decode of a transformer (the LP's tied classes), devices of different speeds, with the H200 figures
+    of the per-hop charge on every pair."""
+    from torch_tessera.scheduler import Workload
+    from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag
+
+    devs = ("big", "small", "mid")[:D]
+    pre = transformer_dag(layers=layers, tokens=256, context=1024)
+    dec = transformer_dag(layers=layers, tokens=1, context=1024)
+    wl = Workload.llm(pre, roofline_costs(pre, devs), dec, roofline_costs(dec, devs, seed=1), 16.0)
+    tp = replace(nvlink_topology(devs), hop_overhead=np.full((D, D), 52e-6), copy_exposure=np.full((D, D), 0.6))
+    return wl, tp
+
+
+@pytest.mark.parametrize("D", [2, 3])
+def test_layer_split_candidates_keep_whole_layers_and_beat_whole_programs(D):
+    """counts.layer_split: every layer of a program wholly on one device (groups outside layers as in the base), and
+    its best candidate no slower than any assignment of whole programs to devices (which it seeds)."""
+    import itertools
+
+    from torch_tessera.scheduler.blocks import aggregate, block_cycle, tie_layers
+    from torch_tessera.scheduler.counts import build_classes, layer_split, solve_counts, split_by_cost
+
+    wl, tp = _charged_llm(D)
+    pb = compile_problem(wl, tp, micro_batches=2)
+    assert pb.charges_devices
+    groups = aggregate(pb, pb.group)
+    label, tied = tie_layers(pb)
+    assert tied
+    glabel = np.zeros(groups.B, dtype=np.int64)
+    glabel[pb.group] = label
+    cls = build_classes(pb, groups, split_by_cost(groups, glabel))
+    _, frac = solve_counts(pb, cls, groups.forbidden, 30.0, relax=True, presolve=False)
+    base = np.zeros(groups.B, dtype=np.int64)
+    got = layer_split(pb, groups, cls, frac, base)
+    assert 1 <= len(got) <= 2
+    gprog = np.zeros(groups.B, dtype=np.int64)
+    gprog[pb.group] = pb.prog
+    for gp in got:
+        for p in range(len(pb.programs)):
+            for u in np.unique(cls.unit[(gprog == p) & (cls.unit >= 0)]):
+                assert len(set(gp[(gprog == p) & (cls.unit == u)].tolist())) == 1
+        assert (gp[cls.unit < 0] == base[cls.unit < 0]).all()
+    vals = [block_cycle(groups, gp) for gp in got]
+    assert vals == sorted(vals)
+    whole = []
+    for devs in itertools.product(range(D), repeat=len(pb.programs)):
+        gp = base.copy()
+        for p, g in enumerate(devs):
+            gp[(gprog == p) & (cls.unit >= 0)] = g
+        whole.append(block_cycle(groups, gp))
+    assert vals[0] <= min(whole) * (1 + 1e-12)
+
+
+def test_layer_split_only_with_the_charge_and_never_worse(monkeypatch):
+    """The split candidates are tried only when cut edges charge devices (no-charge plans are unchanged), and a plan
+    with them is never slower than without them."""
+    import torch_tessera.scheduler.solve as solve
+
+    calls = []
+    real = solve.layer_split
+
+    def counting(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(len(out))
+        return out
+
+    monkeypatch.setattr(solve, "layer_split", counting)
+    wl, tp = _charged_llm(2)
+    plain = plan(wl, None, tp.without_overheads(), cache_dir=False)
+    assert calls == []
+    with_split = plan(wl, None, tp, cache_dir=False)
+    assert calls and calls[0] >= 1
+    monkeypatch.setattr(solve, "layer_split", lambda *a, **k: [])
+    without = plan(wl, None, tp, cache_dir=False)
+    assert with_split.predicted_seconds <= without.predicted_seconds * (1 + 1e-12)
+    assert plain.predicted_seconds < with_split.predicted_seconds  # the charge costs something
+
+
+def test_layer_split_returns_only_splits_that_fit_memory():
+    """With budgets that hold about 60 % of the resident bytes each, no device can take everything: every split
+    returned fits, and the plan made with them fits too."""
+    from torch_tessera.scheduler.blocks import aggregate, block_memory_ok, tie_layers
+    from torch_tessera.scheduler.counts import build_classes, layer_split, solve_counts, split_by_cost
+
+    wl, tp = _charged_llm(2)
+    total = sum(r.nbytes for r in compile_problem(wl, tp, micro_batches=2).resident)
+    budgets = [int(0.6 * total)] * 2
+    pb = compile_problem(wl, tp, micro_batches=2, memory_budgets=budgets)
+    groups = aggregate(pb, pb.group)
+    label, _ = tie_layers(pb)
+    glabel = np.zeros(groups.B, dtype=np.int64)
+    glabel[pb.group] = label
+    cls = build_classes(pb, groups, split_by_cost(groups, glabel))
+    _, frac = solve_counts(pb, cls, groups.forbidden, 30.0, relax=True, presolve=False)
+    base = np.zeros(groups.B, dtype=np.int64)  # everything on device 0 outside the layers
+    got = layer_split(pb, groups, cls, frac, base)
+    assert got and all(block_memory_ok(pb, groups, gp) for gp in got)
+    p = plan(wl, None, tp, cache_dir=False, memory_budgets=budgets)
+    assert all(m <= b for m, b in zip(p.memory_bytes, budgets))

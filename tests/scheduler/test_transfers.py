@@ -60,3 +60,39 @@ def test_moves_a_chain_of_heavy_edges_together():
     got, cycle, saved = trim_transfers(b, place, value * 1.01, deadline=np.inf)
     assert got.tolist() == [0, 1, 1, 1]
     assert cycle <= value * 1.01 and saved == pytest.approx(0.49)
+
+
+@pytest.mark.parametrize("hop", [False, True])
+def test_moves_scored_at_once_match_one_at_a_time(hop):
+    """The trimming scores its candidate moves together; each score equals the one-move update (up to rounding),
+    with the per-hop charge (``hop``) on the devices a cut edge joins."""
+    from torch_tessera.scheduler import Workload
+    from torch_tessera.scheduler.blocks import aggregate, block_loads_many
+    from torch_tessera.scheduler.problem import compile_problem
+    from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag
+    from torch_tessera.scheduler.transfers import _Adjacency, _moved_loads, _moves, _score_moves
+
+    devs = ("big", "small", "mid")
+    dag = transformer_dag(layers=4, tokens=256, context=1024)
+    tp = nvlink_topology(devs)
+    if hop:
+        from dataclasses import replace
+
+        rng = np.random.default_rng(3)
+        tp = replace(tp, hop_overhead=rng.uniform(20e-6, 80e-6, (3, 3)), copy_exposure=rng.uniform(0.2, 0.8, (3, 3)))
+    pb = compile_problem(Workload.single(dag, roofline_costs(dag, devs)), tp, micro_batches=2)
+    blocks = aggregate(pb, pb.group)
+    assert (blocks.dcoef is not None) == hop
+    place = np.random.default_rng(0).integers(0, 3, size=blocks.B)
+    nbrs = _Adjacency(blocks)
+    weight = blocks.coef.reshape(len(blocks.esrc), -1).max(1)
+    moves = _moves(blocks, place, weight, nbrs, np.ones(3, dtype=bool), 0.0)
+    assert len(moves) > 10 and any(len(gs) > 1 for gs, _ in moves)  # single and cluster moves
+    dev, link = (x[0] for x in block_loads_many(blocks, place[None]))
+    cyc, traffic = _score_moves(blocks, place, moves, dev, link)
+    for k, (gs, d) in enumerate(moves):
+        new = place.copy()
+        new[gs] = d
+        dev1, link1 = _moved_loads(blocks, nbrs, place, new, gs, dev, link)
+        assert cyc[k] == pytest.approx(max(dev1.max(), link1.max()), rel=1e-12)
+        assert traffic[k] == pytest.approx(link1.sum(), rel=1e-12, abs=1e-15)

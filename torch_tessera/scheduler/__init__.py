@@ -27,7 +27,7 @@ from torch_tessera.scheduler.blocks import aggregate
 from torch_tessera.scheduler.build import make_plan
 from torch_tessera.scheduler.heuristics import latency_bound, zero_comm_bound
 from torch_tessera.scheduler.problem import as_workload, compile_problem
-from torch_tessera.scheduler.solve import TRANSFER_TOLERANCE, solve_latency, solve_throughput
+from torch_tessera.scheduler.solve import LP_PLAN_GAP, TRANSFER_TOLERANCE, solve_latency, solve_throughput
 from torch_tessera.scheduler.types import (CutEdge, NotApplicableError, Plan, SolverInfo, Workload,  # noqa: F401
                                            WorkloadProgram)
 
@@ -62,6 +62,8 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
             counts MILP's bound stays valid for every placement) for throughput, and share one decision per layer
             position in the latency MILP. ``False`` solves the full MILP (exact when it finishes in ``time_limit``).
         mip_gap: the throughput MILP stops once its incumbent is proven within this relative gap (0.005 = 0.5 %).
+            With tied layers the counts MILP stops at ``max(2 mip_gap, solve.COUNTS_GAP)``, and a plan realised from
+            the counts LP within ``max(mip_gap, solve.LP_PLAN_GAP)`` of its bound is returned without it.
         dump_dir: when set, every MILP solved for this plan is written there as ``milp_<n>.mps`` (HiGHS' MPS writer)
             and the plan as ``plan_<policy>_<n>.json``, so a solve can be replayed with any MILP solver (the plan
             cache is bypassed then: a cached plan has no MILP to write).
@@ -120,7 +122,8 @@ def _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_l
     if solved and cache_dir is not False:
         directory = cache.default_dir() if cache_dir in (None, True) else cache.Path(cache_dir)
         key = cache.plan_key(pb, policy, {"time_limit": time_limit, "tie_layers": tie_layers,
-                                                    "mip_gap": mip_gap, "transfer_tolerance": TRANSFER_TOLERANCE})
+                                                    "mip_gap": mip_gap, "transfer_tolerance": TRANSFER_TOLERANCE,
+                                                    "lp_plan_gap": LP_PLAN_GAP})
         hit = cache.load(directory, key)
         if hit is not None:
             log.info("plan cache hit %s (%s)", key, directory)

@@ -56,12 +56,22 @@ def check_fits(pb: Problem, place: np.ndarray, what: str) -> None:
 
 def project(pb: Problem, place: np.ndarray, prefer: np.ndarray | None = None) -> np.ndarray:
     """Move every hard group to the device of its heaviest member (members with ``prefer`` first)."""
-    weight = pb.cost.min(1) + (1e9 * prefer if prefer is not None else 0.0)
-    order = np.lexsort((weight, pb.group))  # by group, heaviest last
-    last = np.r_[pb.group[order][1:] != pb.group[order][:-1], True]
-    gdev = np.zeros(int(pb.group.max()) + 1, dtype=np.int64)
-    gdev[pb.group[order][last]] = place[order][last]
-    return gdev[pb.group]
+    return place[_heaviest(pb, prefer)[pb.group]]
+
+
+def _heaviest(pb: Problem, prefer: np.ndarray | None) -> np.ndarray:
+    """``[G]``: the heaviest member kernel of each hard group (members with ``prefer`` first; the last of equals in
+    kernel order); without ``prefer`` computed once per problem."""
+    rep = getattr(pb, "_heaviest", None) if prefer is None else None
+    if rep is None:
+        weight = pb.cost.min(1) + (1e9 * prefer if prefer is not None else 0.0)
+        order = np.lexsort((weight, pb.group))  # by group, heaviest last
+        last = np.r_[pb.group[order][1:] != pb.group[order][:-1], True]
+        rep = np.zeros(int(pb.group.max()) + 1, dtype=np.int64)
+        rep[pb.group[order][last]] = order[last]
+        if prefer is None:
+            pb._heaviest = rep
+    return rep
 
 
 def _score(pb: Problem, place: np.ndarray, objective: str) -> float:
@@ -90,7 +100,8 @@ def af(pb: Problem, objective: str) -> np.ndarray:
     if not attn.any() or attn.all():
         raise NotApplicableError("af needs attention kernels and other kernels (op_class 'attention' from "
                                  "provenance); this program has " + ("none" if not attn.any() else "only attention"))
-    cands = [project(pb, np.where(attn, a, b), attn) for a, b in itertools.permutations(range(pb.D), 2)]
+    rep = _heaviest(pb, attn)[pb.group]  # project(pb, place, attn) for every candidate, sorted once
+    cands = [np.where(attn, a, b)[rep] for a, b in itertools.permutations(range(pb.D), 2)]
     return _best(pb, cands, objective, "af")
 
 

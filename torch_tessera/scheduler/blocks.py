@@ -87,10 +87,11 @@ def aggregate(pb: Problem, label: np.ndarray) -> Blocks:
     buf, ker, nbytes = _holder_entries(pb)
     pairs = np.unique(buf * max(B, 1) + label[ker])  # (buffer, block) holding it, by buffer then block
     owner = pairs // max(B, 1)
-    blocks_of = np.split(pairs % max(B, 1), np.flatnonzero(owner[1:] != owner[:-1]) + 1) if len(pairs) else []
-    for r, held in zip(owner[np.r_[True, owner[1:] != owner[:-1]]].tolist() if len(pairs) else [], blocks_of):
-        key = tuple(held.tolist())
-        merged[key] = merged.get(key, 0) + int(nbytes[r])
+    cuts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1], True]).tolist() if len(pairs) else [0]
+    held, owners, sizes = (pairs % max(B, 1)).tolist(), owner.tolist(), nbytes.tolist()
+    for a, b in zip(cuts[:-1], cuts[1:]):  # each buffer's holder blocks, as slices of one Python list
+        key = tuple(held[a:b])
+        merged[key] = merged.get(key, 0) + int(sizes[owners[a]])
     cap = pb.budgets - pb.reserve
     return Blocks(label=label, cost=cost, pinned=pinned, forbidden=cap < 0, esrc=esrc, edst=edst, coef=coef,
                   res_bytes=np.array(list(merged.values()), dtype=np.float64),
@@ -143,21 +144,34 @@ def tie_layers(pb: Problem, align: bool = True) -> tuple[np.ndarray, int]:
     """
     G = int(pb.group.max()) + 1 if pb.n else 0
     units = layer_units(pb)
-    members: dict[tuple[int, int], list[int]] = {}
-    prog = pb.prog.tolist()
-    for k, u in enumerate(units):
-        if u is not None:
-            members.setdefault((prog[k], u), []).append(k)
-    pos = {k: i for ks in members.values() for i, k in enumerate(ks)}
-    internal: dict[tuple[int, int], list[tuple[int, int, float]]] = {key: [] for key in members}
     uarr = np.array([-1 if u is None else u for u in units], dtype=np.int64)
+    # each (program, unit)'s kernels in kernel order, units in the order of their first kernel (arrays, not a loop)
+    kern = np.flatnonzero(uarr >= 0)
+    ukey = pb.prog[kern] * (int(uarr.max()) + 1 if len(kern) else 1) + uarr[kern]
+    order = np.argsort(ukey, kind="stable")
+    kern, ukey = kern[order], ukey[order]
+    start = np.flatnonzero(np.r_[True, ukey[1:] != ukey[:-1]]) if len(kern) else np.zeros(0, np.int64)
+    seg = np.cumsum(np.r_[True, ukey[1:] != ukey[:-1]]) - 1 if len(kern) else np.zeros(0, np.int64)
+    pos = np.zeros(pb.n, dtype=np.int64)  # position of a kernel in its unit
+    pos[kern] = np.arange(len(kern)) - start[seg]
+    unit_of = np.full(pb.n, -1, dtype=np.int64)
+    unit_of[kern] = seg
+    bounds = np.r_[start, len(kern)].tolist()
+    kl, prog = kern.tolist(), pb.prog.tolist()
+    segs = np.argsort(kern[start], kind="stable").tolist()  # by first kernel
+    members: dict[tuple[int, int], list[int]] = {
+        (prog[kl[bounds[j]]], units[kl[bounds[j]]]): kl[bounds[j]:bounds[j + 1]] for j in segs}
     inside = np.flatnonzero((pb.ebytes > 0) & (uarr[pb.esrc] >= 0) & (uarr[pb.esrc] == uarr[pb.edst])
                             & (pb.prog[pb.esrc] == pb.prog[pb.edst]))
-    for s, t, b in zip(pb.esrc[inside].tolist(), pb.edst[inside].tolist(), pb.ebytes[inside].tolist()):
-        internal[(prog[s], units[s])].append((pos[s], pos[t], b))
+    es, et = pb.esrc[inside], pb.edst[inside]
+    eseg, ps, pt, eb = unit_of[es], pos[es], pos[et], pb.ebytes[inside]
+    o = np.lexsort((eb, pt, ps, eseg))  # each unit's internal edges as sorted (position, position, bytes) triples
+    eseg, trip = eseg[o], list(zip(ps[o].tolist(), pt[o].tolist(), eb[o].tolist()))
+    ecut = np.searchsorted(eseg, np.arange(len(start) + 1)).tolist()
+    ocls = pb.op_class
     by_sig: dict[tuple, list[tuple[int, int]]] = {}
-    for key, ks in members.items():
-        sig = (key[0], tuple(pb.op_class[k] for k in ks), tuple(sorted(internal[key])))
+    for j, (key, ks) in zip(segs, members.items()):
+        sig = (key[0], tuple([ocls[k] for k in ks]), tuple(trip[ecut[j]:ecut[j + 1]]))
         by_sig.setdefault(sig, []).append(key)
     pairs: list[tuple[list[int], list[int]]] = []  # kernels to tie, as (kernels, kernels) of equal length
     tied = 0
@@ -238,6 +252,77 @@ def block_loads_many(blocks: Blocks, bplaces: np.ndarray) -> tuple[np.ndarray, n
     return dev.reshape(P, D), link.reshape(P, D * D)
 
 
+def incident_edges(blocks: Blocks) -> tuple[np.ndarray, np.ndarray]:
+    """CSR incidence of the aggregated edges: block ``b``'s edges (either end) are ``edge[ptr[b]:ptr[b + 1]]``, in
+    ascending order; built once per :class:`Blocks`."""
+    inc = getattr(blocks, "_incidence", None)
+    if inc is None:
+        E = len(blocks.esrc)
+        ends = np.concatenate([blocks.esrc, blocks.edst])
+        edge = np.concatenate([np.arange(E), np.arange(E)])
+        order = np.lexsort((edge, ends))
+        inc = np.r_[0, np.cumsum(np.bincount(ends, minlength=blocks.B))], edge[order]
+        blocks._incidence = inc
+    return inc
+
+
+def moved_loads_many(blocks: Blocks, bplace: np.ndarray, move: np.ndarray, group: np.ndarray, to: np.ndarray,
+                     M: int, dev: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Loads after each of ``M`` moves of a few blocks, from the current loads over the moved blocks only.
+
+    Move ``m`` sends block ``group[i]`` to device ``to[i]`` for every ``i`` with ``move[i] == m`` (each block at most
+    once per move); the other blocks stay where ``bplace`` has them. Costs change for the moved blocks, and link loads
+    and the device charges of cut edges (``blocks.dcoef``, on both end devices) for the edges incident to them, so a
+    move of ``k`` blocks costs ``O(k x degree)``, not ``O(B + E)``. The sums can differ from :func:`block_loads_many`
+    of the moved placements in the last bits (they add the changes to ``dev`` and ``link`` instead of summing every
+    term).
+
+    Args:
+        blocks: the aggregated problem.
+        bplace: ``[B]`` current device of each block.
+        move / group / to: ``[K]`` move index (``0..M-1``), block and its new device, one entry per moved block.
+        M: number of moves.
+        dev / link: ``[D]`` and ``[D * D]`` loads of ``bplace`` (seconds per workload step).
+
+    Returns:
+        ``([M, D] device loads, [M, D * D] link loads)`` after each move alone.
+    """
+    D, E, B = blocks.cost.shape[1], len(blocks.esrc), blocks.B
+    old = bplace[group]
+    ddev = np.bincount(move * D + to, weights=blocks.cost[group, to], minlength=M * D)
+    ddev -= np.bincount(move * D + old, weights=blocks.cost[group, old], minlength=M * D)
+    dev1 = dev[None] + ddev.reshape(M, D)
+    if not E or not len(group):
+        return dev1, np.repeat(link[None], M, axis=0)
+    ptr, inc = incident_edges(blocks)
+    cnt = ptr[group + 1] - ptr[group]
+    within = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    key = np.unique(np.repeat(move, cnt) * E + inc[np.repeat(ptr[group], cnt) + within])  # (move, edge), once
+    em, e = key // E, key % E
+    moved = move * B + group
+    order = np.argsort(moved)
+    moved, dest = moved[order], to[order]
+
+    def where_now(end: np.ndarray) -> np.ndarray:  # an edge end's device under its move
+        k = em * B + end
+        i = np.minimum(np.searchsorted(moved, k), len(moved) - 1)
+        return np.where(moved[i] == k, dest[i], bplace[end])
+
+    a0, b0 = bplace[blocks.esrc[e]], bplace[blocks.edst[e]]
+    a1, b1 = where_now(blocks.esrc[e]), where_now(blocks.edst[e])
+    dlink = np.bincount(em * D * D + a1 * D + b1, weights=np.where(a1 != b1, blocks.coef[e, a1, b1], 0.0),
+                        minlength=M * D * D)
+    dlink -= np.bincount(em * D * D + a0 * D + b0, weights=np.where(a0 != b0, blocks.coef[e, a0, b0], 0.0),
+                         minlength=M * D * D)
+    if blocks.dcoef is not None:  # the cut edges' device charges, on both ends, before and after the move
+        dn = np.where(a1 != b1, blocks.dcoef[e, a1, b1], 0.0)
+        do = np.where(a0 != b0, blocks.dcoef[e, a0, b0], 0.0)
+        ddev = np.bincount(np.r_[em * D + a1, em * D + b1], weights=np.r_[dn, dn], minlength=M * D)
+        ddev -= np.bincount(np.r_[em * D + a0, em * D + b0], weights=np.r_[do, do], minlength=M * D)
+        dev1 = dev1 + ddev.reshape(M, D)
+    return dev1, link[None] + dlink.reshape(M, D * D)
+
+
 def block_cycle_many(blocks: Blocks, bplaces: np.ndarray) -> np.ndarray:
     """Cycle times ``[P]`` of ``[P, B]`` block placements (each equal to :func:`block_cycle` of its row)."""
     dev, link = block_loads_many(blocks, bplaces)
@@ -264,13 +349,19 @@ def block_memory_over(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np.nd
     P, D = bplaces.shape[0], pb.D
     if not memory_binds(pb, blocks):
         return np.zeros((P, D), dtype=bool)
-    sizes = [len(h) for h in blocks.res_holders]
-    buf = np.repeat(np.arange(len(sizes)), sizes)
-    hold = np.concatenate(blocks.res_holders) if sizes else np.zeros(0, np.int64)
-    on = np.zeros((P, len(sizes), D), dtype=bool)
-    on[np.arange(P)[:, None], buf[None], bplaces[:, hold]] = True
+    held = getattr(blocks, "_held", None)
+    if held is None:  # (buffer, holder block) entries, once per Blocks
+        sizes = [len(h) for h in blocks.res_holders]
+        held = (np.repeat(np.arange(len(sizes)), sizes),
+                np.concatenate(blocks.res_holders) if sizes else np.zeros(0, np.int64))
+        blocks._held = held
+    buf, hold = held
+    rows = np.arange(P)[:, None]
+    on = np.zeros((P, len(blocks.res_bytes), D), dtype=bool)
+    on[rows, buf[None], bplaces[:, hold]] = True
     used = np.einsum("prd,r->pd", on.astype(np.float64), blocks.res_bytes)
-    dev_on = (bplaces[:, :, None] == np.arange(D)[None, None]).any(1)
+    dev_on = np.zeros((P, D), dtype=bool)
+    dev_on[rows, bplaces] = True
     return dev_on & (used + pb.reserve > pb.budgets * (1 + 1e-9))
 
 

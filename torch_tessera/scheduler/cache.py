@@ -25,8 +25,9 @@ from torch_tessera.scheduler.types import Plan
 log = logging.getLogger(__name__)
 
 #: Bump when the plan format or the solver's meaning of a key changes (2: the cycle time charges each cut edge's
-#: per-hop overhead and exposed copy time on the devices it joins, issue 9).
-SCHEMA = 2
+#: per-hop overhead and exposed copy time on the devices it joins, issue 9; 3: with that charge the throughput solver
+#: also searches whole-layer splits, counts.layer_split, and finds other plans).
+SCHEMA = 3
 
 
 def default_dir() -> Path:

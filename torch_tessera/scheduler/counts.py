@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torch_tessera.scheduler.blocks import (Blocks, block_cycle_many, block_loads_many, block_memory_ok_many,
-                                            layer_units)
+                                            layer_units, memory_binds, moved_loads_many)
 from torch_tessera.scheduler.evaluate import budgets_bind
 from torch_tessera.scheduler.milp import EPS, MilpResult, _Model, _result
 from torch_tessera.scheduler.problem import Problem
@@ -109,16 +109,28 @@ def split_by_cost(groups: Blocks, group_label: np.ndarray, rtol: float = 1e-6) -
     if groups.B == 0:
         return group_label
     key = np.round(np.log(np.maximum(groups.cost, 1e-30)) / max(rtol, 1e-12)).astype(np.int64)
-    _, lab = np.unique(np.c_[group_label, key], axis=0, return_inverse=True)
-    return lab.ravel().astype(np.int64)
+    rows = np.c_[group_label, key]
+    # np.unique(rows, axis=0, return_inverse=True), without its slow row view: rows sorted lexicographically,
+    # numbered in that order
+    order = np.lexsort(rows.T[::-1])
+    new = np.r_[True, (rows[order][1:] != rows[order][:-1]).any(1)]
+    lab = np.empty(len(rows), dtype=np.int64)
+    lab[order] = np.cumsum(new) - 1
+    return lab
 
 
 def _families(groups: Blocks, of: np.ndarray, L: np.ndarray) -> list[tuple[float, int, list[tuple[int, float, int]]]]:
     """Resident buffers grouped by the set of classes holding them: ``(least bytes, count, [(class, slack, M)])``
     where ``slack = L_c - (members of c holding one)`` and ``M`` = most members of c holding the same buffer."""
     fams: dict[tuple[int, ...], list[int]] = {}
-    for i, h in enumerate(groups.res_holders):
-        fams.setdefault(tuple(sorted(set(of[h].tolist()))), []).append(i)
+    sizes = [len(h) for h in groups.res_holders]
+    if sizes:  # the sorted distinct classes holding each buffer, as Python slices of one sorted array
+        item = np.repeat(np.arange(len(sizes)), sizes)
+        pairs = np.unique(item * max(len(L), 1) + of[np.concatenate(groups.res_holders)])
+        cls_of, cuts = (pairs % max(len(L), 1)).tolist(), np.r_[0, np.cumsum(np.bincount(
+            pairs // max(len(L), 1), minlength=len(sizes)))].tolist()
+        for i in range(len(sizes)):
+            fams.setdefault(tuple(cls_of[cuts[i]:cuts[i + 1]]), []).append(i)
     out = []
     for key, items in fams.items():
         h = np.concatenate([groups.res_holders[i] for i in items])
@@ -316,23 +328,117 @@ def realize(pb: Problem, groups: Blocks, cls: Classes, counts: np.ndarray) -> np
     slot[slot >= D] = 0  # members beyond the counts go to the order's first device
     devs = np.take_along_axis(dorders, slot.T, axis=1)  # [K, members]
     cands = []
+    allmem = np.concatenate(cls.members) if cls.C else np.zeros(0, np.int64)
     for rank in ranks.values():
         key = np.where(known, rank[np.maximum(cls.unit, 0)] if len(rank) else 0, -1)
-        flat = np.concatenate([mem[np.argsort(key[mem], kind="stable")] for mem in cls.members])
+        flat = allmem[np.lexsort((key[allmem], of))]  # each class's members by key, stably, classes in order
         gp = np.zeros((len(dorders), groups.B), dtype=np.int64)
         gp[:, flat] = devs
         cands.append(gp)
     cands = np.concatenate(cands)
     order = np.argsort(block_cycle_many(groups, cands), kind="stable")
+    if block_memory_ok_many(pb, groups, cands[order[:1]])[0]:  # usually the best fits: check it alone first
+        return cands[order[0]]
     ok = block_memory_ok_many(pb, groups, cands[order])
     return cands[order[int(np.argmax(ok))] if ok.any() else order[0]]
 
 
-def _loads_key(groups: Blocks, gps: np.ndarray) -> np.ndarray:
-    """``[2, P]``: cycle time and sum of squared resource loads of ``[P, G]`` group placements."""
-    dev, link = block_loads_many(groups, gps)
-    allr = np.concatenate([dev, link], axis=1)
-    return np.stack([allr.max(1), (allr ** 2).sum(1)])
+def layer_split(pb: Problem, groups: Blocks, cls: Classes, frac: np.ndarray, base: np.ndarray,
+                top: int = 2) -> list[np.ndarray]:
+    """Placements that split each program's layer units into contiguous ranges, one per device of a device order
+    (every layer wholly on one device): up to ``top`` of them, least cycle time first, that fit the memory budgets.
+
+    Why: when cut edges charge the devices they join (:attr:`Problem.hop`), every cut edge costs a per-hop overhead,
+    but the counts LP cannot see the cuts a split *between* layers makes (the edges from layer ``i`` to ``i + 1`` join
+    two classes with equal counts, which the relaxation lets go uncut). Its rounded counts then differ by a layer or
+    two from class to class, the fill cuts those layers inside (Llama-3.1-8B decode, A100 + L40S: 25 cut edges where a
+    split between layers cuts 7), and the LP's shares can be far from the best split (Mamba-2.8B on two devices: the
+    LP splits decode, the best plan runs prefill on one device and decode on the other, with no cut at all).
+
+    Search: seeds are the LP's shares of each program's repeated classes, as boundaries in every device order, and
+    every assignment of whole programs to devices; from the best two seeds, coordinate descent moves one boundary of
+    one program at a time to its best position over its whole range (two rounds). All candidates of a step are scored
+    at once (:func:`block_cycle_many`; when a budget can bind, a split that breaks one scores as infinite, so the
+    descent stays among those that fit and none is returned). Groups outside the layer units keep their device in
+    ``base``; pinned groups keep their pin. Returns ``[]`` when no program has two layer units (or no split fits).
+    """
+    D, G = pb.D, groups.B
+    gprog = np.zeros(G, dtype=np.int64)
+    gprog[pb.group] = pb.prog
+    known = cls.unit >= 0
+    cprog = np.array([gprog[m[0]] for m in cls.members], dtype=np.int64)
+    multi = cls.L > 1
+    P = len(pb.programs)
+    free = groups.pinned < 0
+    progs, shares, sizes, sel = [], [], [], []
+    pos = np.zeros(G, dtype=np.int64)
+    for p in range(P):
+        mine = known & (gprog == p)
+        units = np.unique(cls.unit[mine])
+        if len(units) < 2:
+            continue
+        pos[mine] = np.searchsorted(units, cls.unit[mine])  # rank of the group's unit in its program
+        c = multi & (cprog == p)
+        progs.append(p), sizes.append(len(units)), sel.append(np.flatnonzero(mine & free))
+        shares.append(frac[c].sum(0) / max(frac[c].sum(), 1e-30) if c.any() else np.full(D, 1.0 / D))
+    if not progs or D < 2:
+        return []
+    dorders = np.array(list(itertools.permutations(range(D))) if D <= 4 else [tuple(range(D))], dtype=np.int64)
+
+    def build(o: int, cuts: list[np.ndarray]) -> np.ndarray:
+        gp = base.copy()
+        for i, c in enumerate(cuts):
+            gp[sel[i]] = dorders[o][np.searchsorted(c, pos[sel[i]], side="right")]
+        return gp
+
+    keep: dict[bytes, tuple[float, np.ndarray]] = {}  # the best few candidates scored so far, by placement
+    binds = memory_binds(pb, groups)
+
+    def score(cands: list[np.ndarray]) -> np.ndarray:
+        stack = np.stack(cands)
+        vals = block_cycle_many(groups, stack)
+        vals[groups.forbidden[stack].any(1)] = np.inf
+        if binds:  # a split that breaks a budget is no candidate (nor a step of the descent)
+            vals[~block_memory_ok_many(pb, groups, stack)] = np.inf
+        for i in np.argsort(vals, kind="stable")[:4 * top].tolist():
+            if np.isfinite(vals[i]):
+                keep.setdefault(cands[i].tobytes(), (float(vals[i]), cands[i]))
+        if len(keep) > 4 * top:
+            for key, _ in sorted(keep.items(), key=lambda kv: kv[1][0])[4 * top:]:
+                del keep[key]
+        return vals
+
+    seeds = [(o, [np.rint(np.cumsum(shares[i][dorders[o]])[:-1] * sizes[i]).astype(np.int64)
+                  for i in range(len(progs))]) for o in range(len(dorders))]
+    whole = itertools.product(range(D), repeat=len(progs)) if D ** len(progs) <= 256 else []
+    for devs in whole:  # every program wholly on one device (first device order: device g's range is all units)
+        seeds.append((0, [np.where(np.arange(D - 1) < int(np.flatnonzero(dorders[0] == g)[0]), 0, sizes[i])
+                          for i, g in enumerate(devs)]))
+    vals = score([build(o, cuts) for o, cuts in seeds])
+    for s in np.argsort(vals, kind="stable")[:2].tolist():
+        o, cuts = seeds[s][0], [c.copy() for c in seeds[s][1]]
+        cur = vals[s]
+        for _ in range(2):
+            moved = False
+            for i in range(len(progs)):
+                for j in range(D - 1):
+                    lo = cuts[i][j - 1] if j else 0
+                    hi = cuts[i][j + 1] if j + 1 < D - 1 else sizes[i]
+                    opts = [v for v in range(lo, hi + 1) if v != cuts[i][j]]
+                    if not opts:
+                        continue
+                    trial = []
+                    for v in opts:
+                        c = cuts[i].copy()
+                        c[j] = v
+                        trial.append(build(o, cuts[:i] + [c] + cuts[i + 1:]))
+                    tv = score(trial)
+                    k = int(np.argmin(tv))
+                    if tv[k] < cur * (1 - 1e-12):
+                        cuts[i][j], cur, moved = opts[k], float(tv[k]), True
+            if not moved:
+                break
+    return [gp for _, gp in sorted(keep.values(), key=lambda kv: kv[0])][:top]
 
 
 def shift_search(pb: Problem, groups: Blocks, cls: Classes, gp: np.ndarray, deadline: float) -> np.ndarray:
@@ -341,31 +447,58 @@ def shift_search(pb: Problem, groups: Blocks, cls: Classes, gp: np.ndarray, dead
     budget are not taken.
 
     Each sweep over the classes is first-improvement in class order; the trials of all classes still ahead of the
-    sweep are scored at once, and scoring restarts after the class of an accepted move."""
+    sweep are scored at once, and scoring restarts after the class of an accepted move. A rotation moves only the
+    members whose device differs from their neighbour's in the layer order (a few per class for a fill), so each trial
+    is scored from the current loads over those members (:func:`~torch_tessera.scheduler.blocks.moved_loads_many`)."""
     gp = gp.copy()
-    key = _loads_key(groups, gp[None])[:, 0]
     movable = [c for c, mem in enumerate(cls.members) if len(mem) >= 2]
+    if not movable:
+        return gp
+    mem = np.concatenate([cls.members[c] for c in movable])
+    size = np.array([len(cls.members[c]) for c in movable], dtype=np.int64)
+    seg = np.repeat(np.arange(len(movable)), size)
+    first = np.repeat(np.cumsum(size) - size, size)
+    last = first + np.repeat(size, size) - 1
+    pos = np.arange(len(mem))
+    prev, nxt = np.where(pos == first, last, pos - 1), np.where(pos == last, first, pos + 1)
+    binds = memory_binds(pb, groups)
+    dev, link = (loads[0] for loads in block_loads_many(groups, gp[None]))
+    key = _key(dev[None], link[None])[:, 0]
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
         start = 0
         while start < len(movable) and time.perf_counter() < deadline:
-            todo = [c for c in movable[start:] if len(np.unique(gp[cls.members[c]])) >= 2]
-            if not todo:
+            x = gp[mem]
+            # trial 2j rolls class movable[j] forward (each member takes its predecessor's device), 2j + 1 backward
+            moved = [np.flatnonzero((x[prev] != x) & (seg >= start)), np.flatnonzero((x[nxt] != x) & (seg >= start))]
+            if not len(moved[0]):
                 break
-            trials = np.repeat(gp[None], 2 * len(todo), axis=0)
-            for i, c in enumerate(todo):
-                mem = cls.members[c]
-                trials[2 * i, mem] = np.roll(gp[mem], 1)
-                trials[2 * i + 1, mem] = np.roll(gp[mem], -1)
-            k = _loads_key(groups, trials)
+            move = np.concatenate([2 * seg[moved[0]], 2 * seg[moved[1]] + 1])
+            at = np.concatenate(moved)
+            to = np.concatenate([x[prev[moved[0]]], x[nxt[moved[1]]]])
+            k = _key(*moved_loads_many(groups, gp, move, mem[at], to, 2 * len(movable), dev, link))
             better = (k[0] < key[0] * (1 - 1e-9)) | ((k[0] <= key[0] * (1 + 1e-12)) & (k[1] < key[1] * (1 - 1e-9)))
+            better[:2 * start] = False
             cand = np.flatnonzero(better)
-            if len(cand):
-                cand = cand[block_memory_ok_many(pb, groups, trials[cand])]
+            if len(cand) and binds:
+                trials = np.repeat(gp[None], len(cand), axis=0)
+                for i, t in enumerate(cand.tolist()):
+                    sel = move == t
+                    trials[i, mem[at[sel]]] = to[sel]
+                cand = cand[block_memory_ok_many(pb, groups, trials)]
             if not len(cand):
                 break
             t = int(cand[0])
-            gp, key, improved = trials[t], k[:, t], True
-            start = movable.index(todo[t // 2]) + 1
+            sel = move == t
+            gp[mem[at[sel]]] = to[sel]
+            dev, link = (loads[0] for loads in block_loads_many(groups, gp[None]))  # exact sums again
+            key, improved = _key(dev[None], link[None])[:, 0], True
+            start = t // 2 + 1
     return gp
+
+
+def _key(dev: np.ndarray, link: np.ndarray) -> np.ndarray:
+    """``[2, P]``: cycle time and sum of squared resource loads from ``[P, D]`` device and ``[P, D * D]`` link loads."""
+    allr = np.concatenate([dev, link], axis=1)
+    return np.stack([allr.max(1), (allr ** 2).sum(1)])

@@ -96,10 +96,11 @@ def _preds(pb: Problem) -> list[list[tuple[int, float]]]:
     computed once per problem."""
     p = getattr(pb, "_preds", None)
     if p is None:
-        p = [[] for _ in range(pb.n)]
-        for s, t, b, kind in zip(pb.esrc.tolist(), pb.edst.tolist(), pb.ebytes.tolist(), pb.ekind):
-            if kind != "STATE":
-                p[t].append((s, b))
+        keep = np.flatnonzero(np.array(pb.ekind) != "STATE")
+        keep = keep[np.argsort(pb.edst[keep], kind="stable")]  # by target kernel, each in edge order
+        pairs = list(zip(pb.esrc[keep].tolist(), pb.ebytes[keep].tolist()))
+        ptr = np.r_[0, np.cumsum(np.bincount(pb.edst[keep], minlength=pb.n))].tolist()
+        p = [pairs[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
         pb._preds = p
     return p
 
@@ -130,9 +131,11 @@ def makespans(pb: Problem, place: np.ndarray) -> np.ndarray:
             d = pl[k]
             ready = 0.0
             for s, nbytes in preds[k]:
-                t = finish[s]
                 a = pl[s]
-                if a != d and nbytes > 0:  # the copy waits for its producer and for its link
+                if a == d:  # finished on d before dev_free[d]: cannot delay k
+                    continue
+                t = finish[s]
+                if nbytes > 0:  # the copy waits for its producer and for its link
                     free = link_free[a]
                     t = max(t, free[d]) + alpha[a][d] + nbytes / bw[a][d]
                     free[d] = t
@@ -189,20 +192,21 @@ def memory(pb: Problem, place: np.ndarray) -> dict[str, np.ndarray | list]:
         for g in range(D):
             mine = ks[place[ks] == g]
             if len(mine):
-                peak[g] = max(peak[g], _peak(mine, pb, p))
+                peak[g] = max(peak[g], _peak(mine, pb))
     act += peak
     return {"weight": weight, "state": state, "activation": act, "total": weight + state + act,
             "weights": [sorted(n) for n in names]}
 
 
-def _peak(kernels: np.ndarray, pb: Problem, p: int) -> float:
-    from torch_tessera.scheduler.problem import _live_peak
+def _peak(kernels: np.ndarray, pb: Problem) -> float:
+    """Peak TEMP bytes of ``kernels`` (ascending, one program) run in order on one device."""
+    from torch_tessera.scheduler.problem import live_peak, temp_entries
 
-    touch = getattr(pb, "_touch", None)
-    if touch is None:
-        touch = [r | w for r, w in zip(pb.reads, pb.writes)]
-        pb._touch = touch
-    return float(_live_peak(kernels.tolist(), touch, pb.temp_bytes[p]))
+    temps = getattr(pb, "_temps", None)
+    if temps is None:  # a Problem not made by compile_problem
+        temps = temp_entries([r | w for r, w in zip(pb.reads, pb.writes)], pb.temp_bytes, pb.prog.tolist())
+        pb._temps = temps
+    return float(live_peak(kernels, temps, pb.n))
 
 
 def _holder_entries(pb: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

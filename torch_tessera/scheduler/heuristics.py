@@ -18,7 +18,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
-from torch_tessera.scheduler.blocks import Blocks, block_memory_ok, memory_binds
+from torch_tessera.scheduler.blocks import Blocks, block_memory_ok, incident_edges, memory_binds
 from torch_tessera.scheduler.problem import Problem
 
 
@@ -89,17 +89,17 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
     movable[pin] = False
     limited = memory_binds(pb, blocks)
     nbr_ptr, nbr = _neighbours(B, src, dst)
+    inc = incident_edges(blocks)
     delta = np.ascontiguousarray(_move_deltas(blocks, place, bi).transpose(2, 0, 1))  # [R, B, D]: reduce over R fast
     for _ in range(max_iters):
         if time.perf_counter() > deadline:
             break
         dev = np.bincount(place, weights=blocks.cost[bi, place], minlength=D)
         ps, pd_ = place[src], place[dst]
-        cut = ps != pd_
-        link = np.zeros(D * D)
-        np.add.at(link, ps[cut] * D + pd_[cut], coef[np.flatnonzero(cut), ps[cut], pd_[cut]])
+        cut = np.flatnonzero(ps != pd_)
+        link = np.bincount(ps[cut] * D + pd_[cut], weights=coef[cut, ps[cut], pd_[cut]], minlength=D * D)
         if blocks.dcoef is not None:
-            dv = blocks.dcoef[np.flatnonzero(cut), ps[cut], pd_[cut]]  # as block_loads_many adds them
+            dv = blocks.dcoef[cut, ps[cut], pd_[cut]]  # as block_loads_many adds them
             dev = dev + np.bincount(np.r_[ps[cut], pd_[cut]], weights=np.r_[dv, dv], minlength=D)
         base = np.concatenate([dev, link])
         new = delta + base[:, None, None]
@@ -126,7 +126,7 @@ def local_search(pb: Problem, blocks: Blocks, place: np.ndarray, deadline: float
         if moved < 0:
             break
         rows = np.union1d(nbr[nbr_ptr[moved]:nbr_ptr[moved + 1]], [moved])
-        delta[:, rows] = _move_deltas(blocks, place, rows).transpose(2, 0, 1)
+        delta[:, rows] = _move_deltas(blocks, place, rows, inc).transpose(2, 0, 1)
     return place
 
 
@@ -139,12 +139,14 @@ def _neighbours(B: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, n
     return ptr, other[order]
 
 
-def _move_deltas(blocks: Blocks, place: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def _move_deltas(blocks: Blocks, place: np.ndarray, rows: np.ndarray,
+                 inc: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """``[len(rows), D, D + D * D]``: the change of every resource (device loads, then links ``a * D + c``) when
     block ``rows[i]`` alone moves to device ``g``, for sorted distinct ``rows``. Each entry sums its terms in the
     order of the full computation (compute, then per end: each edge's current load removed, its new load added, in
     edge order; then, with device charges, per end: the edge's current charge removed from both its devices, its new
-    charge added to both), so the rows of any subset equal those of all rows bit for bit."""
+    charge added to both), so the rows of any subset equal those of all rows bit for bit. ``inc``: the blocks' edge
+    incidence (:func:`~torch_tessera.scheduler.blocks.incident_edges`), to visit only the rows' edges."""
     D, B = blocks.cost.shape[1], blocks.B
     R = D + D * D
     src, dst, coef = blocks.esrc, blocks.edst, blocks.coef
@@ -157,33 +159,39 @@ def _move_deltas(blocks: Blocks, place: np.ndarray, rows: np.ndarray) -> np.ndar
     out[ri, :, place[rows]] -= blocks.cost[rows, place[rows]][:, None]
     if not len(src):
         return out
-    idx, val = [], []
+    idx, val, ends = [], [], []
+    near = None
+    if inc is not None:  # the rows' incident edges, ascending (a superset of each end's edges below)
+        ptr, edge = inc
+        cnt = ptr[rows + 1] - ptr[rows]
+        near = np.unique(edge[np.repeat(ptr[rows], cnt) + np.arange(int(cnt.sum()))
+                              - np.repeat(np.cumsum(cnt) - cnt, cnt)])
     for end, side in ((src, 0), (dst, 1)):
-        e = np.flatnonzero(local[end] >= 0)  # this end's edges that touch the rows, in edge order
+        # this end's edges that touch the rows, in edge order
+        e = np.flatnonzero(local[end] >= 0) if near is None else near[local[end[near]] >= 0]
         ps, pd_ = place[src[e]], place[dst[e]]
         cur = np.where(ps != pd_, coef[e, ps, pd_], 0.0)
-        rws = np.repeat(local[end[e]], D)
-        gs = np.tile(g_ar, len(e))
+        at = (local[end[e]][:, None] * D + g_ar[None]) * R + D  # [edges, D]: row-major, as edge by edge
         # remove the edge's current load for every target device, add its load for the new pair
-        idx.append((rws * D + gs) * R + D + np.repeat(ps * D + pd_, D))
-        val.append(-np.repeat(cur, D))
-        oth = np.repeat(pd_ if side == 0 else ps, D)
-        a, c = (gs, oth) if side == 0 else (oth, gs)
-        idx.append((rws * D + gs) * R + D + a * D + c)
-        val.append(np.where(a != c, coef[np.repeat(e, D), a, c], 0.0))
+        idx.append((at + (ps * D + pd_)[:, None]).ravel())
+        val.append(np.repeat(-cur, D))
+        oth = (pd_ if side == 0 else ps)[:, None]
+        a, c = (g_ar[None], oth) if side == 0 else (oth, g_ar[None])
+        idx.append((at + a * D + c).ravel())
+        val.append(np.where(a != c, coef[e[:, None], a, c], 0.0).ravel())
+        ends.append(e)
     if blocks.dcoef is not None:
         dcoef = blocks.dcoef
-        for end, side in ((src, 0), (dst, 1)):
-            e = np.flatnonzero(local[end] >= 0)
+        for e, side in zip(ends, (0, 1)):
+            end = src if side == 0 else dst
             ps, pd_ = place[src[e]], place[dst[e]]
             cur = np.repeat(np.where(ps != pd_, dcoef[e, ps, pd_], 0.0), D)
-            rws = np.repeat(local[end[e]], D)
-            gs = np.tile(g_ar, len(e))
-            base = (rws * D + gs) * R
-            oth = np.repeat(pd_ if side == 0 else ps, D)
-            a, c = (gs, oth) if side == 0 else (oth, gs)
-            new = np.where(a != c, dcoef[np.repeat(e, D), a, c], 0.0)
-            idx += [base + np.repeat(ps, D), base + np.repeat(pd_, D), base + a, base + c]
+            at = (local[end[e]][:, None] * D + g_ar[None]) * R  # [edges, D]: row-major, as edge by edge
+            oth = (pd_ if side == 0 else ps)[:, None]
+            a, c = (np.broadcast_to(g_ar[None], at.shape), np.broadcast_to(oth, at.shape)) if side == 0 else \
+                (np.broadcast_to(oth, at.shape), np.broadcast_to(g_ar[None], at.shape))
+            new = np.where(a != c, dcoef[e[:, None], a, c], 0.0).ravel()
+            idx += [(at + ps[:, None]).ravel(), (at + pd_[:, None]).ravel(), (at + a).ravel(), (at + c).ravel()]
             val += [-cur, -cur, new, new]
     out += np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=len(rows) * D * R).reshape(
         len(rows), D, R)

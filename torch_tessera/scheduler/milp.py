@@ -1,4 +1,4 @@
-"""MILP building blocks and the latency MILP, solved with HiGHS through ``scipy.optimize.milp``.
+"""MILP building blocks and the latency MILP, solved with SciPy's HiGHS (:mod:`torch_tessera.compat.scipy_highs`).
 
 The throughput MILP lives in :mod:`counts` (placement counts per repeated-layer class; with no repetition it is the
 plain placement MILP). Here: the shared model builder, placement and cut variables, memory rows, the least memory
@@ -31,11 +31,9 @@ import contextvars
 import logging
 import os
 import time
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from torch_tessera.scheduler.blocks import Blocks
@@ -107,12 +105,11 @@ class _Model:
         if objective_bound is not None and not relax:
             opts["objective_bound"] = float(objective_bound)
         integ = np.concatenate(self.integ)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # objective_bound is passed to HiGHS verbatim
-            return milp(np.concatenate(self.c), integrality=np.zeros_like(integ) if relax else integ,
-                        bounds=Bounds(np.concatenate(self.lb), np.concatenate(self.ub)),
-                        constraints=LinearConstraint(A, np.concatenate(self.rlo), np.concatenate(self.rhi)),
-                        options=opts)
+        # the model scipy.optimize.milp would pass, without its per-column Python overhead (compat.scipy_highs)
+        from torch_tessera.compat.scipy_highs import solve
+
+        return solve(np.concatenate(self.c), np.zeros_like(integ) if relax else integ, np.concatenate(self.lb),
+                     np.concatenate(self.ub), A, np.concatenate(self.rlo), np.concatenate(self.rhi), opts)
 
 
 def _placement_vars(m: _Model, blocks: Blocks, D: int) -> np.ndarray:

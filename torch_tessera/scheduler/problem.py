@@ -7,6 +7,7 @@ is unsure of together with a DAG neighbour. Pins fix a group's device.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -152,8 +153,14 @@ class _UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
     def labels(self) -> np.ndarray:
-        roots = [self.find(i) for i in range(len(self.parent))]
-        _, lab = np.unique(roots, return_inverse=True)
+        """Component of each element, numbered in the order of the components' least elements."""
+        root = np.array(self.parent, dtype=np.int64)
+        while True:  # pointer jumping: every element ends at its root (a root is its own parent)
+            up = root[root]
+            if np.array_equal(up, root):
+                break
+            root = up
+        _, lab = np.unique(root, return_inverse=True)
         return lab.astype(np.int64)
 
 
@@ -219,7 +226,7 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
     prog, launch, costs, names, ocls, layers, reads, writes, unsure = [], [], [], [], [], [], [], [], []
     index: dict[tuple[int, int], int] = {}
     local: list[dict[int, int]] = []  # per program: launch index -> global kernel index
-    for pi, p in enumerate(wl.programs):
+    for pi, p in enumerate(wl.programs):  # comprehensions, not appends: this runs over every launch of every call
         attrs = dict(p.dag.graph.nodes(data=True))
         nodes = sorted(attrs)
         costs.append(_cost_matrix(p, devices, nodes))
@@ -227,36 +234,38 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
         index.update({(pi, k): i for k, i in local[-1].items()})
         prog += [pi] * len(nodes)
         launch += nodes
-        for k in nodes:
-            a = attrs[k]
-            names.append(a.get("name", str(k))), ocls.append(a.get("op_class", "other")), layers.append(a.get("layer"))
-            reads.append(frozenset(a.get("reads", ()))), writes.append(frozenset(a.get("writes", ())))
-            unsure.append(bool(a.get("unsure", False)))
+        rows = [(a.get("name", str(k)), a.get("op_class", "other"), a.get("layer"), frozenset(a.get("reads", ())),
+                 frozenset(a.get("writes", ())), bool(a.get("unsure", False)))
+                for k, a in zip(nodes, map(attrs.get, nodes))]
+        for out, col in zip((names, ocls, layers, reads, writes, unsure), zip(*rows) if rows else [()] * 6):
+            out += col
     n = len(prog)
     freq = np.array([float(p.frequency) for p in wl.programs])
     if (freq <= 0).any():
         raise ConfigError(f"program frequencies must be > 0, got {freq.tolist()}")
     prog_a = np.array(prog, dtype=np.int64)
 
-    esrc, edst, ebytes, ekind, eranges = [], [], [], [], []
+    esrc, edst, ebytes, eranges = [], [], [], []
     for pi, p in enumerate(wl.programs):
         at = local[pi]
-        for u, nbrs in p.dag.graph.adjacency():  # the order of graph.edges(data=True), without its views
-            su = at[u]
-            for v, d in nbrs.items():
-                nb = int(d.get("bytes", 0)) if "RAW" in d.get("kinds", ()) else 0
-                esrc.append(su), edst.append(at[v]), ebytes.append(nb)
-                ekind.append("RAW" if nb else "ORDER"), eranges.append(tuple(d.get("ranges", ())))
-    ewbytes = [b * freq[prog[s]] for b, s in zip(ebytes, esrc)]
-    ewcount = [(freq[prog[s]] * micro_batches if b else 0.0) for b, s in zip(ebytes, esrc)]
+        # the order of graph.edges(data=True), without its views
+        rows = [(at[u], at[v], int(d.get("bytes", 0)) if "RAW" in d.get("kinds", ()) else 0,
+                 tuple(d.get("ranges", ()))) for u, nbrs in p.dag.graph.adjacency() for v, d in nbrs.items()]
+        for out, col in zip((esrc, edst, ebytes, eranges), zip(*rows) if rows else [()] * 4):
+            out += col
+    ekind = ["RAW" if b else "ORDER" for b in ebytes]
+    eb = np.array(ebytes, dtype=np.float64)
+    efreq = freq[prog_a[np.array(esrc, dtype=np.int64)]] if esrc else np.zeros(0)
+    ewbytes, ewcount = eb * efreq, np.where(eb != 0, efreq * micro_batches, 0.0)
 
     uf = _UnionFind(n)
-    written = _written_bytes(esrc, ebytes, eranges, prog)
     touch = [r | w for r, w in zip(reads, writes)]
-    resident, handovers = _buffers(wl, touch, writes, prog, uf, written)
+    resident, handovers, temp_bytes, temps = _buffers(wl, touch, writes, prog, uf, (esrc, ebytes, eranges))
     for (s, t, nbytes, name) in handovers:
         esrc.append(s), edst.append(t), ebytes.append(nbytes), ekind.append("STATE")
-        eranges.append(((name, 0, nbytes),)), ewbytes.append(float(nbytes)), ewcount.append(1.0)
+        eranges.append(((name, 0, nbytes),))
+    hb = np.array([float(h[2]) for h in handovers])
+    ewbytes, ewcount = np.r_[ewbytes, hb], np.r_[ewcount, np.ones(len(hb))]
 
     notes = []
     n_unsure = _keep_unsure_with_neighbour(unsure, esrc, edst, ebytes, uf)
@@ -265,22 +274,21 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
     group = uf.labels()
     pinned = _apply_pins(pins, wl, index, group, devices)
 
-    temp_bytes = [{b.name: b.nbytes for b in p.dag.buffers.values() if b.kind == BufferKind.TEMP}
-                  for p in wl.programs]
-    reserve = max(_live_peak(np.flatnonzero(prog_a == pi).tolist(), touch, temp_bytes[pi])
-                  for pi in range(len(wl.programs)))
-    return Problem(
+    reserve = max(live_peak(np.flatnonzero(prog_a == pi), temps, n) for pi in range(len(wl.programs)))
+    pb = Problem(
         devices=devices, programs=tuple(p.name for p in wl.programs), roles=tuple(p.role for p in wl.programs),
         freq=freq, prog=prog_a, launch=np.array(launch, dtype=np.int64), cost=np.vstack(costs),
         names=names, op_class=ocls, layer=layers, reads=reads, writes=writes,
         esrc=np.array(esrc, dtype=np.int64), edst=np.array(edst, dtype=np.int64),
-        ebytes=np.array(ebytes, dtype=np.float64), ewbytes=np.array(ewbytes, dtype=np.float64),
-        ewcount=np.array(ewcount, dtype=np.float64), ekind=ekind, eranges=eranges,
+        ebytes=np.array(ebytes, dtype=np.float64), ewbytes=np.asarray(ewbytes, dtype=np.float64),
+        ewcount=np.asarray(ewcount, dtype=np.float64), ekind=ekind, eranges=eranges,
         group=group, pinned=pinned, resident=resident, temp_bytes=temp_bytes, reserve=float(reserve),
         budgets=_budgets(topology, memory_budgets, devices), bw=np.asarray(topology.bandwidth, dtype=np.float64),
         alpha=np.asarray(topology.latency, dtype=np.float64), micro_batches=int(micro_batches), notes=notes,
         streams=tuple(p.stream for p in wl.programs),
         hop=_pair_matrix(topology, "hop_overhead", D), expose=_pair_matrix(topology, "copy_exposure", D))
+    pb._temps = temps  # for evaluate.memory's per-device peaks
+    return pb
 
 
 def _pair_matrix(topology: Topology, name: str, D: int) -> np.ndarray:
@@ -289,14 +297,15 @@ def _pair_matrix(topology: Topology, name: str, D: int) -> np.ndarray:
     return np.zeros((D, D)) if v is None else np.asarray(v, dtype=np.float64).reshape(D, D)
 
 
-def _written_bytes(esrc, ebytes, eranges, prog) -> dict[tuple[int, str], int]:
-    """Per (program, buffer): length of the union of the byte ranges its RAW edges carry (what the program wrote
-    and then read back), e.g. the prompt's rows of a KV cache in a prefill program."""
+def _written_bytes(esrc, ebytes, eranges, prog, names: set[str] | frozenset[str]) -> dict[tuple[int, str], int]:
+    """Per (program, buffer) for the buffers in ``names``: length of the union of the byte ranges its RAW edges carry
+    (what the program wrote and then read back), e.g. the prompt's rows of a KV cache in a prefill program."""
     spans: dict[tuple[int, str], list[tuple[int, int]]] = {}
     for s, b, rs in zip(esrc, ebytes, eranges):
         if b:
             for name, lo, hi in rs:
-                spans.setdefault((prog[s], name), []).append((lo, hi))
+                if name in names:
+                    spans.setdefault((prog[s], name), []).append((lo, hi))
     out = {}
     for key, iv in spans.items():
         total, end = 0, None
@@ -311,38 +320,98 @@ def _written_bytes(esrc, ebytes, eranges, prog) -> dict[tuple[int, str], int]:
     return out
 
 
-def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, written: dict[tuple[int, str], int]):
-    """Resident buffers (weights, inputs, state) with their holder kernels; STATE owners merged; hand-over edges.
+#: Code of a touched name that is not in its program's buffer table (skipped).
+_UNKNOWN = 2 ** 62
+
+
+def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, edges: tuple[list, list, list]):
+    """Resident buffers (weights, inputs, state) with their holder kernels; STATE owners merged; hand-over edges;
+    and the TEMP buffers each kernel touches (:func:`temp_entries`' arrays and the programs' TEMP tables).
 
     A STATE buffer written by program p and used by the next program q that uses it is handed over once per workload
     step from p's owner to q's owner (q's first reader if q does not write it). The bytes are what p's RAW edges show
-    it wrote (the whole buffer when unknown). Readers of the state in q on a third device get only q's deltas:
-    their copy of p's part is not priced (a known undercount)."""
+    it wrote (the whole buffer when unknown; ``edges`` = the program edges' ``(sources, bytes, ranges)``). Readers of
+    the state in q on a third device get only q's deltas: their copy of p's part is not priced (a known undercount).
+
+    Every kernel's touched buffers are read once, as codes: a resident buffer's index by name (shared by the programs),
+    or ``-1 - i`` for the program's ``i``-th TEMP buffer (numbered program by program, as :func:`temp_entries`).
+
+    Request streams (:meth:`Workload.replicated`): a STATE or INPUT buffer of a program of stream ``r >= 1`` is the
+    resident buffer ``"<name>@<r>"`` (each stream has its own state and inputs); weights stay shared by name."""
+    TEMP, STATE, PARAM = BufferKind.TEMP, BufferKind.STATE, BufferKind.PARAMETER
+    temp_bytes: list[dict[str, int]] = []
+    rid: dict[str, int] = {}
+    raw: dict[str, str] = {}  # resident name -> the programs' buffer name (they differ for streams >= 1)
+    info: list[dict[str, tuple[str, int, bool]]] = []  # per program: resident name -> (kind, bytes, is STATE)
+    code: list[dict[str, int]] = []
+    offset = 0
+    for p in wl.programs:
+        tb, mine, key = {}, {}, {}
+        stream = p.stream
+        for nm, b in p.dag.buffers.items():  # (the enum's _value_: its .value property is slow in a loop)
+            if b.kind is TEMP:
+                tb[b.name] = b.nbytes
+            else:
+                k = nm
+                if stream and b.kind is not PARAM:  # each request stream has its own state and inputs
+                    k = f"{nm}@{stream}"
+                    raw[k] = nm
+                key[nm] = k
+                mine[k] = (b.kind._value_, int(b.nbytes), b.kind is STATE)
+        temp_bytes.append(tb)
+        info.append(mine)
+        c = {nm: rid.setdefault(k, len(rid)) for nm, k in key.items()}
+        c.update({nm: -1 - offset - i for i, nm in enumerate(tb)})
+        code.append(c)
+        offset += len(tb)
+    names = list(rid)
+    # one pass over every (kernel, buffer it touches), in kernel order, with the loops in C (map, chain, fromiter);
+    # a program's kernels are contiguous
+    prog_a = np.asarray(prog, dtype=np.int64)
+    ker, cod = [], []
+    for p in range(len(wl.programs)):
+        lo, hi = np.searchsorted(prog_a, [p, p + 1]).tolist()
+        lens = list(map(len, touch[lo:hi]))
+        ker.append(np.repeat(np.arange(lo, hi), lens))
+        cod.append(np.fromiter(map(code[p].get, itertools.chain.from_iterable(touch[lo:hi]),
+                                   itertools.repeat(_UNKNOWN)), dtype=np.int64, count=sum(lens)))
+    ker, cod = np.concatenate(ker), np.concatenate(cod)  # (a workload has at least one program)
+    known = cod != _UNKNOWN  # a name the program's buffer table lacks
+    ker, cod = ker[known], cod[known]
+    tmp = cod < 0
+    temps = (ker[tmp], -1 - cod[tmp], np.array([v for t in temp_bytes for v in t.values()], dtype=np.float64))
+    res = np.flatnonzero(~tmp)
+    res = res[np.argsort(cod[res], kind="stable")]  # by resident buffer, each one's holders in kernel order
+    cuts = np.r_[0, np.cumsum(np.bincount(cod[res], minlength=len(names)))].tolist()
+    held_by = ker[res].tolist()
+    held_arrays = np.split(ker[res], cuts[1:-1])
     holders: dict[str, list[int]] = {}
     kinds: dict[str, tuple[str, int]] = {}
     state_writers: dict[tuple[int, str], list[int]] = {}
     state_access: dict[tuple[int, str], list[int]] = {}
     state_progs: dict[str, set[int]] = {}
-    TEMP, STATE, PARAM = BufferKind.TEMP, BufferKind.STATE, BufferKind.PARAMETER  # slow lookups in a hot loop
-    raw: dict[str, str] = {}  # resident name -> the programs' buffer name (they differ for streams >= 1)
-    for k in range(len(prog)):
-        buffers = wl.programs[prog[k]].dag.buffers
-        stream = wl.programs[prog[k]].stream
-        for name in touch[k]:
-            b = buffers.get(name)
-            if b is None or b.kind is TEMP:
-                continue
-            if stream and b.kind is not PARAM:  # each request stream has its own state and inputs; weights shared
-                raw.setdefault(f"{name}@{stream}", name)
-                name = f"{name}@{stream}"
-            holders.setdefault(name, []).append(k)
-            old = kinds.get(name)
-            kinds[name] = (b.kind.value, int(b.nbytes)) if old is None else (old[0], max(old[1], int(b.nbytes)))
-            if b.kind is STATE:
-                state_access.setdefault((prog[k], name), []).append(k)
-                state_progs.setdefault(name, set()).add(prog[k])
-                if raw.get(name, name) in writes[k]:
-                    state_writers.setdefault((prog[k], name), []).append(k)
+    for r, name in enumerate(names):
+        ks = held_by[cuts[r]:cuts[r + 1]]
+        if not ks:
+            continue
+        holders[name] = ks
+        progs = sorted({prog[k] for k in ks})
+        # the kind where it is first touched, the largest size among the programs touching it
+        kinds[name] = (info[prog[ks[0]]][name][0], max(info[q][name][1] for q in progs))
+        if any(info[q][name][2] for q in progs):
+            for k in ks:
+                if info[prog[k]][name][2]:
+                    state_access.setdefault((prog[k], name), []).append(k)
+                    state_progs.setdefault(name, set()).add(prog[k])
+                    if raw.get(name, name) in writes[k]:
+                        state_writers.setdefault((prog[k], name), []).append(k)
+    # a RAW range of a STATE buffer leaves one of its writers: only their out-edges are read
+    esrc, ebytes, eranges = edges
+    writer = np.zeros(len(prog), dtype=bool)
+    writer[[k for ks in state_writers.values() for k in ks]] = True
+    sel = np.flatnonzero(writer[np.asarray(esrc, dtype=np.int64)]).tolist() if len(esrc) else []
+    written = _written_bytes([esrc[e] for e in sel], [ebytes[e] for e in sel], [eranges[e] for e in sel], prog,
+                             {raw.get(nm, nm) for (_, nm) in state_writers})
     for ks in state_writers.values():
         for k in ks[1:]:
             uf.union(ks[0], k)
@@ -358,13 +427,15 @@ def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, written: dict[tu
                 continue
             dst = state_writers.get((q, name)) or state_access[(q, name)]
             handovers.append((src[0], dst[0], written.get((p, raw.get(name, name)), kinds[name][1]), name))
-    resident = [Resident(nm, kinds[nm][0], kinds[nm][1], np.array(sorted(set(ks)), dtype=np.int64))
-                for nm, ks in sorted(holders.items())]
-    return resident, handovers
+    resident = [Resident(nm, kinds[nm][0], kinds[nm][1], held_arrays[rid[nm]])  # holders: ascending, distinct
+                for nm in sorted(holders)]
+    return resident, handovers, temp_bytes, temps
 
 
 def _keep_unsure_with_neighbour(unsure, esrc, edst, ebytes, uf: _UnionFind) -> int:
     """Merge each unsure kernel with the predecessor it reads most bytes from (else its heaviest successor)."""
+    if not any(unsure):
+        return 0
     count = 0
     best_in: dict[int, tuple[float, int]] = {}
     best_out: dict[int, tuple[float, int]] = {}
@@ -432,4 +503,55 @@ def _live_peak(kernels: Sequence[int], touch: Sequence[frozenset], temp: dict[st
     for b, f in first.items():
         delta[f] += temp[b]
         delta[last[b] + 1] -= temp[b]
+    return int(np.cumsum(delta).max())
+
+
+def temp_entries(touch: Sequence[frozenset], temp_bytes: Sequence[dict[str, int]],
+                 prog: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The TEMP buffers each kernel touches, as arrays for :func:`live_peak`.
+
+    Args:
+        touch: per kernel (global index) the names of the buffers it reads or writes.
+        temp_bytes: per program its TEMP buffers' bytes by name.
+        prog: program of each kernel.
+
+    Returns:
+        ``(kernel, buffer, nbytes)``: one entry per (kernel, TEMP buffer it touches), in kernel order; buffers are
+        numbered per (program, name); ``nbytes[buffer]`` is the buffer's size in bytes.
+    """
+    ids, keys, size = [], [], []
+    for t in temp_bytes:  # numbered program by program, in the order of its table
+        ids.append({name: len(size) + i for i, name in enumerate(t)})
+        keys.append(frozenset(t))
+        size += list(t.values())
+    ker, buf = [], []
+    for k, names in enumerate(touch):
+        p = prog[k]
+        got = [ids[p][name] for name in names & keys[p]]
+        ker += [k] * len(got)
+        buf += got
+    return np.array(ker, dtype=np.int64), np.array(buf, dtype=np.int64), np.array(size, dtype=np.float64)
+
+
+def live_peak(kernels: np.ndarray, entries: tuple[np.ndarray, np.ndarray, np.ndarray], n: int) -> int:
+    """Peak bytes of live TEMP buffers when ``kernels`` (ascending global indices of one program) run in that order
+    on one device, each buffer live from its first to its last touch among them: :func:`_live_peak` over the arrays of
+    :func:`temp_entries` (``n`` kernels in the problem). Sizes are whole bytes, so the float sums are exact."""
+    ker, buf, size = entries
+    if not len(kernels) or not len(ker):
+        return 0
+    rank = np.full(n, -1, dtype=np.int64)
+    rank[kernels] = np.arange(len(kernels))
+    pos = rank[ker]
+    sel = pos >= 0
+    pos, b = pos[sel], buf[sel]
+    if not len(b):
+        return 0
+    o = np.argsort(b, kind="stable")  # by buffer, each buffer's touches still in kernel order
+    b, pos = b[o], pos[o]
+    first = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    last = np.r_[first[1:], len(b)] - 1
+    used = size[b[first]]
+    delta = np.bincount(pos[first], weights=used, minlength=len(kernels) + 1)
+    delta -= np.bincount(pos[last] + 1, weights=used, minlength=len(kernels) + 1)
     return int(np.cumsum(delta).max())

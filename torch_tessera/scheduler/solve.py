@@ -3,11 +3,12 @@
 Throughput: repeated layers become classes (structures aligned across layers, :func:`blocks.tie_layers`) -> the
 counts LP (:mod:`counts`; its optimum is a valid lower bound for every placement) -> its counts rounded and realised
 (a fill of each class's layers, device by device, in a common layer order; rounded-up members given back while a
-memory budget breaks), shift search, untied local search -> only if that plan is not within ``mip_gap`` of the
-bound: list heuristic + local search on the tied classes (the MILP's cut-off), then the counts MILP, realised the same
-way -> the untied MILP when the problem is small for ``time_limit`` (:func:`untied_fits`) and the plan is not yet
-within ``RESOLVE_GAP`` of the bound -> untied local search. Without repeated layers (or ``tie_layers=False``) the list heuristic gives the incumbent and the
-counts MILP is the exact placement MILP.
+memory budget breaks), shift search, untied local search -> only if that plan is not within ``max(mip_gap,
+LP_PLAN_GAP)`` of the bound: list heuristic + local search on the tied classes (the MILP's cut-off), then the counts
+MILP, realised the same way -> the untied MILP when the problem is small for ``time_limit`` (:func:`untied_fits`) and
+the plan is not yet within ``RESOLVE_GAP`` of the bound -> untied local search (unless the plan already is a local
+optimum of it) -> transfer trimming. Without repeated layers (or ``tie_layers=False``) the list heuristic gives the
+incumbent and the counts MILP is the exact placement MILP.
 
 Latency: exact DP when every program is a path; otherwise HEFT, single-device and baseline (layer, af, pd)
 candidates (the throughput plan when none fits memory), then the critical-path MILP (skipped with tied layers above
@@ -27,8 +28,8 @@ from torch_tessera.errors import InfeasiblePlanError
 from torch_tessera.scheduler import milp
 from torch_tessera.scheduler.blocks import (Blocks, aggregate, block_cycle, block_memory_ok, block_memory_over,
                                             tie_layers)
-from torch_tessera.scheduler.counts import (build_classes, realize, round_counts, shift_search, solve_counts,
-                                             split_by_cost)
+from torch_tessera.scheduler.counts import (build_classes, layer_split, realize, round_counts, shift_search,
+                                             solve_counts, split_by_cost)
 from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok
 from torch_tessera.scheduler.heuristics import (chain_dp, greedy_cycle, heft_latency, is_chain, latency_bound,
                                                  local_search, zero_comm_bound)
@@ -42,6 +43,15 @@ log = logging.getLogger(__name__)
 #: so proving the last fraction of a percent costs time without improving the plan (Llama-3.1-8B, 4 devices: 0.9 s
 #: at 1 % vs 1.3 s at 0.5 %, the same polished plan).
 COUNTS_GAP = 1e-2
+#: Method name of a plan polished from a whole-layer split of each program (:func:`counts.layer_split`).
+SPLIT = "lp-split+local"
+#: A tied plan realised from the rounded counts LP is returned without the counts MILP when it is within this relative
+#: gap of the LP bound (or within ``mip_gap``, if larger). The counts MILP, which would run next, stops at
+#: ``max(2 mip_gap, COUNTS_GAP)`` and its counts are realised and polished the same way, so it promises no more than
+#: this; measured, it did not give better plans either: on Mamba-2.8B (2 devices, 2026-11-30) the rounded LP plan was
+#: 0.54 % from the bound, the MILP's counts realised to 0.54 % or 0.44 % depending on which optimal counts HiGHS
+#: returned, and 12 randomised roundings of the LP counts to 0.37-0.67 %, while the MILP took 70 of the 134 ms.
+LP_PLAN_GAP = COUNTS_GAP
 #: A tied plan proven within this relative gap of the counts bound is returned without the untied MILP, which takes
 #: seconds on real DAGs (Llama-3.1-8B, 4 devices: 9 s to the time limit without improving a plan 1.2 % from the
 #: bound). 2 % is the quality target of docs/BENCHMARKS.md; pass ``tie_layers=False`` for the exact MILP.
@@ -114,11 +124,13 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     notes = [f"{tied} repeated layer(s) counted: {groups.B} groups -> {int(label.max()) + 1} classes"] if tied else []
 
     best, method = None, "heft"
+    polished = False  # best is a local optimum of the untied local search (no need to run it again)
+    split = None  # (value, placement, polished) of the best whole-layer split (counts.layer_split), kept apart
 
     def warm_start() -> float | None:
         """List heuristic + local search on the tied blocks (few when layers repeat): an incumbent for the MILP.
         Returns its cycle time (``None`` when it breaks a budget)."""
-        nonlocal best, method
+        nonlocal best, method, polished
         work = aggregate(pb, label) if tied else groups
         hp = local_search(pb, work, greedy_cycle(pb, work), t0 + 0.15 * time_limit)
         if not block_memory_ok(pb, work, hp):
@@ -126,6 +138,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         v = block_cycle(work, hp)
         if best is None or v < best[0] * (1 - 1e-12):
             best, method = (v, work.expand(hp)), "heft"
+            polished = not tied and time.perf_counter() < t0 + 0.15 * time_limit  # untied, and it ended by itself
         return v
 
     glabel = np.zeros(groups.B, dtype=np.int64)
@@ -136,7 +149,6 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         """Realise ``counts`` as a group placement, polish it, keep it if it beats ``best``. With the LP's ``frac``
         counts, while the realisation breaks a memory budget, the class rounded up on a short device that holds the
         most resident bytes gives that member back to the device it was rounded down on."""
-        nonlocal best, method
         gp = realize(pb, groups, cls, counts)
         while frac is not None:
             over = block_memory_over(pb, groups, gp[None])[0]
@@ -151,13 +163,27 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             counts[c, int(np.flatnonzero(up[c])[0])] -= 1
             counts[c, int(np.argmax(room))] += 1
             gp = realize(pb, groups, cls, counts)
+        polish(gp, how)
+
+    def polish(gp: np.ndarray, how: str) -> None:
+        """Shift search, then (tied) untied local search from group placement ``gp``; keep it if it beats ``best``
+        (a whole-layer split: if it beats ``split``)."""
+        nonlocal best, method, polished, split
         gp = shift_search(pb, groups, cls, gp, t0 + 0.9 * time_limit)
         if tied:  # single-group moves repair what the fill order got wrong (edges to the untied end layers)
             gp = local_search(pb, groups, gp, t0 + 0.9 * time_limit)
         if block_memory_ok(pb, groups, gp):
             v = block_cycle(groups, gp)
-            if best is None or v < best[0] * (1 - 1e-12):
-                best, method = (v, groups.expand(gp)), how
+            done = tied and time.perf_counter() < t0 + 0.9 * time_limit  # the search ended by itself
+            if how == SPLIT:
+                if split is None or v < split[0] * (1 - 1e-12):
+                    split = (v, groups.expand(gp), done)
+            elif best is None or v < best[0] * (1 - 1e-12):
+                best, method, polished = (v, groups.expand(gp)), how, done
+
+    def incumbent() -> float:
+        """The best cycle time found so far, the whole-layer splits included (``inf``: none)."""
+        return min(best[0] if best else np.inf, split[0] if split else np.inf)
 
     class_bytes = np.zeros(cls.C)  # resident bytes held by each class (what rounding it down frees)
     for nbytes, q, holders in cls.res:
@@ -169,15 +195,22 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         counts_end = min(counts_end, time.perf_counter() + 0.5 * time_limit)
         counts_gap = max(2 * mip_gap, COUNTS_GAP)
         # its LP relaxation first: a bound as good as the MILP's root bound on real DAGs, and rounded counts that
-        # often realise within mip_gap of it, in a fraction of the MILP's time (Llama-3.1-8B, 4 devices: 0.06 s vs
-        # 2.3 s); the MILP runs only when they do not
+        # often realise within LP_PLAN_GAP of it, in a fraction of the MILP's time (Llama-3.1-8B, 4 devices: 0.06 s
+        # vs 2.3 s); the MILP runs only when they do not
         res, frac = solve_counts(pb, cls, groups.forbidden, max(1e-3, counts_end - time.perf_counter()), relax=True,
                                  presolve=False)
         if res.status == "optimal":
             bound = res.bound
         if frac is not None:
             realise(round_counts(frac, cls.L), "lp+local", frac)
-    if best is None or best[0] > bound * (1 + mip_gap) or not tied:
+        if frac is not None and pb.charges_devices and best is not None:
+            # cut edges cost their devices a hop each, which the LP does not see between layers: also try each
+            # program's layers split into whole-layer ranges by the LP's shares (counts.layer_split)
+            base = np.zeros(groups.B, dtype=np.int64)
+            base[pb.group] = best[1]
+            for gp in layer_split(pb, groups, cls, frac, base):
+                polish(gp, SPLIT)
+    if incumbent() > bound * (1 + max(mip_gap, LP_PLAN_GAP)) or not tied:
         # the cut-off is the list heuristic's plan, not a better realised LP plan: the MILP's objective is a
         # relaxation of the realised cycle time, and a cut-off that close to its optimum made HiGHS search longer for
         # a first solution (4-layer transformer, 3 devices: 184 ms instead of ~60 ms)
@@ -197,13 +230,20 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             v = block_cycle(groups, gp)
             if best is None or v < best[0] * (1 - 1e-12):
                 best, method = (v, groups.expand(gp)), "request-dist+local"
+                polished = time.perf_counter() < t0 + 0.9 * time_limit  # an untied local optimum, if it ended itself
     if bound <= 0.0:
         bound = zero_comm_bound(cls.cost, cls.L, cls.pinned, groups.forbidden)
+    if best is None and split is not None:
+        best, method, polished, split = split[:2], SPLIT, split[2], None
     if best is None:
         raise_infeasible(pb, groups, "" if res.status == "infeasible" else
                          f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
     value, place = best
-    loose = tied and value > bound * (1 + max(2 * mip_gap, RESOLVE_GAP))
+    # the untied MILP (when it runs) is cut off at the counts path's plan, not at a better whole-layer split: that
+    # cut-off only prunes, and HiGHS' time-limited search from it is the one measured before the splits existed (from
+    # the split's value it stopped 2.8 % worse on the 8-layer dit workload; docs/BENCHMARKS.md); the split is kept
+    # if it is still the better plan afterwards
+    loose = tied and min(value, incumbent()) > bound * (1 + max(2 * mip_gap, RESOLVE_GAP))
     if loose and not untied_fits(groups.B * pb.D, time_limit):
         notes.append(f"untied MILP not started: {groups.B} groups x {pb.D} devices exceed "
                      f"{EXACT_BINARIES_PER_SECOND:g} binaries per second of time_limit={time_limit:g} s")
@@ -219,9 +259,11 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             gp = c2.argmax(1)
             v = block_cycle(groups, gp)
             if v < value * (1 - 1e-12) and block_memory_ok(pb, groups, gp):
-                value, place, method = v, groups.expand(gp), "milp(untied)"
+                value, place, method, polished = v, groups.expand(gp), "milp(untied)", False
         notes.append(f"untied MILP on {groups.B} groups: {r2.status}")
-    if value > bound * (1 + 1e-4):  # polish untied
+    if split is not None and split[0] < value * (1 - 1e-12):
+        value, place, method, polished = split[0], split[1], SPLIT, split[2]
+    if value > bound * (1 + 1e-4) and not polished:  # polish untied
         gp = np.zeros(groups.B, dtype=np.int64)
         gp[pb.group] = place
         gp = local_search(pb, groups, gp, max(deadline, time.perf_counter() + 0.05 * time_limit))

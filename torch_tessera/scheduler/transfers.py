@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from torch_tessera.scheduler.blocks import Blocks, block_cycle_many, block_loads_many, block_memory_ok_many
+from torch_tessera.scheduler.blocks import (Blocks, block_cycle_many, block_loads_many, block_memory_ok_many,
+                                            moved_loads_many)
 
 #: Cluster moves are tried for this many of the heaviest cut edges per pass, over clusters of at most ``CLUSTER_MAX``
 #: groups joined by edges at least ``CLUSTER_SHARE`` as heavy as the cut edge.
@@ -72,12 +73,7 @@ def trim_transfers(blocks: Blocks, bplace: np.ndarray, limit: float, deadline: f
         if not moves:
             break
         dev, link = (x[0] for x in block_loads_many(blocks, place[None]))
-        cyc, traffic = np.empty(len(moves)), np.empty(len(moves))
-        for k, (gs, d) in enumerate(moves):  # each move scored from the current loads over its own edges only
-            new = place.copy()
-            new[gs] = d
-            dev1, link1 = _moved_loads(blocks, nbrs, place, new, gs, dev, link)
-            cyc[k], traffic[k] = max(dev1.max(), link1.max()), link1.sum()
+        cyc, traffic = _score_moves(blocks, place, moves, dev, link)
         good = np.flatnonzero((cyc <= limit) & (traffic < cur_traffic * (1 - 1e-9)))
         if pb is not None and len(good):
             trial = np.repeat(place[None], len(good), axis=0)
@@ -143,6 +139,19 @@ def _moved_loads(blocks: Blocks, nbrs: "_Adjacency", old: np.ndarray, new: np.nd
     return dev, link
 
 
+def _score_moves(blocks: Blocks, place: np.ndarray, moves: list[tuple[np.ndarray, int]], dev: np.ndarray,
+                 link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cycle time ``[M]`` and total link load ``[M]`` (seconds per step) after each move alone, all at once from the
+    current loads ``dev`` / ``link`` (:func:`~torch_tessera.scheduler.blocks.moved_loads_many`); the moves taken are
+    applied and re-checked one by one by :func:`_apply`."""
+    size = np.array([len(gs) for gs, _ in moves], dtype=np.int64)
+    group = np.concatenate([gs for gs, _ in moves]).astype(np.int64)
+    to = np.repeat(np.array([d for _, d in moves], dtype=np.int64), size)
+    dev1, link1 = moved_loads_many(blocks, place, np.repeat(np.arange(len(moves)), size), group, to, len(moves),
+                                   dev, link)
+    return np.maximum(dev1.max(1), link1.max(1)), link1.sum(1)
+
+
 class _Adjacency:
     """Neighbours of each group over the aggregated edges, as ``(group, edge)`` pairs (CSR arrays, built once)."""
 
@@ -153,13 +162,30 @@ class _Adjacency:
         self.edge = np.concatenate([np.arange(E), np.arange(E)])
         self.order = np.argsort(ends, kind="stable")
         self.ptr = np.searchsorted(ends[self.order], np.arange(blocks.B + 1))
+        self._heavy: tuple | None = None  # (weight, floor, lists) of the last heavy() call
 
     def edges_of(self, g: int) -> np.ndarray:
         return self.edge[self.order[self.ptr[g]:self.ptr[g + 1]]]
 
-    def of(self, g: int) -> list[tuple[int, int]]:
+    def heavy(self, weight: np.ndarray, floor: float) -> tuple[list[tuple[float, int]], list[int]]:
+        """Every group's ``(edge weight, neighbour)`` pairs over edges of weight at least ``floor`` (or a lower floor:
+        the lists of an earlier call with the same ``weight`` are reused), heaviest first: group ``g``'s are
+        ``pairs[ptr[g]:ptr[g + 1]]`` (Python lists, for the cluster search's loop)."""
+        if self._heavy is not None and self._heavy[0] is weight and self._heavy[1] <= floor:
+            return self._heavy[2]
+        ends = np.repeat(np.arange(len(self.ptr) - 1), np.diff(self.ptr))  # self.order is grouped by end
+        w = weight[self.edge[self.order]]
+        keep = np.flatnonzero(w >= floor)  # on real DAGs most edges carry a few kilobytes
+        o = keep[np.lexsort((-w[keep], ends[keep]))]  # by group, heaviest first
+        ptr = np.r_[0, np.cumsum(np.bincount(ends[o], minlength=len(self.ptr) - 1))]
+        out = list(zip(w[o].tolist(), self.other[self.order][o].tolist())), ptr.tolist()
+        self._heavy = (weight, floor, out)
+        return out
+
+    def of(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(neighbour groups, edges)`` of group ``g``, one entry per incident edge."""
         idx = self.order[self.ptr[g]:self.ptr[g + 1]]
-        return list(zip(self.other[idx].tolist(), self.edge[idx].tolist()))
+        return self.other[idx], self.edge[idx]
 
 
 def _moves(blocks: Blocks, place: np.ndarray, weight: np.ndarray, nbrs: _Adjacency, allowed: np.ndarray,
@@ -177,17 +203,24 @@ def _moves(blocks: Blocks, place: np.ndarray, weight: np.ndarray, nbrs: _Adjacen
     ends = np.unique(np.concatenate([blocks.esrc[cut], blocks.edst[cut]]))
     moves = [(np.array([g]), d) for g in ends[free[ends]].tolist() for d in range(D) if d != place[g] and allowed[d]]
     seen: set[tuple[tuple[int, ...], int]] = set()
+    at = place.tolist()
+    heavy, ptr = nbrs.heavy(weight, CLUSTER_SHARE * min_weight)  # the lightest edge any cluster below can use
+
     for e in cut.tolist():
         for start, target in ((int(blocks.esrc[e]), int(place[blocks.edst[e]])),
                               (int(blocks.edst[e]), int(place[blocks.esrc[e]]))):
             if not allowed[target]:
                 continue
-            home, cutoff = place[start], CLUSTER_SHARE * weight[e]
+            # the groups on start's device joined to it by edges >= cutoff; the set does not depend on the order
+            # they are visited in (all of them, or more than CLUSTER_MAX: not a move)
+            home, cutoff = at[start], CLUSTER_SHARE * weight[e]
             comp, todo = {start}, [start]
             while todo and len(comp) <= CLUSTER_MAX:
                 g = todo.pop()
-                for h, f in nbrs.of(g):
-                    if h not in comp and place[h] == home and weight[f] >= cutoff:
+                for w, h in heavy[ptr[g]:ptr[g + 1]]:
+                    if w < cutoff:
+                        break
+                    if at[h] == home and h not in comp:
                         comp.add(h)
                         todo.append(h)
             key = (tuple(sorted(comp)), target)
