@@ -40,6 +40,25 @@ class HighsResult:
     mip_node_count: int | None = None
 
 
+def _highs_lp(core, c, integrality: np.ndarray | None, lb, ub, A: spmatrix, row_lo, row_hi):
+    """``(HighsLp, n, m)`` of the model :func:`solve` and :func:`write_mps` take (column-wise matrix; integrality
+    set when given: 0 continuous, nonzero integer)."""
+    a = csc_matrix(A)
+    n, m = a.shape[1], a.shape[0]
+    lp = core.HighsLp()
+    lp.num_col_, lp.num_row_ = n, m
+    lp.col_cost_ = np.asarray(c, float)
+    lp.col_lower_, lp.col_upper_ = np.asarray(lb, float), np.asarray(ub, float)
+    lp.row_lower_, lp.row_upper_ = np.asarray(row_lo, float), np.asarray(row_hi, float)
+    lp.a_matrix_.format_ = core.MatrixFormat.kColwise
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, m
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data.astype(float)
+    if integrality is not None:
+        kinds = (core.HighsVarType.kContinuous, core.HighsVarType.kInteger)
+        lp.integrality_ = [kinds[k] for k in (integrality != 0).astype(np.int64).tolist()]
+    return lp, n, m
+
+
 def solve(c: np.ndarray, integrality: np.ndarray, lb: np.ndarray, ub: np.ndarray, A: spmatrix, row_lo: np.ndarray,
           row_hi: np.ndarray, options: dict) -> HighsResult:
     """Solve ``min c.x  s.t.  row_lo <= A x <= row_hi,  lb <= x <= ub,  x_j integer where integrality_j == 1`` with
@@ -59,21 +78,9 @@ def solve(c: np.ndarray, integrality: np.ndarray, lb: np.ndarray, ub: np.ndarray
         from scipy.optimize._highspy import _core
     except ImportError as e:  # pragma: no cover - depends on the SciPy build
         raise TesseraError(f"cannot call HiGHS: this SciPy has no bundled HiGHS binding ({e})") from e
-    a = csc_matrix(A)
-    n, m = a.shape[1], a.shape[0]
     integrality = np.asarray(integrality)
     mip = bool(integrality.any())
-    lp = _core.HighsLp()
-    lp.num_col_, lp.num_row_ = n, m
-    lp.col_cost_ = np.asarray(c, float)
-    lp.col_lower_, lp.col_upper_ = np.asarray(lb, float), np.asarray(ub, float)
-    lp.row_lower_, lp.row_upper_ = np.asarray(row_lo, float), np.asarray(row_hi, float)
-    lp.a_matrix_.format_ = _core.MatrixFormat.kColwise
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, m
-    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data.astype(float)
-    if mip:
-        kinds = (_core.HighsVarType.kContinuous, _core.HighsVarType.kInteger)
-        lp.integrality_ = [kinds[k] for k in (integrality != 0).astype(np.int64).tolist()]
+    lp, n, m = _highs_lp(_core, c, integrality if mip else None, lb, ub, A, row_lo, row_hi)
     h = _core._Highs()
     h.setOptionValue("output_flag", False)
     for key, val in options.items():
@@ -119,18 +126,7 @@ def write_mps(path: str | os.PathLike, c: np.ndarray, integrality: np.ndarray, l
         from scipy.optimize._highspy import _core
     except ImportError as e:  # pragma: no cover - depends on the SciPy build
         raise TesseraError(f"cannot dump the MILP: this SciPy has no bundled HiGHS binding ({e})") from e
-    a = csc_matrix(A)
-    n, m = a.shape[1], a.shape[0]
-    lp = _core.HighsLp()
-    lp.num_col_, lp.num_row_ = n, m
-    lp.col_cost_ = np.asarray(c, float)
-    lp.col_lower_, lp.col_upper_ = np.asarray(lb, float), np.asarray(ub, float)
-    lp.row_lower_, lp.row_upper_ = np.asarray(row_lo, float), np.asarray(row_hi, float)
-    lp.a_matrix_.format_ = _core.MatrixFormat.kColwise
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, m
-    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
-    kinds = (_core.HighsVarType.kContinuous, _core.HighsVarType.kInteger)
-    lp.integrality_ = [kinds[int(k)] for k in np.asarray(integrality)]
+    lp, n, m = _highs_lp(_core, c, np.asarray(integrality), lb, ub, A, row_lo, row_hi)
     h = _core._Highs()
     h.setOptionValue("output_flag", False)
     if h.passModel(lp) == _core.HighsStatus.kError:
