@@ -61,6 +61,9 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     assert "MEASURED" in out and (tmp_path / "bench.png").stat().st_size > 0
     # tessera is the better of one placement and one request stream per device (each stream its own weights copy,
     # KV cache and executors); on two equal CPU devices the streams plan wins and both are run and checked
+    # (the note says which plan won; the single placement is kept as tessera-single exactly when the streams did)
+    assert meta["streams"].startswith("--streams:")
+    assert ("tessera-single" in rows) == ("the streams plan is tessera" in meta["streams"])
     if "tessera-single" in rows:
         assert set(meta["plans"]["tessera"]["placements"]) == {"prefill", "decode", "prefill@1", "decode@1"}
         assert 0 < rows["tessera"]["concurrent_output_per_s"] < math.inf and rows["tessera"]["equal"] is True

@@ -197,7 +197,7 @@ def test_measured_bench_plans_with_the_charge_and_one_micro_batch():
     pre = transformer_dag(layers=4, tokens=256, context=1024, rope_tables=True)
     dec = transformer_dag(layers=4, tokens=16, context=1024, rope_tables=True)
     wl = Workload.llm(pre, roofline_costs(pre, devs), dec, roofline_costs(dec, devs, seed=1), 8.0)
-    plans, bound = make_plans(wl, topo, 2)
+    plans, bound, _ = make_plans(wl, topo, 2)
     assert PLAN_MICRO_BATCHES == 1
     t = plans["tessera"]
     for name, p in plans.items():

@@ -93,13 +93,14 @@ def close_to_eager(got: torch.Tensor, prog: Compiled) -> tuple[bool, float]:
 PLAN_MICRO_BATCHES = 1
 
 
-def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False) -> tuple[dict[str, Any], float]:
+def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False) -> tuple[dict[str, Any], float, str]:
     """Every plan of :func:`~torch_tessera.benchmark.plan_names` (a ``NotApplicableError`` or
     ``InfeasiblePlanError`` in place of a plan that does not apply or fit; with ``streams``, ``tessera`` as
     :func:`~torch_tessera.benchmark.with_streams` picks it) and the zero-communication bound's cycle (seconds per
     workload step, over the measured costs with free transfers; with ``streams`` the better of one placement's and
-    one request stream per device's). Every plan, tessera and baselines, is scored by the same model: the
-    topology's per-hop charge included (:attr:`Topology.hop_overhead`)."""
+    one request stream per device's), and with ``streams`` the note saying which plan became ``tessera`` (else
+    ``""``). Every plan, tessera and baselines, is scored by the same model: the topology's per-hop charge included
+    (:attr:`Topology.hop_overhead`)."""
     from torch_tessera.benchmark import plan_names, with_streams
     from torch_tessera.errors import InfeasiblePlanError
     from torch_tessera.scheduler import NotApplicableError, plan, plan_streams
@@ -117,10 +118,11 @@ def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False) -> tup
                                micro_batches=PLAN_MICRO_BATCHES)
         except (NotApplicableError, InfeasiblePlanError) as e:
             plans[name] = e
+    note = ""
     if streams:
         plans, note = with_streams(plans, wl, topo, micro_batches=PLAN_MICRO_BATCHES)
         log.warning("%s", note)  # the report's reader must see which plan tessera is
-    return plans, bound
+    return plans, bound, note
 
 
 def program_frequencies(p: Any, s: MeasureSettings) -> dict[str, float]:

@@ -85,7 +85,7 @@ class MeasureSettings:
         profile_cache: profile cache directory (``None``: ``$TESSERA_CACHE_DIR`` or ``~/.cache/torch_tessera``).
         streams: also plan one request stream per device (:func:`~torch_tessera.scheduler.plan_streams`) and make
             it ``tessera`` where the model prefers it (``tessera-single`` beside it). Off by default: on two H200s
-            (2026-11-30) every streams plan ran at 0.42-0.56x its model and below the single placement.
+            (2026-11-30) every streams plan ran at 0.47-0.60x its model and below the single placement.
     """
 
     model: str = "llama"
