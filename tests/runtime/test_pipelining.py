@@ -205,6 +205,42 @@ def test_slot_priorities_are_staggered():
     assert [lane.priority for lane in lanes] == [-2, -1, 0]
 
 
+def test_priority_classes_put_the_urgent_program_ahead_of_the_background_one():
+    """Across programs (decode "urgent", prefill "background"): every urgent slot is strictly more urgent than every
+    background stream and than a normal program's last slot; an unknown class is refused by the executor, the
+    backend option and the helper."""
+    from torch_tessera.backend.config import TesseraConfig
+    from torch_tessera.errors import ConfigError, TesseraError
+    from torch_tessera.measure.execute import program_priorities
+    from torch_tessera.runtime.pipelining import _lanes, single_priority
+
+    for slots in (1, 2, 4, 8):
+        urgent, background = slot_priorities(slots, -5, "urgent"), slot_priorities(slots, -5, "background")
+        assert max(urgent) < min(background) == 0
+        assert max(urgent) < max(slot_priorities(slots, -5))
+        assert urgent == sorted(urgent) and min(urgent) >= -5
+    assert slot_priorities(4, -5, "urgent") == [-4, -3, -2, -1]
+    assert single_priority("urgent", -5) == -1 and single_priority("background", -5) == 0
+    with pytest.raises(ValueError, match="priority_class"):
+        slot_priorities(2, -5, "high")
+    runner, _ = _compile(MLP(32, 64).eval(), (torch.randn(8, 32),))
+    runner.priority_class = "urgent"
+    runner.set_placement({i: i % 2 for i in range(len(runner.program.launches))})
+    assert runner.executor.priority_class == "urgent"
+    assert [lane.priority for lane in _lanes(runner.executor, 2)] == [-2, -1]  # CPU: CUDA's range assumed
+    runner.priority_class = "loud"
+    with pytest.raises(TesseraError, match="priority_class"):
+        runner.set_placement({i: 0 for i in range(len(runner.program.launches))})
+    with pytest.raises(ConfigError, match="priority"):
+        TesseraConfig.from_options({"priority": "loud"})
+    assert program_priorities({"prefill": 1.0, "decode": 129.0}) == {"prefill": "background", "decode": "urgent"}
+    assert program_priorities({"prefill": 1.0, "decode": 129.0}, enabled=False) == {"prefill": "normal",
+                                                                                     "decode": "normal"}
+    assert program_priorities({"denoise": 50.0}) == {"denoise": "normal"}
+    assert program_priorities({"prefill@0": 1.0, "decode@0": 64.0, "prefill@1": 1.0, "decode@1": 64.0}) == {
+        "prefill@0": "background", "decode@0": "urgent", "prefill@1": "background", "decode@1": "urgent"}
+
+
 def test_weights_copied_once_and_must_be_shared():
     torch.manual_seed(0)
     model = MLP(32, 64).eval()

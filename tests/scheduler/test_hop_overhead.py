@@ -342,3 +342,51 @@ def test_layer_split_returns_only_splits_that_fit_memory():
     assert got and all(block_memory_ok(pb, groups, gp) for gp in got)
     p = plan(wl, None, tp, cache_dir=False, memory_budgets=budgets)
     assert all(m <= b for m, b in zip(p.memory_bytes, budgets))
+
+
+def _fork_join(branch_ms: float):
+    """``a -> {b, c} -> d``: 10 ms kernels at the ends, two independent ``branch_ms`` kernels between, same cost on
+    both devices; running ``c`` on the other device overlaps it with ``b`` at the price of two hops."""
+    from conftest import MB
+    from torch_tessera.lowering.program import BufferKind
+    from torch_tessera.scheduler.synthetic import SynthKernel, _buf, dag_from_kernels
+
+    buffers: dict = {}
+    t = {n: _buf(buffers, f"t_{n}", BufferKind.TEMP, 4000) for n in "abcd"}
+    w = {n: _buf(buffers, f"w_{n}", BufferKind.PARAMETER, MB) for n in "abcd"}
+    ks = [SynthKernel("a", "gemm", [w["a"]], [t["a"]], 0.0),
+          SynthKernel("b", "gemm", [t["a"], w["b"]], [t["b"]], 0.0),
+          SynthKernel("c", "gemm", [t["a"], w["c"]], [t["c"]], 0.0),
+          SynthKernel("d", "gemm", [t["b"], t["c"], w["d"]], [t["d"]], 0.0)]
+    dag = dag_from_kernels(ks, buffers)
+    ms = {"a": 10.0, "b": branch_ms, "c": branch_ms, "d": 10.0}
+    nodes = sorted(dag.graph.nodes)
+    names = {k: dag.graph.nodes[k]["name"] if "name" in dag.graph.nodes[k] else ks[i].name
+             for i, k in enumerate(nodes)}
+    cost = np.array([[ms[names[k]] * 1e-3] * 2 for k in nodes])
+    return dag, CostTable(("d0", "d1"), tuple(nodes), cost)
+
+
+@pytest.mark.parametrize("branch_ms,kept", [(1.0, False), (4.0, True)])
+def test_latency_plan_keeps_cuts_only_for_a_gain_above_the_tolerance(branch_ms, kept):
+    """Shedding (``solve.shed_latency_cuts``): with 0.2 ms per hop, overlapping two 1 ms branches on two devices
+    saves 0.6 of 22 ms (2.7 %, under ``LATENCY_CUT_TOLERANCE``): the plan keeps no cut and says so; two 4 ms
+    branches save 3.6 of 28 ms (13 %): the cuts stay. Checked against brute force over all 16 placements."""
+    from torch_tessera.scheduler.solve import LATENCY_CUT_TOLERANCE
+
+    dag, costs = _fork_join(branch_ms)
+    tp = charged_topo(2, hop=2e-4, bw=1e9, lat=1e-6)
+    scored = [(_ref_latency_hop(dag, costs, tp, pl), _cuts(dag, pl)) for pl in all_placements(dag, 2)]
+    best = min(s for s, _ in scored)
+    homo = (2 * 10.0 + 2 * branch_ms) * 1e-3
+    assert (best < homo / (1 + LATENCY_CUT_TOLERANCE)) == kept  # the case is what its name says
+    p = plan(dag, costs, tp, policy="latency", cache_dir=False)
+    assert p.predicted_seconds == pytest.approx(_ref_latency_hop(dag, costs, tp, p.placement), rel=1e-9)
+    assert p.predicted_seconds <= best * (1 + LATENCY_CUT_TOLERANCE) * (1 + 1e-9)
+    if kept:
+        assert _cuts(dag, p.placement) > 0
+        assert p.predicted_seconds == pytest.approx(best, rel=1e-9)
+    else:
+        assert _cuts(dag, p.placement) == 0
+        assert p.predicted_seconds == pytest.approx(homo, rel=1e-9)
+        assert any("cut edges" in n and "tolerance" in n for n in p.solver.notes)

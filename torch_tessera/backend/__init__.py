@@ -93,7 +93,7 @@ def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
                             **({"dump_dir": config.dump_dir} if config.dump_dir else {}))
     return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, plan=plan,
                          timeout_s=config.timeout_s, cuda_graphs=config.cuda_graphs,
-                         graph_copies=config.graph_copies)
+                         graph_copies=config.graph_copies, priority_class=config.priority)
 
 
 def _with_executors(fn: Callable, executors: list) -> Callable:

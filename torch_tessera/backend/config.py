@@ -13,6 +13,8 @@ FALLBACKS = ("inductor", "raise")
 #: Keep in sync with torch_tessera.backend.pipeline.BACKEND_POLICIES (not imported here: config stays light).
 #: Keep in sync with torch_tessera.runtime.placed.GRAPH_COPIES.
 GRAPH_COPIES = ("link", "producer", "push")
+#: stream priority classes (same as torch_tessera.runtime.pipelining.PRIORITY_CLASSES; config stays import-light)
+PRIORITY_CLASSES = ("normal", "urgent", "background")
 POLICIES = ("throughput", "latency", "homo-L", "homo-R", "af", "layer", "home", "random")
 
 
@@ -46,6 +48,9 @@ class TesseraConfig:
             against 9.9-10.8 us for ``"link"`` at 8-256 KiB on two H200s), the others as with ``"link"``; on other
             devices every copy as with ``"link"`` (``torch_tessera.runtime.push``). Needs ``cuda_graphs`` ``True``
             or ``"whole"``.
+        priority: stream priority class of the compiled program when several share the devices (``"normal"``
+            default; ``"urgent"`` for the per-token program, e.g. an LLM's decode, ``"background"`` for bulk work
+            such as its prefill): see ``torch_tessera.runtime.pipelining.PRIORITY_CLASSES``.
     """
 
     fallback: str = "inductor"
@@ -56,6 +61,7 @@ class TesseraConfig:
     timeout_s: float = 60.0
     cuda_graphs: bool | str = False
     graph_copies: str = "link"
+    priority: str = "normal"
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
@@ -73,6 +79,8 @@ class TesseraConfig:
         if self.graph_copies != "link" and self.cuda_graphs not in (True, "whole"):
             raise ConfigError(f"option graph_copies={self.graph_copies!r} places copies inside one CUDA graph over the "
                               f"devices: also pass cuda_graphs=True (got cuda_graphs={self.cuda_graphs!r})")
+        if self.priority not in PRIORITY_CLASSES:
+            raise ConfigError(f"option priority={self.priority!r} is not one of {PRIORITY_CLASSES}")
         if self.timeout_s <= 0:
             raise ConfigError(f"option timeout_s={self.timeout_s} must be positive (seconds)")
 

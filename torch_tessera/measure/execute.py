@@ -132,6 +132,19 @@ def program_frequencies(p: Any, s: MeasureSettings) -> dict[str, float]:
     return freq if any("@" in n for n in freq) else dict(s.composition.frequencies)
 
 
+def program_priorities(freq: Mapping[str, float], enabled: bool = True) -> dict[str, str]:
+    """Stream priority class of each program (:data:`~torch_tessera.runtime.pipelining.PRIORITY_CLASSES`): when
+    programs run at different frequencies, the most frequent (an LLM's decode, on every output token's path) is
+    ``"urgent"`` and the others (its prefill, bulk work) ``"background"``; otherwise, or when not ``enabled``, all
+    ``"normal"``. Why: measured 2026-11-30 on two H200s (call C, Llama, 24 SMs), a decode split over both GPUs left
+    GPU 1 idle 26 % of each concurrent step while the prefill's kernels on GPU 0 ran between decode's stages
+    (docs/BENCHMARKS.md, "Model refit on session-5 runs")."""
+    if not enabled or len(freq) < 2 or len(set(freq.values())) < 2:
+        return {n: "normal" for n in freq}
+    top = max(freq.values())
+    return {n: "urgent" if f == top else "background" for n, f in freq.items()}
+
+
 class PlacedCall:
     """One program called on its executor directly, its STATE inputs (KV cache, SSM state) kept on the devices
     that own them under the current placement (:meth:`PlacedExecutor.set_state_homes`), as a deployment of the plan
@@ -197,8 +210,11 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
                            "pipelined_seconds": {}}
     calls: dict[str, PlacedCall] = {}
     pipes: dict[str, list[PlacedCall]] = {}  # program -> its micro-batches, for the concurrent timing
+    classes = program_priorities(program_frequencies(p, s), s.priorities)
+    out["priority_classes"] = classes
     for prog in progs:
         runner = prog.runner
+        runner.priority_class = classes.get(prog.name, "normal")
         runner.set_placement(p.placements[prog.name], p)
         sync = lambda: _devices_sync(runner)  # noqa: E731
         with torch.no_grad():
@@ -294,23 +310,27 @@ def device_busy(fn: Callable[[], Any], before: Callable[[], None], sync: Callabl
         return {"error": f"{type(e).__name__}: {e}"[:200]}
 
 
-def _own_streams(runner: Any) -> Any:
+def _own_streams(runner: Any, priority_class: str = "normal") -> Any:
     """A fresh current stream on every CUDA device of ``runner`` for the calling thread (a context manager).
 
     The executor orders each call after the caller's current stream on every device it uses (the inputs and the
     state may still be in flight there) and a home-only graph replays on it. Threads that share the default streams
     therefore wait for each other's calls: measured 2026-11-30 on two H200s, a request stream per GPU (prefill and
     decode threads each) ran at 0.47x of the same programs on separate GPUs, as if one after another. A serving
-    process gives each request stream its own CUDA streams; so does this timing."""
+    process gives each request stream its own CUDA streams; so does this timing. They have the priority of the
+    program's ``priority_class`` (a graph kept on one device replays on them, at their priority)."""
     import contextlib
 
+    from torch_tessera.runtime.pipelining import greatest_priority, single_priority
+
+    prio = single_priority(priority_class, greatest_priority(runner.devices))
     stack = contextlib.ExitStack()
     seen = set()
     for d in runner.devices:
         dev = d.torch_device
         if dev.type == "cuda" and dev.index not in seen:
             seen.add(dev.index)
-            stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device=dev)))
+            stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device=dev, priority=prio)))
     return stack
 
 
@@ -352,7 +372,7 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
     def worker(prog: Compiled) -> None:
         start.wait()
         try:
-            with torch.no_grad(), _own_streams(prog.runner):
+            with torch.no_grad(), _own_streams(prog.runner, getattr(prog.runner, "priority_class", "normal")):
                 call, pipe = calls[prog.name], (pipes or {}).get(prog.name)
                 if pipe is not None:
                     batches = [c.args for c in pipe]

@@ -120,7 +120,7 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
 #: what each executed plan's run reports beside its row (per program): bytes copied by purpose in one call, GPU
 #: busy time of one call (:func:`~torch_tessera.measure.execute.device_busy`), call times
 RUN_DETAILS = ("seconds", "pipelined_seconds", "concurrent_step_seconds", "bytes_per_call", "device_busy",
-               "pipelined_busy", "cut_edges", "error")
+               "pipelined_busy", "cut_edges", "priority_classes", "error")
 
 
 def total_steps(n_devices: int, n_programs: int = 2) -> int:

@@ -86,6 +86,9 @@ class MeasureSettings:
         streams: also plan one request stream per device (:func:`~torch_tessera.scheduler.plan_streams`) and make
             it ``tessera`` where the model prefers it (``tessera-single`` beside it). Off by default: on two H200s
             (2026-11-30) every streams plan ran at 0.47-0.60x its model and below the single placement.
+        priorities: give the most frequent program of a multi-program workload (an LLM's decode) ``"urgent"``
+            streams and the others ``"background"`` ones (:func:`~torch_tessera.measure.execute.program_priorities`),
+            as a serving process would; ``False``: every program ``"normal"`` (the behaviour before 2026-11-30).
     """
 
     model: str = "llama"
@@ -106,6 +109,7 @@ class MeasureSettings:
     cuda_graphs: bool | None = None
     profile_cache: str | None = None
     streams: bool = False
+    priorities: bool = True
 
     def __post_init__(self) -> None:
         from torch_tessera.models import get_model

@@ -103,7 +103,12 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
     devices = executor.devices
     torch.cuda.synchronize()
     if lane is None:
-        executor.streams = [d.new_stream() for d in devices]  # capture needs non-default streams
+        from torch_tessera.runtime.pipelining import greatest_priority, single_priority
+
+        prio = single_priority(getattr(executor, "priority_class", "normal"), greatest_priority(devices))
+        # capture needs non-default streams; a replay runs at its launch stream's priority (CUDA graphs' default,
+        # without cudaGraphInstantiateFlagUseNodePriority)
+        executor.streams = [d.new_stream(priority=prio) for d in devices]
     streams = executor.streams if lane is None else lane.streams
     pools = executor.make_pools()
     if lane is not None:

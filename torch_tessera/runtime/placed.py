@@ -28,6 +28,7 @@ from torch_tessera.runtime.executor import (
     fresh_extern_outputs,
     launch_buffers,
 )
+from torch_tessera.runtime.pipelining import PRIORITY_CLASSES
 from torch_tessera.runtime.schedule import (
     copy_hazards,
     CopyStep,
@@ -73,6 +74,9 @@ class PlacedExecutor:
             writing the consumer's memory over peer access, for cut edges of at most
             :data:`~torch_tessera.runtime.push.PUSH_MAX_BYTES` between GPUs with peer access (other copies as with
             ``"link"``; :mod:`torch_tessera.runtime.push`). Only with ``cuda_graphs`` ``True`` / ``"whole"``.
+        priority_class: stream priority of this program's compute streams and pipeline lanes when programs share
+            devices (:data:`~torch_tessera.runtime.pipelining.PRIORITY_CLASSES`: ``"normal"``, ``"urgent"`` for
+            the per-token program, ``"background"`` for bulk work); a CUDA graph replays at its stream's priority.
 
     Attributes:
         transfers: count of copies performed, by purpose (``cut``, ``input``, ``weights``, ``gather``); a cut edge
@@ -94,6 +98,7 @@ class PlacedExecutor:
         memory_estimate: Sequence[int] | None = None,
         cuda_graphs: bool | str = False,
         graph_copies: str = "link",
+        priority_class: str = "normal",
     ) -> None:
         self.program = program
         self.devices = list(devices)
@@ -137,6 +142,9 @@ class PlacedExecutor:
         if graph_copies not in GRAPH_COPIES:
             raise TesseraError(f"graph_copies={graph_copies!r}: use one of {GRAPH_COPIES}")
         self.graph_copies = graph_copies
+        if priority_class not in PRIORITY_CLASSES:
+            raise TesseraError(f"priority_class={priority_class!r}: use one of {PRIORITY_CLASSES}")
+        self.priority_class = priority_class
         self.captures = 0
         self._graphs: Any = None
 

@@ -33,6 +33,7 @@ class TesseraRunner:
         timeout_s: float = 60.0,
         cuda_graphs: bool | str = False,
         graph_copies: str = "link",
+        priority_class: str = "normal",
     ) -> None:
         self.program = program
         self.dag = dag
@@ -42,13 +43,14 @@ class TesseraRunner:
         self.timeout_s = timeout_s
         self.cuda_graphs = cuda_graphs
         self.graph_copies = graph_copies
+        self.priority_class = priority_class  # see PlacedExecutor; read again by every set_placement
         self.executor = self._make(placement)
 
     def _make(self, placement: Mapping[int, int]) -> PlacedExecutor:
         estimate = getattr(self.plan, "memory_bytes", None)
         return PlacedExecutor(self.program, self.dag, placement, self.devices, self._kernel_objects,
                               timeout_s=self.timeout_s, memory_estimate=estimate, cuda_graphs=self.cuda_graphs,
-                              graph_copies=self.graph_copies)
+                              graph_copies=self.graph_copies, priority_class=self.priority_class)
 
     def set_placement(self, placement: Mapping[int, int], plan: Any = None) -> None:
         """Run with another placement from the next call on (weights are re-placed)."""

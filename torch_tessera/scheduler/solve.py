@@ -13,7 +13,8 @@ incumbent and the counts MILP is the exact placement MILP.
 Latency: exact DP when every program is a path; otherwise HEFT, single-device and baseline (layer, af, pd)
 candidates (the throughput plan when none fits memory), then the critical-path MILP (skipped with tied layers above
 ``LATENCY_TIED_MILP_KERNELS``), each candidate re-scored by the list-schedule simulator, then single-block moves
-scored the same way.
+scored the same way; last, cut edges are shed while the predicted latency stays within
+``LATENCY_CUT_TOLERANCE`` of the best found (:func:`shed_latency_cuts`).
 """
 
 from __future__ import annotations
@@ -78,6 +79,14 @@ TRANSFER_TOLERANCE = 5e-3
 #: ran to the 10 s limit without beating HEFT or the layer baseline, and the local search reached the same plans
 #: without it (Llama, 2 devices: 1.4 s instead of 10 s; 2026-11-29).
 LATENCY_TIED_MILP_KERNELS = 500
+
+#: Relative latency increase a latency plan may take to keep fewer cut edges (:func:`shed_latency_cuts`). A cut buys
+#: a predicted gain only as good as the hop model behind it: fitted on the H200 pair, the per-hop charge left a mean
+#: error of 11 % on plans with cuts (docs/BENCHMARKS.md, "Per-hop charge in the throughput model", 2026-11-30), and on
+#: the simulated A100 + L40S pair the latency plan kept 156 cut edges for a predicted 1.5 % over the A100 alone
+#: (2026-11-30). 5 %: a gain smaller than half the model's error does not justify a cut; the serving sweep of
+#: 2026-11-30 (call D) measured the latency plan with 103-111 cuts at 2x homo-L's time per token.
+LATENCY_CUT_TOLERANCE = 5e-2
 
 
 @dataclass
@@ -345,9 +354,85 @@ def solve_latency(pb: Problem, time_limit: float, use_ties: bool = True) -> Solu
                 value, place, method = v2, p2, method + "+local"
     notes = [f"{tied} repeated layer(s) tied in the MILP"] if tied else []
     notes.append(f"critical-path MILP: {res.status}")
+    best = value
+    shed = shed_latency_cuts(pb, cands + [(value, place, method)], best, groups, LATENCY_CUT_TOLERANCE,
+                             max(deadline, time.perf_counter() + 0.1 * time_limit))
+    if shed is not None:
+        cuts_before = cut_count(pb, place)
+        value, place, how = shed
+        notes.append(f"kept {cut_count(pb, place)} of {cuts_before} cut edges ({how}) for a predicted latency "
+                     f"{(value / best - 1) * 100:.2f} % above the best found (tolerance {LATENCY_CUT_TOLERANCE:.0%})")
+        method = method + "+shed"
     status = "optimal" if value <= bound * (1 + 1e-4) else ("time limit" if res.status == "time limit" else "feasible")
     return Solution(place, value, min(bound, value), method + ("(tied)" if tied and method == "milp" else ""),
                     status, res.nodes, work.B, notes)
+
+
+def cut_count(pb: Problem, place: np.ndarray) -> int:
+    """Number of dependency edges of ``pb`` whose two kernels ``place`` puts on different devices."""
+    return int((place[pb.esrc] != place[pb.edst]).sum())
+
+
+def shed_latency_cuts(pb: Problem, cands: list[tuple[float, np.ndarray, str]], best: float, groups: Blocks,
+                      tolerance: float, deadline: float) -> tuple[float, np.ndarray, str] | None:
+    """A latency plan with fewer cut edges whose predicted latency is at most ``best x (1 + tolerance)``.
+
+    First the candidate with the fewest cut edges within that limit (single devices, baselines, HEFT, the MILP and
+    the polished plan are all candidates; ties go to the lower latency); then, until ``deadline``, single-group
+    moves that remove cut edges (each group of ``groups`` to the device most of its cut neighbours use) while the
+    plan stays within the limit and fits memory.
+
+    Args:
+        pb: the problem.
+        cands: ``(latency seconds, placement [n], name)`` of every plan found, the polished plan included.
+        best: the lowest latency found (seconds).
+        groups: ``pb`` aggregated over its hard groups (moves keep groups whole and respect their pins).
+        tolerance: relative latency increase allowed (:data:`LATENCY_CUT_TOLERANCE`).
+        deadline: ``time.perf_counter()`` value after which no move is tried.
+
+    Returns:
+        ``(latency seconds, placement, how)`` when it keeps fewer cut edges than the plan with latency ``best``,
+        else ``None``.
+    """
+    limit = best * (1 + tolerance)
+    incumbent = min(cands, key=lambda c: c[0])
+    ok = [c for c in cands if c[0] <= limit]
+    value, place, name = min(ok, key=lambda c: (cut_count(pb, c[1]), c[0]))
+    cuts = cut_count(pb, place)
+    start = cut_count(pb, incumbent[1])
+    moved = 0
+    improved = cuts > 0
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        cut = place[pb.esrc] != place[pb.edst]
+        touched = np.unique(np.concatenate([groups.label[pb.esrc[cut]], groups.label[pb.edst[cut]]]))
+        for b in touched.tolist():
+            if groups.pinned[b] >= 0 or time.perf_counter() > deadline:
+                continue
+            members = groups.label == b
+            cur = int(place[members][0])
+            # neighbours across this group's cut edges, by device
+            out = members[pb.esrc] & cut
+            inn = members[pb.edst] & cut
+            others = np.concatenate([place[pb.edst[out]], place[pb.esrc[inn]]])
+            if len(others) == 0:
+                continue
+            for g in np.argsort(-np.bincount(others, minlength=pb.D)).tolist():
+                if g == cur or groups.forbidden[g]:
+                    continue
+                trial = place.copy()
+                trial[members] = g
+                c2 = cut_count(pb, trial)
+                if c2 >= cuts:
+                    continue
+                v2 = latency_seconds(pb, trial)
+                if v2 <= limit and memory_ok(pb, trial):
+                    place, value, cuts, improved = trial, v2, c2, True
+                    moved += 1
+                    break
+    if cuts >= start:
+        return None
+    return value, place, f"from {name}" + (f", {moved} group move(s)" if moved else "")
 
 
 def _latency_baselines(pb: Problem) -> list[tuple[str, np.ndarray]]:
