@@ -6,15 +6,29 @@ without CUDA graphs. Reports token equality with Inductor, the logits cosine of 
 token (steps after it see different prefixes), the reference's top-1 / top-2 logit margin where tokens first differ
 (a near-tie there means numerics, not a bug), and time per decode step. Writes generate.json under --out.
 
+The issue-5 check (Must-show: under a plan with at least one cut per layer, decode logits agree with single-GPU
+Inductor, cosine >= 0.999, and 32 greedy tokens are identical) is one command::
+
+    python3 bench/gpu_generate_check.py --out $OUT/gen --layers 32 --deterministic --graphs \\
+        --graph-copies push --policy af --skip "eager,tessera af"
+
+(Inductor in this process, ``tessera af +graphs`` with push copies in a child process started at once, so that its
+compile overlaps the reference's; it waits for ``reference.pt`` before comparing.) Each tessera row holds
+the cut edges of every program per decoder layer (``cut_edges_per_layer``: prefill and decode), the decode steps'
+minimum logits cosine before the first differing token, and ``must_show``: each condition and whether all hold.
+
 ``--deterministic`` sets Inductor's deterministic mode (``torch._inductor.config.deterministic``: no on-device
 benchmarking, so the reference compile and ours pick the same kernel configurations) for every compile.
-CUDA-graph cases run in a child process (``--only``), so a device-side assert there cannot end the other cases.
+CUDA-graph cases run in a child process (``--only``, output in ``child_<case>.log``), so a device-side assert there
+cannot end the other cases; children run beside this process, so their ms/token and the in-process cases' may overlap
+(compare speeds from runs without children).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -39,8 +53,13 @@ def main() -> int:
     ap.add_argument("--policy", default="af")
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--graphs", action="store_true", help="also run each policy with CUDA graphs (child process)")
+    ap.add_argument("--graph-copies", default="link", choices=("link", "producer", "push"),
+                    help="how copies inside the one CUDA graph run (the backend's graph_copies option)")
+    ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # "cpu": a smoke run of this script's logic
+    ap.add_argument("--size", default="full", choices=("full", "tiny"), help=argparse.SUPPRESS)
     ap.add_argument("--skip", default="", help="comma-separated case names not to run (e.g. 'tessera af,eager')")
     ap.add_argument("--only", default=None, help="run this one case (and the Inductor reference) only")
+    ap.add_argument("--in-child", default="graphs", choices=("graphs", "all"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.only:
         import logging
@@ -57,28 +76,29 @@ def main() -> int:
     from transformers import LlamaForCausalLM
 
     from torch_tessera.models import llama_config
-    from torch_tessera.runtime.schedule import cut_edge_count
+    from torch_tessera.runtime.schedule import cut_edge_count, cut_edges_per_layer
 
-    cfg = llama_config("full")
+    cfg = llama_config(args.size)
     cfg.num_hidden_layers = args.layers
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    with torch.device(args.device):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
-    ids = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt), device="cuda")
+    ids = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt), device=args.device)
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     kw = dict(max_new_tokens=NEW, do_sample=False, cache_implementation="static", disable_compile=True,
               return_dict_in_generate=True, output_logits=True)
-    res: dict = {"args": vars(args), "torch": torch.__version__, "runs": {}, "errors": {}}
+    res: dict = {"args": vars(args), "torch": torch.__version__, "runs": {}, "errors": {}, "must_show": {}}
     orig_forward = model.forward
 
     def run(name, forward):
         model.forward = forward
         with torch.no_grad():
             out = model.generate(ids, **kw)  # compiles
-            torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
             out = model.generate(ids, **kw)
-            torch.cuda.synchronize()
+            sync()
             wall = time.perf_counter() - t0
         model.forward = orig_forward
         logits = torch.stack([x.float() for x in out.logits])
@@ -88,20 +108,23 @@ def main() -> int:
     cases = [("inductor", "inductor"), ("eager", None)]
     for pol in args.policy.split(","):  # graphs first: the case a time limit should not cut off
         if args.graphs:
-            cases += [(f"tessera {pol} +graphs", {"devices": args.devices, "policy": pol, "cuda_graphs": True})]
+            cases += [(f"tessera {pol} +graphs", {"devices": args.devices, "policy": pol, "cuda_graphs": True,
+                                                   "graph_copies": args.graph_copies})]
         cases += [(f"tessera {pol}", {"devices": args.devices, "policy": pol})]
     skip = {c.strip() for c in args.skip.split(",") if c.strip()}
     cases = [c for c in cases if c[0] not in skip or c[0] == "inductor"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    children = {}
     if args.only:
         cases = [c for c in cases if c[0] == args.only]
-        ref_seq, ref_logits = torch.load(out / "reference.pt")  # the parent's Inductor run
+    else:  # child cases start now: they compile while this process runs the Inductor reference they compare with
+        for f in [out / "reference.pt", out / "reference.failed", *out.glob("generate_*.json")]:
+            f.unlink(missing_ok=True)
+        children = {name: _start_child(args, name, out) for name, how in cases
+                    if isinstance(how, dict) and (how.get("cuda_graphs") or args.in_child == "all")}
     for name, how in cases:
-        if isinstance(how, dict) and how.get("cuda_graphs") and not args.only:
-            res["runs"][name] = _child(args, name, out)
-            print(name, res["runs"][name], flush=True)
-            _write(res, args, out)
+        if name in children:
             continue
         try:
             torch._dynamo.reset()
@@ -117,7 +140,10 @@ def main() -> int:
             row = {"seconds_per_generate": wall, "ms_per_token": wall * 1e3 / NEW}
             if name == "inductor":
                 ref_seq, ref_logits = seq, logits
-                torch.save((seq.cpu(), logits.cpu()), out / "reference.pt")
+                torch.save((seq.cpu(), logits.cpu()), out / "reference.tmp")
+                os.replace(out / "reference.tmp", out / "reference.pt")  # whole, for a child polling for it
+            if args.only and ref_seq is None:
+                ref_seq, ref_logits = _wait_reference(out)  # the parent's Inductor run
             if ref_seq is not None and name != "inductor":
                 ref_seq, ref_logits = ref_seq.to(seq.device), ref_logits.to(logits.device)
                 row["tokens_equal_inductor"] = bool(torch.equal(seq, ref_seq))
@@ -127,21 +153,76 @@ def main() -> int:
             if rec is not None:
                 exs = rec.executors
                 row["graphs"] = len(exs)
+                row["graph_copies"] = how.get("graph_copies", "link") if how.get("cuda_graphs") else None
                 row["cut_edges_per_program"] = [cut_edge_count(e.dag, e.placement) for e in exs]
                 row["launches_per_program"] = [len(e.program.launches) for e in exs]
+                row["cut_edges_per_layer"] = [_per_layer(cut_edges_per_layer(e.dag, e.placement)) for e in exs]
+                row["must_show"] = must_show(row, NEW)
+                res["must_show"][name] = row["must_show"]
             res["runs"][name] = row
             print(name, row, flush=True)
+            if rec is not None:
+                print(_summary(name, row), flush=True)
         except Exception:  # noqa: BLE001 - report and continue
             res["errors"][name] = traceback.format_exc()
+            if name == "inductor" and not args.only:
+                (out / "reference.failed").write_text(res["errors"][name])  # children stop waiting for it
             print(name, "FAILED\n", res["errors"][name][-3000:], file=sys.stderr, flush=True)
         _write(res, args, out)  # after every case, so a time limit keeps what finished
+    for name, child in children.items():
+        res["runs"][name] = _finish_child(child, name, out)
+        res["must_show"][name] = res["runs"][name].get("must_show")
+        print(name, res["runs"][name], flush=True)
+        print(_summary(name, res["runs"][name]), flush=True)
+        _write(res, args, out)
     _write(res, args, out)
     return 0 if not res["errors"] else 1
 
 
 def _write(res: dict, args, out: Path) -> None:
-    name = "generate.json" if not args.only else f"generate_{args.only.replace(' ', '_').replace('+', '')}.json"
+    name = "generate.json" if not args.only else f"generate_{_slug(args.only)}.json"
     (out / name).write_text(json.dumps(res, indent=1))
+
+
+def _per_layer(counts: dict) -> dict:
+    """``cut_edges_per_layer``'s counts as JSON: decoder layers in order (``"0"``...), then ``"outside"`` (the
+    embedding, final norm and head), ``min`` / ``max`` over the layers, and how many layers have none."""
+    layers = {k: v for k, v in counts.items() if k is not None}
+    out = {str(k): layers[k] for k in sorted(layers)}
+    out["outside"] = counts.get(None, 0)
+    out["min"] = min(layers.values()) if layers else 0
+    out["max"] = max(layers.values()) if layers else 0
+    out["layers_without_cut"] = sum(v == 0 for v in layers.values())
+    out["layers"] = len(layers)
+    return out
+
+
+def must_show(row: dict, new_tokens: int, min_cosine: float = 0.999) -> dict:
+    """Issue 5's generation conditions for one tessera row: every program has at least one cut edge in every decoder
+    layer, the decode steps' logits cosine to Inductor >= ``min_cosine`` (minimum over sequences and the steps before
+    each one's first differing token), and all ``new_tokens`` greedy tokens identical to Inductor's."""
+    per_layer = row.get("cut_edges_per_layer") or []
+    cos = row.get("cosine_min_decode_before_difference")
+    out = {"cut_in_every_layer": bool(per_layer) and all(p["layers"] > 0 and p["layers_without_cut"] == 0
+                                                          for p in per_layer),
+           "min_cut_edges_per_layer": [p["min"] for p in per_layer],
+           "decode_cosine_min": cos, "decode_cosine_ok": cos is not None and cos >= min_cosine,
+           "new_tokens": new_tokens, "tokens_identical": row.get("tokens_equal_inductor") is True}
+    out["all"] = out["cut_in_every_layer"] and out["decode_cosine_ok"] and out["tokens_identical"]
+    return out
+
+
+def _summary(name: str, row: dict) -> str:
+    """One line per tessera case: cut edges per layer, decode cosine, token equality, and the verdict."""
+    m = row.get("must_show")
+    if not m:
+        return f"MUST-SHOW {name}: no result ({str(row.get('error', ''))[-300:]})"
+    layers = ", ".join(f"{p['min']}-{p['max']}" for p in row.get("cut_edges_per_layer", []))
+    return (f"MUST-SHOW {name}: cut edges per layer (min-max; prefill, decode) {layers} -> every layer cut: "
+            f"{m['cut_in_every_layer']}; decode logits cosine min {m['decode_cosine_min']} (>= 0.999: "
+            f"{m['decode_cosine_ok']}); {m['new_tokens']} greedy tokens identical to Inductor: {m['tokens_identical']}"
+            f" ({row.get('sequences_differing')} sequences differ, first at step {row.get('first_difference_step')})"
+            f" => {'MET' if m['all'] else 'NOT MET'}")
 
 
 def _compare(seq, logits, ref_seq, ref_logits, prompt: int) -> dict:
@@ -169,28 +250,69 @@ def _compare(seq, logits, ref_seq, ref_logits, prompt: int) -> dict:
             "sequences_differing": sum(f is not None for f in first),
             "cosine_per_step_before_difference": cos_steps,
             "cosine_min_before_difference": min(cos_steps) if cos_steps else None,
+            "cosine_min_decode_before_difference": min(cos_steps[1:]) if len(cos_steps) > 1 else None,
             "max_abs_logit_diff_before_difference": round(maxabs, 5),
             "margins_at_first_difference": margins}
 
 
-def _child(args, name: str, out: Path) -> dict:
-    """Run one case in a child process with blocking launches; return its row or its error tail."""
-    import os
+#: seconds a child case may take (compile, capture, two generates), and that it waits for the parent's reference
+CHILD_TIMEOUT_S = 900
+
+
+def _wait_reference(out: Path, timeout_s: float = CHILD_TIMEOUT_S) -> tuple:
+    """The parent's Inductor ``(sequences, logits)``, once its ``reference.pt`` is written (polled).
+
+    Raises:
+        RuntimeError: the parent's reference failed, or did not appear within ``timeout_s``.
+    """
+    t0 = time.perf_counter()
+    while not (out / "reference.pt").exists():
+        if (out / "reference.failed").exists():
+            raise RuntimeError("the parent's Inductor reference failed: nothing to compare with")
+        if time.perf_counter() - t0 > timeout_s:
+            raise RuntimeError(f"no Inductor reference in {out} after {timeout_s:.0f} s")
+        time.sleep(0.5)
+    return torch.load(out / "reference.pt")
+
+
+def _start_child(args, name: str, out: Path) -> tuple:
+    """Start one case in a child process with blocking launches (a device-side assert there ends only it); its
+    output goes to ``child_<case>.log`` under ``out``."""
     import subprocess
 
     cmd = [sys.executable, __file__, "--out", str(out), "--layers", str(args.layers), "--batch", str(args.batch),
-           "--prompt", str(args.prompt), "--devices", args.devices, "--policy", args.policy, "--only", name, "--graphs"]
+           "--prompt", str(args.prompt), "--devices", args.devices, "--policy", args.policy, "--only", name, "--graphs",
+           "--graph-copies", args.graph_copies, "--device", args.device, "--size", args.size]
     if args.deterministic:
         cmd.append("--deterministic")
     env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    f = out / f"generate_{name.replace(' ', '_').replace('+', '')}.json"
+    log = out / f"child_{_slug(name)}.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+    return proc, log, time.perf_counter()
+
+
+def _finish_child(child: tuple, name: str, out: Path) -> dict:
+    """Wait for a child case; its row, or its error and the tail of its log."""
+    import subprocess
+
+    proc, log, t0 = child
+    try:
+        rc = proc.wait(timeout=max(1.0, CHILD_TIMEOUT_S - (time.perf_counter() - t0)))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = f"killed after {CHILD_TIMEOUT_S} s"
+    f = out / f"generate_{_slug(name)}.json"
     if f.exists():
-        child = json.loads(f.read_text())
-        if name in child["runs"]:
-            return child["runs"][name]
-        return {"error": child["errors"].get(name, "")[-4000:]}
-    return {"error": f"child exited {p.returncode}", "stderr_tail": p.stderr[-4000:]}
+        child_res = json.loads(f.read_text())
+        if name in child_res["runs"]:
+            return child_res["runs"][name]
+        return {"error": child_res["errors"].get(name, "")[-4000:]}
+    return {"error": f"child exited {rc}", "log_tail": log.read_text()[-4000:] if log.exists() else ""}
+
+
+def _slug(name: str) -> str:
+    return name.replace(" ", "_").replace("+", "")
 
 
 if __name__ == "__main__":

@@ -8,12 +8,22 @@ Both are compiled from the same model; each quantity is a median over ``--repeat
 * ``host_ms``: the call alone, up to its return (host work, plus any wait for the GPU inside the call);
 * ``gpu_ms``: CUDA events recorded on the caller's stream just before and just after the call (the span the GPU
   sees, launch gaps included; reduce-overhead and our fast path both replay on that stream);
-* ``replay_ms``: the captured graph alone (``CUDAGraph.replay`` then synchronise): ours from the executor, reduce-
-  overhead's from cudagraph trees' node (skipped if its internals moved);
+* ``replay_ms``: the captured graph alone, after copying this call's inputs into the graph's static input buffers
+  (what a call does before replaying), then synchronise: ours from the executor (its ``copy_list``), reduce-
+  overhead's from cudagraph trees' node (``CUDAGraphNode._copy_inputs_and_remove_from_src`` into its
+  ``reconstructed_inputs``; skipped if those internals moved). The copy is needed: cudagraph trees hand the memory
+  of a non-static input back to the graph's pool once it is dead, so after a replay that address holds activations,
+  and replaying again without the copy read them as token ids (session 5, call B: a device-side index assert). The
+  copied inputs are checked equal to the call's before the first replay;
 * ours only: ``runner_ms`` (our runner called with the graph inputs directly, then synchronise: the call without
   Dynamo and AOTAutograd);
 * graph nodes by type of both graphs (cuda-python), and every GPU kernel of 5 calls from ``torch.profiler``, with
   the kernels whose count or time differ between the two.
+
+``call_ms`` / ``host_ms`` / ``gpu_ms`` are taken in ``--rounds`` interleaved rounds (ours and reduce-overhead
+alternately, order reversed every round), each a median over ``--repeats`` calls; reported as the median over rounds
+[quartiles], with the per-round ratio ours / reduce-overhead. Steps that can fail on a device (the replays) run last,
+each guarded, so an error there is recorded in ``home_gap.json`` and the rest is kept.
 
 Run: ``python3 bench/gpu_home_gap.py --out $OUT/gap --layers 8 [--devices cuda:0,cuda:1@72sm]`` (the runtime check
 used both devices; only the first is used by the home plan). Run it on ``main`` and on a branch to compare.
@@ -121,6 +131,60 @@ def ro_graph():
     return nodes[0].graph
 
 
+def ro_node_and_inputs(ro, ids) -> tuple:
+    """The cudagraph-trees node a call of ``ro`` replays and the inputs it was given (copied before the call clears
+    them): what :func:`fresh_ro_replay` copies into the node's static input buffers."""
+    from torch._inductor import cudagraph_trees
+
+    seen: dict = {}
+    orig = cudagraph_trees.CUDAGraphNode.run
+
+    def spy(self, new_inputs):
+        seen["node"], seen["inputs"] = self, list(new_inputs)
+        return orig(self, new_inputs)
+
+    cudagraph_trees.CUDAGraphNode.run = spy
+    try:
+        ro(ids)
+    finally:
+        cudagraph_trees.CUDAGraphNode.run = orig
+    if "node" not in seen:
+        raise RuntimeError("a call of reduce-overhead did not go through CUDAGraphNode.run (internals moved)")
+    return seen["node"], seen["inputs"]
+
+
+def fresh_ro_replay(node, inputs: list):
+    """Replay of reduce-overhead's graph as its ``CUDAGraphNode.run`` does it, without output bookkeeping: this
+    call's non-static inputs copied into the node's static input buffers, then the graph. Checked once here: after
+    the copy, those buffers hold the inputs (replaying stale ones read freed pool memory as token ids)."""
+    node._copy_inputs_and_remove_from_src(node.reconstructed_inputs, list(inputs))
+    idx = [i for i in node.non_static_input_idx if isinstance(inputs[i], torch.Tensor)]
+    if not all(torch.equal(node.reconstructed_inputs[i], inputs[i]) for i in idx):
+        raise RuntimeError("reduce-overhead's static input buffers do not hold the copied inputs; not replaying")
+
+    def replay():
+        node._copy_inputs_and_remove_from_src(node.reconstructed_inputs, list(inputs))
+        node.graph.replay()
+
+    return replay, len(idx)
+
+
+def fresh_ours_replay(state, args: list):
+    """Replay of our one graph after copying this call's INPUT-kind inputs into its static storages (the
+    executor's ``copy_list``), as a call does."""
+    for k, view in state.copy_list:
+        view.copy_(args[k])
+    if not all(torch.equal(view, args[k]) for k, view in state.copy_list):
+        raise RuntimeError("our static input storages do not hold the copied inputs; not replaying")
+
+    def replay():
+        for k, view in state.copy_list:
+            view.copy_(args[k])
+        state.whole.replay()
+
+    return replay
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -128,14 +192,18 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq", type=int, default=1)
     ap.add_argument("--devices", default="cuda:0")
-    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--repeats", type=int, default=20, help="timed calls per step (per round for the call timings)")
+    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds of ours / reduce-overhead calls")
     args = ap.parse_args()
+    if args.rounds < 1 or args.repeats < 1:
+        ap.error("--rounds and --repeats must be >= 1")
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from gpu_runtime_check import build
+    from paired_timing import judge_ratio, paired_ratios, spread
 
     from torch_tessera.runtime.runner import TesseraRunner
 
@@ -170,17 +238,18 @@ def main() -> int:
         for _ in range(3):
             ro(ids)
         res["equal_outputs"] = bool(torch.allclose(ours(ids).float(), ro(ids).float(), rtol=2e-2, atol=2e-2))
-        for _ in range(2):  # interleave: both see the same machine state
-            for name, fn in (("reduce-overhead", lambda: ro(ids)), ("ours", lambda: ours(ids))):
-                res.setdefault(name, {}).setdefault("runs", []).append(medians(fn, args.repeats))
-        steps = {"ours runner": lambda: runner(list(seen["args"])), "ours replay": state.whole.replay}
-        try:
-            g = ro_graph()
-            steps["reduce-overhead replay"] = g.replay
-        except Exception:  # noqa: BLE001 - internals of another torch: report and go on
-            res["errors"]["reduce-overhead replay"] = traceback.format_exc()
-        for name, fn in steps.items():
-            res[name] = synced(fn, args.repeats)
+        calls = {"reduce-overhead": lambda: ro(ids), "ours": lambda: ours(ids)}
+        for r in range(args.rounds):  # interleaved: both see the same machine state
+            for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+                res.setdefault(name, {}).setdefault("runs", []).append(medians(calls[name], args.repeats))
+        res["call_summary"] = {}
+        for key in ("call_ms", "host_ms", "gpu_ms"):
+            o = [x[key] for x in res["ours"]["runs"]]
+            r_ = [x[key] for x in res["reduce-overhead"]["runs"]]
+            ratios = paired_ratios(o, r_)
+            res["call_summary"][key] = {"ours": spread(o), "reduce-overhead": spread(r_), "ratio": spread(ratios),
+                                        "within_3_percent": judge_ratio(ratios, 0.03)}
+        # before the replays: a device-side error there would end every CUDA call after it
         for name, graph in (("ours", lambda: state.whole), ("reduce-overhead", ro_graph)):
             try:
                 res[name]["graph"] = node_types(graph())
@@ -200,23 +269,60 @@ def main() -> int:
             res["kernel_differences"] = sorted(diff, key=lambda d: -abs(d["ours_us"] - d["ro_us"]))
         except Exception:  # noqa: BLE001
             res["errors"]["kernels"] = traceback.format_exc()
+        steps = {"ours runner": lambda: lambda: runner(list(seen["args"])),
+                 "ours replay": lambda: fresh_ours_replay(state, seen["args"])}
+
+        def ro_step():
+            node, inputs = ro_node_and_inputs(ro, ids)
+            replay, n_copied = fresh_ro_replay(node, inputs)
+            res["reduce-overhead inputs copied per replay"] = n_copied
+            return replay
+
+        steps["reduce-overhead replay"] = ro_step
+        for name, make in steps.items():
+            try:
+                res[name] = synced(make(), args.repeats)
+            except Exception:  # noqa: BLE001 - internals of another torch, or a device error: report and go on
+                res["errors"][name] = traceback.format_exc()
+                print(name, "FAILED\n", res["errors"][name][-2000:], file=sys.stderr, flush=True)
+        try:  # the replays left both graphs' outputs as a call would: one more call of each must still agree
+            res["equal_outputs_after_replays"] = bool(torch.allclose(ours(ids).float(), ro(ids).float(),
+                                                                     rtol=2e-2, atol=2e-2))
+        except Exception:  # noqa: BLE001
+            res["errors"]["after replays"] = traceback.format_exc()
     (out / "home_gap.json").write_text(json.dumps(res, indent=1, default=str))
+    lines = report_lines(res, args)
+    (out / "home_gap.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0 if not res["errors"] else 1
+
+
+def _q(s: dict, fmt: str = ".3f") -> str:
+    return f"{s['median']:{fmt}} [{s['p25']:{fmt}}-{s['p75']:{fmt}}]" if s.get("n") else "-"
+
+
+def report_lines(res: dict, args) -> list[str]:
+    """The markdown report of :func:`main`'s results."""
+    nan = float("nan")
     lines = [f"home plan as one CUDA graph vs reduce-overhead: {args.layers} layers, batch {args.batch} x {args.seq}, "
              f"devices {args.devices}, torch {torch.__version__}; {res['ours']}", "",
-             "| what | ours | reduce-overhead |", "| --- | --- | --- |"]
-    for key in ("call_ms", "host_ms", "gpu_ms"):
-        o = [r[key] for r in res["ours"]["runs"]]
-        r_ = [r[key] for r in res["reduce-overhead"]["runs"]]
-        lines.append(f"| {key} (two runs) | {' / '.join(f'{x:.3f}' for x in o)} | {' / '.join(f'{x:.3f}' for x in r_)} |")
-    lines.append(f"| replay only, ms | {res.get('ours replay', float('nan')):.3f} | "
-                 f"{res.get('reduce-overhead replay', float('nan')):.3f} |")
-    lines.append(f"| runner only (no Dynamo/AOT), ms | {res.get('ours runner', float('nan')):.3f} | - |")
+             f"{args.rounds} interleaved rounds of {args.repeats} calls each: median over rounds [quartiles]; ratio "
+             "ours / reduce-overhead per round (3 % target: met = upper quartile <= 1.03)", "",
+             "| what | ours | reduce-overhead | ratio | within 3 % |", "| --- | --- | --- | --- | --- |"]
+    for key, c in res.get("call_summary", {}).items():
+        lines.append(f"| {key} | {_q(c['ours'])} | {_q(c['reduce-overhead'])} | {_q(c['ratio'])} | "
+                     f"{c['within_3_percent']} |")
+    lines.append(f"| replay only, fresh inputs copied in, ms | {res.get('ours replay', nan):.3f} | "
+                 f"{res.get('reduce-overhead replay', nan):.3f} | | |")
+    lines.append(f"| runner only (no Dynamo/AOT), ms | {res.get('ours runner', nan):.3f} | - | | |")
     if "kernel_us_per_call" in res:
         k = res["kernel_us_per_call"]
-        lines.append(f"| kernel time per call, us | {k['ours']:.1f} | {k['reduce-overhead']:.1f} |")
+        lines.append(f"| kernel time per call, us | {k['ours']:.1f} | {k['reduce-overhead']:.1f} | | |")
     for name in ("ours", "reduce-overhead"):
         if "graph" in res.get(name, {}):
-            lines.append(f"| graph of {name} | {res[name]['graph']} | |")
+            lines.append(f"| graph of {name} | {res[name]['graph']} | | | |")
+    lines += ["", f"outputs agree (allclose 2e-2): before the replays {res.get('equal_outputs')}, after them "
+                  f"{res.get('equal_outputs_after_replays')}"]
     lines += ["", "kernels whose count or time differ (per call):", "", "| kernel | ours calls | ro calls | ours us | "
               "ro us |", "| --- | --- | --- | --- | --- |"]
     for d in res.get("kernel_differences", [])[:25]:
@@ -224,9 +330,7 @@ def main() -> int:
                      f"{d['ro_us']:.1f} |")
     if res["errors"]:
         lines += ["", f"errors: {sorted(res['errors'])} (tracebacks in home_gap.json)"]
-    (out / "home_gap.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0 if not res["errors"] else 1
+    return lines
 
 
 if __name__ == "__main__":

@@ -6,8 +6,17 @@
 2. Placements over two devices (default ``cuda:0`` and ``cuda:0@72sm``, i.e. the same GPU split by a green context
    when only one GPU is present): all on device 0; attention launches on device 1 (two cuts per layer at least);
    a random placement. Each is compared with eager PyTorch (cosine of logits, argmax agreement).
-3. Time per forward of each placement (CUDA events, median of repeats) and the cost per cut edge:
-   (t_cut - t_home) / cuts.
+3. Time per forward of each placement and the cost per cut edge. The model is lowered once; every row is its own
+   executor of that program (``runner.set_placement``). Rows without graphs (tens of ms per call) are timed one after
+   another (median of ``--repeats``). The graph rows and ``torch.compile(mode="reduce-overhead")`` are timed in
+   ``--rounds`` interleaved rounds of ``--calls`` calls each (order reversed every round, ``bench/paired_timing.py``),
+   so machine drift hits all of them alike; per round, (placement - home of the same mode) / cut edges and home /
+   reduce-overhead, reported as median [quartiles] over rounds, with a verdict on the 3 % target.
+   With devices that are whole GPUs of one model (``--devices cuda:0,cuda:1``), every kernel costs the same on either
+   device and the per-cut-edge figure IS the hop cost. With a partition (``cuda:1@72sm``) it mixes the hop with the
+   moved kernels' speed there; unless ``--no-compute-correction``, every launch is also timed on every device (one
+   by one, calibrated to the program replayed as one graph on that device: ``measure.profile.profile_on_device``) and
+   'hop est.' subtracts the placement's compute difference before dividing by the cut edges.
 4. ``--graph-copies link,push`` (any of ``link``, ``producer``, ``push``): the one-graph rows once per way of copying
    inside the graph (``+graphs`` = ``link``, ``+graphs[push]``...), each compared bitwise with the ``link`` row of
    the same placement, with the number of copies that ran as push kernels. Before the push rows, a child process
@@ -23,11 +32,13 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
@@ -149,6 +160,46 @@ def run_preflight(args, out: Path) -> dict:
     return {"rc": rc, "ok": rc == 0 and bool(got.get("ok")), "result": got, "output_tail": tail}
 
 
+#: row suffix -> (runner.cuda_graphs, runner.graph_copies) for each way of running a placement
+def row_modes(copies_modes: list[str], segments: bool) -> dict[str, tuple]:
+    """The ways each placement runs, by row suffix: no graphs, one graph per way of copying, a graph per segment."""
+    modes: dict[str, tuple] = {"": (False, "link")}
+    for gc in copies_modes:
+        modes[" +graphs" if gc == "link" else f" +graphs[{gc}]"] = ("whole", gc)
+    if segments:
+        modes[" +graphs(segments)"] = ("segments", "link")
+    return modes
+
+
+def sync_time(fn) -> float:
+    """Seconds of ``fn(); torch.cuda.synchronize()``."""
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def launch_costs(model, ids, compiled, runner, ex, args) -> list[dict]:
+    """Per-launch seconds on every device (``measure.profile.profile_on_device``: one by one, calibrated to the
+    program replayed as one graph on that device), launch index -> seconds, one dict per device."""
+    from torch_tessera.measure.profile import profile_on_device
+    from torch_tessera.measure.programs import Compiled
+    from torch_tessera.measure.settings import MeasureSettings
+
+    seen: dict = {}
+    runner.executor = lambda a: (seen.__setitem__("args", list(a)), ex(a))[1]
+    try:
+        compiled(ids)
+    finally:
+        runner.executor = ex
+    prog = Compiled(name="forward", module=model, inputs=(ids,), runner=runner, args=seen["args"],
+                    restore=lambda: None)
+    settings = MeasureSettings(model="llama", devices=args.devices, size="full", profile_repeats=10,
+                               profile_warmup=2, profile_cache=tempfile.mkdtemp(prefix="rt_profiles_"))
+    cols = [profile_on_device(prog, g, settings) for g in range(len(runner.devices))]
+    return [{int(k): float(t) for k, t in zip(c.kernels, c.seconds)} for c in cols]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -156,15 +207,23 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=1)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--devices", default="cuda:0,cuda:0@72sm")
-    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=20, help="timed calls of eager, Inductor and the rows without graphs")
+    ap.add_argument("--rounds", type=int, default=30,
+                    help="interleaved rounds over every graph row and reduce-overhead (order reversed every round)")
+    ap.add_argument("--calls", type=int, default=10, help="timed calls of each graph row per round (median kept)")
     ap.add_argument("--graph-copies", default="link",
                     help="comma-separated ways copies inside the one graph run (the backend's graph_copies option: "
                          "link, producer, push); each gets its own one-graph rows, compared bitwise with link's")
     ap.add_argument("--no-segments", action="store_true", help="skip the graph-per-segment rows")
+    ap.add_argument("--no-compute-correction", action="store_true",
+                    help="skip timing every launch on every device (the hop estimate that subtracts the moved "
+                         "kernels' speed difference)")
     ap.add_argument("--push-preflight", action="store_true", help=argparse.SUPPRESS)  # the child of run_preflight
     ap.add_argument("--profile", action="store_true",
                     help="also write the top GPU kernels of 5 calls of 'home +graphs' and of reduce-overhead")
     args = ap.parse_args()
+    if args.rounds < 1 or args.calls < 1 or args.repeats < 1:
+        ap.error("--rounds, --calls and --repeats must be >= 1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.push_preflight:
@@ -186,6 +245,9 @@ def main() -> int:
             res["errors"]["push preflight"] = res["push_preflight"]["output_tail"]
             print("push preflight failed; no push rows:\n" + res["push_preflight"]["output_tail"], file=sys.stderr)
             copies_modes.remove("push")
+    from paired_timing import (compute_difference_s, interleaved_rounds, judge_ratio, paired_ratios, per_cut_us,
+                               spread, whole_identical)
+
     from torch_tessera.runtime.runner import random_placement
     from torch_tessera.runtime.schedule import cut_edge_count
 
@@ -198,100 +260,191 @@ def main() -> int:
         compiled = torch.compile(model, backend=backend, dynamic=False)
         got = compiled(ids).float()
         res["compile_s"] = time.perf_counter() - t0
-        runner = backend.executors[0]
+        runner = backend.executors[0]  # one lowering; each row gets its own executor (runner.set_placement)
         dag = runner.dag
         n = len(runner.program.launches)
         res["launches"] = n
+        identical, why = whole_identical([d.spec for d in runner.devices])
+        res["devices_identical"], res["devices_identical_reason"] = identical, why
         inductor = torch.compile(model, backend="inductor", dynamic=False)
         inductor(ids)
         t_inductor = timed(lambda: inductor(ids), args.repeats)
         ro = torch.compile(model, mode="reduce-overhead", dynamic=False)
         for _ in range(3):
             ro(ids)
-        t_ro = timed(lambda: ro(ids), args.repeats)
         attn = {v for v, d in dag.graph.nodes(data=True) if d["op_class"] == "attention"}
         placements = {
             "home": {i: 0 for i in range(n)},
             "attention-on-1": {i: (1 if i in attn else 0) for i in range(n)},
             "random": random_placement(dag, 2, 0),
         }
-        rows = []
-        graphed = {}
-        # one graph over both GPUs per way of copying inside it / one graph per segment, copies from Python
-        row_suffix = {gc: " +graphs" if gc == "link" else f" +graphs[{gc}]" for gc in copies_modes}
-        for key in [*copies_modes, *([] if args.no_segments else ["segments"])]:
-            opts = {"cuda_graphs": "segments"} if key == "segments" else {"cuda_graphs": "whole", "graph_copies": key}
-            b = RecordingBackend(devices=args.devices, policy="home", **opts)
-            fn = torch.compile(model, backend=b, dynamic=False)
-            fn(ids)
-            graphed[key] = (fn, b.executors[0])
-        cases = [(name, pl, None) for name, pl in placements.items()]
-        cases += [(name + row_suffix[gc], pl, gc) for gc in copies_modes for name, pl in placements.items()]
-        if not args.no_segments:
-            cases += [(name + " +graphs(segments)", pl, "segments") for name, pl in placements.items()]
-        plain, outputs = {}, {}
-        for name, pl, graphs in cases:
-            try:
-                compiled_fn, runner = graphed[graphs] if graphs else (compiled, backend.executors[0])
-                runner.set_placement(pl)
-                y = compiled_fn(ids).float()
-                y = compiled_fn(ids).float()  # a replay (the first call after a new placement captures)
-                base = name.split(" +")[0]
-                if graphs is None:
-                    plain[base] = y.clone()
-                if graphs not in (None, "segments"):
-                    outputs[(base, graphs)] = y.clone()
-                state = runner.executor._graphs
-                whole = graphs not in (None, "segments") and state is not None and state.whole is not None
-                cos = torch.nn.functional.cosine_similarity(y.flatten(), ref.flatten(), dim=0).item()
-                agree = (y.argmax(-1) == ref.argmax(-1)).float().mean().item()
-                t = timed(lambda: compiled_fn(ids), args.repeats)
-                cuts = cut_edge_count(dag, pl)
-                rows.append(dict(placement=name, cuts=cuts, cosine=cos, argmax_agreement=agree, ms=t * 1e3,
-                                 cut_bytes=runner.executor.bytes_moved["cut"] // max(1, runner.executor.calls),
-                                 one_graph=whole, cut_edges_copied=runner.executor.cut_edges_transferred,
-                                 bitwise_equal_no_graphs=(bool(torch.equal(y, plain[base])) if base in plain
-                                                          else None),
-                                 graph_copies=graphs if graphs != "segments" else None,
-                                 copies_in_graph=len(state.copies) if whole else None,
-                                 push_copies=len(state.pushes) if whole else None, bitwise_equal_link_graph=None))
-            except Exception:  # noqa: BLE001 - report and go on
-                res["errors"][name] = traceback.format_exc()
-                print(res["errors"][name], file=sys.stderr)
+        modes = row_modes(copies_modes, not args.no_segments)
+        rows, executors, plain, outputs = [], {}, {}, {}
+        for suffix, (cuda_graphs, graph_copies) in modes.items():
+            for base, pl in placements.items():
+                name = base + suffix
+                try:
+                    runner.cuda_graphs, runner.graph_copies = cuda_graphs, graph_copies
+                    runner.set_placement(pl)
+                    ex = runner.executor
+                    y = compiled(ids).float()
+                    y = compiled(ids).float()  # a replay (the first call after a new placement captures)
+                    executors[name] = ex
+                    if not cuda_graphs:
+                        plain[base] = y.clone()
+                    if cuda_graphs == "whole":
+                        outputs[(base, graph_copies)] = y.clone()
+                    state = ex._graphs
+                    whole = cuda_graphs == "whole" and state is not None and state.whole is not None
+                    rows.append(dict(
+                        placement=name, base=base, suffix=suffix, cuts=cut_edge_count(dag, pl),
+                        cosine=torch.nn.functional.cosine_similarity(y.flatten(), ref.flatten(), dim=0).item(),
+                        argmax_agreement=(y.argmax(-1) == ref.argmax(-1)).float().mean().item(),
+                        cut_bytes=ex.bytes_moved["cut"] // max(1, ex.calls), one_graph=whole,
+                        cut_edges_copied=ex.cut_edges_transferred,
+                        bitwise_equal_no_graphs=bool(torch.equal(y, plain[base])) if base in plain else None,
+                        graph_copies=graph_copies if cuda_graphs == "whole" else None,
+                        copies_in_graph=len(state.copies) if whole else None,
+                        push_copies=len(state.pushes) if whole else None, bitwise_equal_link_graph=None))
+                except Exception:  # noqa: BLE001 - report and go on
+                    res["errors"][name] = traceback.format_exc()
+                    print(res["errors"][name], file=sys.stderr)
         for r in rows:  # each way of copying inside the graph against link's, same placement
-            base, gc = r["placement"].split(" +")[0], r["graph_copies"]
-            if gc not in (None, "link") and (base, "link") in outputs and (base, gc) in outputs:
-                r["bitwise_equal_link_graph"] = bool(torch.equal(outputs[(base, gc)], outputs[(base, "link")]))
-        res["rows"] = rows
-        if args.profile:
-            compiled_g, runner_g = graphed[copies_modes[0]]
-            runner_g.set_placement(placements["home"])
-            compiled_g(ids)
-            res["profile"] = {"home +graphs": kernel_profile(lambda: compiled_g(ids)),
-                              "reduce-overhead": kernel_profile(lambda: ro(ids))}
-        res["eager_ms"], res["inductor_ms"], res["reduce_overhead_ms"] = t_eager * 1e3, t_inductor * 1e3, t_ro * 1e3
-        res["first_call_cosine"] = torch.nn.functional.cosine_similarity(got.flatten(), ref.flatten(), dim=0).item()
+            gc = r["graph_copies"]
+            if gc not in (None, "link") and (r["base"], "link") in outputs and (r["base"], gc) in outputs:
+                r["bitwise_equal_link_graph"] = bool(torch.equal(outputs[(r["base"], gc)],
+                                                                 outputs[(r["base"], "link")]))
+
+        def on(ex):
+            def call():
+                runner.executor = ex
+                compiled(ids)
+            return call
+
+        for r in rows:  # without graphs (tens of ms per call): timed one row after another
+            if not r["suffix"]:
+                try:
+                    r["ms"] = timed(on(executors[r["placement"]]), args.repeats) * 1e3
+                except Exception:  # noqa: BLE001
+                    res["errors"][f"time {r['placement']}"] = traceback.format_exc()
+        # graph rows and reduce-overhead: interleaved rounds, so drift hits them alike; per-round pairs below
+        fns = {r["placement"]: on(executors[r["placement"]]) for r in rows if r["suffix"]}
+        fns["reduce-overhead"] = lambda: ro(ids)
+        rounds: dict = {}
+        try:
+            rounds = interleaved_rounds(fns, args.rounds, args.calls, sync_time)
+        except Exception:  # noqa: BLE001
+            res["errors"]["interleaved timing"] = traceback.format_exc()
+            print(res["errors"]["interleaved timing"], file=sys.stderr)
+        res["round_ms"] = {k: [x * 1e3 for x in v] for k, v in rounds.items()}
+        costs = None
+        if not args.no_compute_correction and "home" in executors:
+            try:
+                costs = launch_costs(model, ids, compiled, runner, executors["home"], args)
+                res["launch_us"] = [{k: v * 1e6 for k, v in c.items()} for c in costs]
+            except Exception:  # noqa: BLE001
+                res["errors"]["launch costs"] = traceback.format_exc()
+                print(res["errors"]["launch costs"], file=sys.stderr)
         for r in rows:
-            suffix = r["placement"][len(r["placement"].split(" +")[0]):]
-            base = next((h for h in rows if h["placement"] == "home" + suffix), None)
-            if base and r["cuts"]:
-                r["us_per_cut_edge"] = (r["ms"] - base["ms"]) * 1e3 / r["cuts"]
+            home_name = "home" + r["suffix"]
+            pl = placements[r["base"]]
+            if costs is not None:
+                r["compute_diff_us"] = compute_difference_s(costs, pl) * 1e6
+            if r["placement"] in rounds:
+                r["ms_spread"] = spread(rounds[r["placement"]], 1e3)
+                r["ms"] = r["ms_spread"]["median"]
+            if not r["cuts"]:
+                continue
+            if r["placement"] in rounds and home_name in rounds:
+                per = per_cut_us(rounds[r["placement"]], rounds[home_name], r["cuts"])
+                r["us_per_cut_edge_spread"] = spread(per)
+                r["us_per_cut_edge"] = r["us_per_cut_edge_spread"]["median"]
+                if costs is not None:
+                    est = per_cut_us(rounds[r["placement"]], rounds[home_name], r["cuts"],
+                                     compute_difference_s(costs, pl))
+                    r["hop_estimate_us_spread"] = spread(est)
+                    r["hop_estimate_us"] = r["hop_estimate_us_spread"]["median"]
+            else:
+                base = next((h for h in rows if h["placement"] == home_name and "ms" in h), None)
+                if base is not None and "ms" in r:
+                    r["us_per_cut_edge"] = (r["ms"] - base["ms"]) * 1e3 / r["cuts"]
+        res["rows"] = rows
+        res["home_vs_reduce_overhead"] = {}
+        if "reduce-overhead" in rounds:
+            res["reduce_overhead_ms_spread"] = spread(rounds["reduce-overhead"], 1e3)
+            for name in (r["placement"] for r in rows if r["base"] == "home" and r["suffix"]):
+                if name in rounds:
+                    ratios = paired_ratios(rounds[name], rounds["reduce-overhead"])
+                    res["home_vs_reduce_overhead"][name] = {
+                        "ours_ms": spread(rounds[name], 1e3), "reduce_overhead_ms": res["reduce_overhead_ms_spread"],
+                        "ratio": spread(ratios), "within_3_percent": judge_ratio(ratios, 0.03)}
+        if args.profile:
+            try:
+                runner.executor = executors["home" + next(s for s in modes if s)]
+                compiled(ids)
+                res["profile"] = {"home +graphs": kernel_profile(lambda: compiled(ids)),
+                                  "reduce-overhead": kernel_profile(lambda: ro(ids))}
+            except Exception:  # noqa: BLE001
+                res["errors"]["profile"] = traceback.format_exc()
+        res["eager_ms"], res["inductor_ms"] = t_eager * 1e3, t_inductor * 1e3
+        res["reduce_overhead_ms"] = res.get("reduce_overhead_ms_spread", {}).get("median", float("nan"))
+        res["first_call_cosine"] = torch.nn.functional.cosine_similarity(got.flatten(), ref.flatten(), dim=0).item()
     (out / "runtime.json").write_text(json.dumps(res, indent=1))
+    lines = report_lines(res, args)
+    (out / "runtime.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0 if not res["errors"] else 1
+
+
+def _q(s: dict | None, fmt: str = ".2f") -> str:
+    """``median [p25-p75]`` of a :func:`paired_timing.spread` dict, ``-`` when missing."""
+    if not s or not s.get("n"):
+        return "-"
+    return f"{s['median']:{fmt}} [{s['p25']:{fmt}}-{s['p75']:{fmt}}]"
+
+
+def report_lines(res: dict, args) -> list[str]:
+    """The markdown report of :func:`main`'s results."""
+    nan = float("nan")
     lines = [f"model: Llama-3.1-8B-shaped, {args.layers} layers, bf16, batch {args.batch} x seq {args.seq}; "
              f"{res['launches']} launches; devices {args.devices}; torch {torch.__version__}",
              f"eager {res['eager_ms']:.2f} ms, Inductor {res['inductor_ms']:.2f} ms, reduce-overhead "
-             f"{res['reduce_overhead_ms']:.2f} ms, tessera compile {res['compile_s']:.1f} s", "",
-             "| placement | cut edges | edges copied | cut bytes/call | one graph | copies in graph (push kernels) "
-             "| = no graphs (bitwise) | = link graph (bitwise) | cosine vs eager | argmax agreement | ms/forward "
-             "| us per cut edge |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
+             f"{_q(res.get('reduce_overhead_ms_spread'), '.3f')} ms, tessera compile {res['compile_s']:.1f} s", ""]
+    if res["devices_identical"]:
+        lines.append(f"Devices: {res['devices_identical_reason']}. Every kernel costs the same on either device, so "
+                     "**us per cut edge = (placement - home) / cut edges is the cost of one hop** (per-round pairs, "
+                     "median [quartiles]).")
+    else:
+        lines.append(f"Devices differ ({res['devices_identical_reason']}): us per cut edge = (placement - home) / "
+                     "cut edges MIXES the hop cost with the moved kernels' speed on the other device; 'hop est.' "
+                     "subtracts that compute difference (per-launch times on each device, one by one, calibrated "
+                     "to the program as one graph there) before dividing.")
+    lines += [f"Graph rows and reduce-overhead timed in {args.rounds} interleaved rounds of {args.calls} calls (order "
+              f"reversed every round); rows without graphs {args.repeats} calls one after another.", "",
+              "| placement | cut edges | edges copied | cut bytes/call | one graph | copies in graph (push kernels) "
+              "| = no graphs (bitwise) | = link graph (bitwise) | cosine vs eager | argmax agreement "
+              "| ms/forward [p25-p75] | us per cut edge [p25-p75] | compute diff us | hop est. us per cut edge |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in res["rows"]:
         copies = "-" if r["copies_in_graph"] is None else f"{r['copies_in_graph']} ({r['push_copies']})"
+        ms = _q(r.get("ms_spread"), ".3f") if "ms_spread" in r else f"{r.get('ms', nan):.2f}"
+        per = (_q(r.get("us_per_cut_edge_spread"), ".1f") if "us_per_cut_edge_spread" in r
+               else f"{r.get('us_per_cut_edge', nan):.1f}" if r["cuts"] else "-")
+        comp = f"{r['compute_diff_us']:.0f}" if "compute_diff_us" in r and r["cuts"] else "-"
         lines.append(f"| {r['placement']} | {r['cuts']} | {r['cut_edges_copied']} | {r['cut_bytes']} | "
                      f"{r['one_graph']} | {copies} | {r['bitwise_equal_no_graphs']} | "
                      f"{'-' if r['bitwise_equal_link_graph'] is None else r['bitwise_equal_link_graph']} | "
-                     f"{r['cosine']:.6f} | {r['argmax_agreement']:.4f} | {r['ms']:.2f} | "
-                     f"{r.get('us_per_cut_edge', float('nan')):.1f} |")
+                     f"{r['cosine']:.6f} | {r['argmax_agreement']:.4f} | {ms} | {per} | {comp} | "
+                     f"{_q(r.get('hop_estimate_us_spread'), '.1f')} |")
+    if res.get("home_vs_reduce_overhead"):
+        lines += ["", "everything on GPU 0 as one graph vs `torch.compile(mode=\"reduce-overhead\")`, paired per round "
+                      "(target: ratio <= 1.03; met = upper quartile within, MISSED = lower quartile above):", "",
+                  "| ours | ours ms [p25-p75] | reduce-overhead ms [p25-p75] | ratio [p25-p75] | ratio min-max "
+                  "| within 3 % |", "| --- | --- | --- | --- | --- | --- |"]
+        for name, h in res["home_vs_reduce_overhead"].items():
+            lines.append(f"| {name} | {_q(h['ours_ms'], '.3f')} | {_q(h['reduce_overhead_ms'], '.3f')} | "
+                         f"{_q(h['ratio'], '.3f')} | {h['ratio']['min']:.3f}-{h['ratio']['max']:.3f} | "
+                         f"{h['within_3_percent']} |")
     if "push_preflight" in res:
         pf = res["push_preflight"]
         lines += ["", f"push preflight (child process, rc {pf['rc']}): "
@@ -301,9 +454,9 @@ def main() -> int:
         lines += ["", f"top GPU time of 5 calls, {name}: total {prof['total_us']:.0f} us, "
                       f"wall {prof['wall_ms']:.2f} ms", "", "| kernel | calls | us |", "| --- | --- | --- |"]
         lines += [f"| {k[:90]} | {c} | {t:.0f} |" for k, c, t in prof["top"]]
-    (out / "runtime.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0 if not res["errors"] else 1
+    if res["errors"]:
+        lines += ["", f"errors: {sorted(res['errors'])} (tracebacks in runtime.json)"]
+    return lines
 
 
 if __name__ == "__main__":

@@ -299,6 +299,37 @@ def cut_edge_count(dag: DependencyGraph, placement: Mapping[int, int]) -> int:
     )
 
 
+def launch_layers(dag: DependencyGraph) -> dict[int, int | None]:
+    """Repeated layer of each launch: its ``layer`` attribute, or for an unlabelled launch between two labelled ones
+    (Inductor fuses a layer's residual add with the next layer's norm) the layer of the nearest labelled launch
+    before it; ``None`` before the first labelled launch and after the last (embedding, final norm, head)."""
+    nodes = sorted(dag.graph.nodes)
+    labelled = [n for n in nodes if dag.graph.nodes[n].get("layer") is not None]
+    out: dict[int, int | None] = {n: None for n in nodes}
+    if not labelled:
+        return out
+    current = None
+    for n in nodes:
+        if n < labelled[0] or n > labelled[-1]:
+            continue
+        layer = dag.graph.nodes[n].get("layer")
+        current = layer if layer is not None else current
+        out[n] = current
+    return out
+
+
+def cut_edges_per_layer(dag: DependencyGraph, placement: Mapping[int, int]) -> dict[int | None, int]:
+    """Cut edges (as :func:`cut_edge_count` counts them) per repeated layer of the consumer launch
+    (:func:`launch_layers`; ``None``: outside every layer). Every layer of the program is a key, with 0 when no cut
+    edge ends in it."""
+    layers = launch_layers(dag)
+    out: dict[int | None, int] = {l: 0 for l in sorted({l for l in layers.values() if l is not None})}
+    for u, v, d in dag.graph.edges(data=True):
+        if "RAW" in d["kinds"] and d["ranges"] and placement[u] != placement[v]:
+            out[layers[v]] = out.get(layers[v], 0) + 1
+    return out
+
+
 def device_launches(schedule: Schedule, n_devices: int) -> list[Sequence[int]]:
     """Launch indices per device, in program order."""
     out: list[list[int]] = [[] for _ in range(n_devices)]

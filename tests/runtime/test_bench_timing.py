@@ -1,0 +1,179 @@
+"""The pure logic of the GPU timing scripts, on CPU: interleaved rounds and their figures (``bench/paired_timing.py``),
+the fresh-input replays of ``bench/gpu_home_gap.py``, and the must-show verdict of ``bench/gpu_generate_check.py``.
+
+The GPU runs themselves (CUDA graphs, reduce-overhead's cudagraph trees, two H200s) only the GPU machine can check.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load(name: str, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def pt(monkeypatch):
+    return _load("paired_timing", monkeypatch)
+
+
+def test_rounds_alternate_order_and_keep_per_round_medians(pt):
+    order, clock = [], iter(range(1000))
+    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b"), "c": lambda: order.append("c")}
+
+    def time_call(fn):
+        fn()
+        return float(next(clock))
+
+    got = pt.interleaved_rounds(fns, rounds=3, calls=2, time_call=time_call)
+    assert order == ["a", "a", "b", "b", "c", "c"] + ["c", "c", "b", "b", "a", "a"] + ["a", "a", "b", "b", "c", "c"]
+    assert got == {"a": [0.5, 10.5, 12.5], "b": [2.5, 8.5, 14.5], "c": [4.5, 6.5, 16.5]}
+    with pytest.raises(ValueError):
+        pt.interleaved_rounds(fns, rounds=0, calls=1, time_call=time_call)
+
+
+def test_drift_cancels_in_paired_ratios(pt):
+    # the machine slows down 20 % over the run; B is 3 % faster than A in every round
+    a = [1.0 * (1 + 0.01 * r) for r in range(20)]
+    b = [x / 1.03 for x in a]
+    ratios = pt.paired_ratios(a, b)
+    assert all(r == pytest.approx(1.03) for r in ratios)
+    assert pt.spread(a)["max"] / pt.spread(a)["min"] == pytest.approx(1.19)
+    with pytest.raises(ValueError):
+        pt.paired_ratios(a, b[:-1])
+
+
+def test_spread_quartiles_match_numpy(pt):
+    import numpy as np
+
+    xs = [5.0, 1.0, 4.0, 2.0, 3.0, 10.0]
+    s = pt.spread(xs, scale=2.0)
+    assert s["median"] == pytest.approx(2 * np.median(xs))
+    assert (s["p25"], s["p75"]) == pytest.approx((2 * np.quantile(xs, 0.25), 2 * np.quantile(xs, 0.75)))
+    assert (s["min"], s["max"], s["n"]) == (2.0, 20.0, 6)
+    assert pt.spread([]) == {"n": 0}
+
+
+@pytest.mark.parametrize("ratios, verdict", [([0.99, 1.0, 1.01, 1.02], "met"), ([1.05, 1.06, 1.07, 1.08], "MISSED"),
+                                             ([1.0, 1.02, 1.04, 1.06], "undecided"), ([], "no data")])
+def test_ratio_verdict_uses_quartiles(pt, ratios, verdict):
+    assert pt.judge_ratio(ratios, 0.03) == verdict
+
+
+def test_hop_estimate_subtracts_the_moved_kernels_compute(pt):
+    # three launches; launches 1 and 2 moved to device 1, which runs launch 1 20 us slower and launch 2 5 us faster
+    costs = [{0: 10e-6, 1: 40e-6, 2: 30e-6}, {0: 12e-6, 1: 60e-6, 2: 25e-6}]
+    placement = {0: 0, 1: 1, 2: 1}
+    assert pt.compute_difference_s(costs, placement) == pytest.approx(15e-6)
+    assert pt.compute_difference_s(costs, {0: 0, 1: 0, 2: 0}) == 0.0
+    home, placed = [1.000e-3, 1.010e-3], [1.075e-3, 1.085e-3]  # 75 us more per round, 2 cut edges
+    assert pt.per_cut_us(placed, home, 2) == pytest.approx([37.5, 37.5])
+    assert pt.per_cut_us(placed, home, 2, compute_s=15e-6) == pytest.approx([30.0, 30.0])
+    with pytest.raises(ValueError):
+        pt.per_cut_us(placed, home, 0)
+
+
+def _spec(name, model="NVIDIA H200", sms=132, total=132, requested=None, gpu=True, throttle=0, budget=None):
+    return SimpleNamespace(name=name, model=model, sm_count=sms, total_sms=total, requested_sms=requested,
+                           is_gpu=gpu, throttle_sms=throttle, memory_budget=budget)
+
+
+def test_whole_identical_devices(pt):
+    ok, why = pt.whole_identical([_spec("cuda:0"), _spec("cuda:1")])
+    assert ok and "2 whole NVIDIA H200" in why
+    for other, word in [(_spec("cuda:1@72sm", sms=72, requested=72), "partition"),
+                        (_spec("cuda:1", model="NVIDIA H100", sms=132), "differs"),
+                        (_spec("cuda:1", throttle=36), "throttled"), (_spec("cpu:1", gpu=False), "not a GPU")]:
+        ok, why = pt.whole_identical([_spec("cuda:0"), other])
+        assert not ok and word in why, why
+    assert not pt.whole_identical([_spec("cuda:0")])[0]
+
+
+def test_whole_identical_on_parsed_device_strings(pt):
+    from torch_tessera.runtime.devices import parse_devices
+
+    assert not pt.whole_identical(parse_devices("cpu:0,cpu:1"))[0]
+    specs = parse_devices("cuda:0,cuda:1@72sm", assume_gpu="h200")
+    ok, why = pt.whole_identical(specs)
+    assert not ok and "cuda:1@72sm" in why
+    assert pt.whole_identical(parse_devices("cuda:0,cuda:1", assume_gpu="h200"))[0]
+
+
+def _stale_node(inputs):
+    """A cudagraph-trees node stand-in: input 1 is non-static; its buffer holds what the pool reused it for."""
+    from torch._inductor.cudagraph_trees import CUDAGraphNode
+
+    node = SimpleNamespace(non_static_input_idx=[1], expanded_dims=[[], []],
+                           reconstructed_inputs=[inputs[0], torch.full_like(inputs[1], 31999 * 7)])
+    node._copy_inputs_and_remove_from_src = CUDAGraphNode._copy_inputs_and_remove_from_src.__get__(node)
+    seen = []
+    node.graph = SimpleNamespace(replay=lambda: seen.append(node.reconstructed_inputs[1].clone()))
+    return node, seen
+
+
+def test_reduce_overhead_replay_copies_fresh_inputs_first(monkeypatch):
+    gap = _load("gpu_home_gap", monkeypatch)
+    ids = torch.randint(0, 100, (4, 1))
+    weight = torch.randn(3)
+    node, seen = _stale_node([weight, ids])
+    replay, copied = gap.fresh_ro_replay(node, [weight, ids])
+    assert copied == 1
+    replay()
+    replay()
+    assert len(seen) == 2 and all(torch.equal(s, ids) for s in seen)  # each replay read this call's ids
+    node.reconstructed_inputs[1].fill_(-1)  # the graph reused the buffer: the next replay copies again
+    replay()
+    assert torch.equal(seen[-1], ids)
+
+
+def test_reduce_overhead_replay_refuses_when_copy_does_not_land(monkeypatch):
+    gap = _load("gpu_home_gap", monkeypatch)
+    ids = torch.randint(0, 100, (4, 1))
+    node, seen = _stale_node([torch.randn(3), ids])
+    node._copy_inputs_and_remove_from_src = lambda dsts, srcs: None  # internals moved: nothing copied
+    with pytest.raises(RuntimeError, match="do not hold"):
+        gap.fresh_ro_replay(node, [torch.randn(3), ids])
+    assert not seen
+
+
+def test_our_replay_copies_fresh_inputs_first(monkeypatch):
+    gap = _load("gpu_home_gap", monkeypatch)
+    static = torch.zeros(4, 1, dtype=torch.long)
+    seen = []
+    state = SimpleNamespace(copy_list=[(1, static)], whole=SimpleNamespace(replay=lambda: seen.append(static.clone())))
+    ids = torch.randint(1, 100, (4, 1))
+    replay = gap.fresh_ours_replay(state, [torch.randn(3), ids])
+    static.zero_()
+    replay()
+    assert torch.equal(seen[0], ids)
+
+
+def test_generate_must_show_verdict(monkeypatch):
+    gen = _load("gpu_generate_check", monkeypatch)
+    per_layer = gen._per_layer({None: 1, 0: 6, 1: 5})
+    assert per_layer == {"0": 6, "1": 5, "outside": 1, "min": 5, "max": 6, "layers_without_cut": 0, "layers": 2}
+    row = {"cut_edges_per_layer": [per_layer, per_layer], "cosine_min_decode_before_difference": 0.9995,
+           "tokens_equal_inductor": True}
+    m = gen.must_show(row, 32)
+    assert m["all"] and m["min_cut_edges_per_layer"] == [5, 5]
+    assert "=> MET" in gen._summary("tessera af +graphs", {**row, "must_show": m})
+    for change in [{"tokens_equal_inductor": False}, {"cosine_min_decode_before_difference": 0.998},
+                   {"cosine_min_decode_before_difference": None},
+                   {"cut_edges_per_layer": [per_layer, gen._per_layer({0: 3, 1: 0})]},
+                   {"cut_edges_per_layer": [gen._per_layer({None: 4})]}, {"cut_edges_per_layer": []}]:
+        assert not gen.must_show({**row, **change}, 32)["all"], change
+    assert "MUST-SHOW x: no result" in gen._summary("x", {"error": "child exited 1"})
