@@ -26,6 +26,11 @@ placement in prefill and decode) split evenly, and tessera takes the split of a 
 placements were saved (marked ``~`` in the table). ``dit`` has one program: exact. ``cut_bytes_p``: the bytes the
 executor copied for cut edges in one call (``runs.<name>.bytes_per_call``, session 4).
 
+Runs that already planned WITH the charge (session 5 calls C, D: ``hop_overhead_s`` in the meta) are fitted against
+their UNCHARGED prediction, recomputed from the saved per-launch costs and placements (:func:`uncharged_cycle`);
+request-streams plans (programs ``<name>@<r>``) are shown, not fitted. Model variants beyond these three terms, with
+held-out checks: ``bench/refit_hop_model.py``.
+
 Usage: ``python bench/fit_hop_overhead.py [BENCH_JSON_OR_DIR ...]``. Only reads JSON (numpy for the fit).
 """
 
@@ -59,13 +64,15 @@ class Record:
     split_exact: bool
     cut_bytes: dict | None  # program -> bytes copied for cut edges per run (None: not recorded)
     out_per_step: float
-    predicted: float  # output units / s, the bench's model
+    predicted: float  # output units / s, the bench's model WITHOUT the per-hop charge (see ``uncharged_cycle``)
     measured: float  # output units / s, best of serial / pipelined / concurrent
+    streams: bool = False  # a request-streams plan (programs ``<name>@<r>``): not fitted (frequencies differ)
+    predicted_charged: float | None = None  # the bench's own prediction when it already carried a per-hop charge
 
     @property
     def fitted(self) -> bool:
-        """Whether the record is in the fit (session 4: state on its owner, bytes recorded)."""
-        return self.cut_bytes is not None
+        """Whether the record is in the fit (state on its owner, bytes recorded, not a streams plan)."""
+        return self.cut_bytes is not None and not self.streams
 
     @property
     def n_calls(self) -> float:
@@ -114,6 +121,24 @@ def _split(r: dict, meta: dict, freq: dict, tessera_split: dict) -> tuple[dict, 
     return {p: 1 / len(freq) for p in freq}, same_pattern
 
 
+def uncharged_cycle(meta: dict, plan: str) -> float | None:
+    """Seconds per workload step of ``plan`` under the model WITHOUT the per-hop charge: the busier device's load
+    ``sum_p f_p x sum of the per-launch costs placed on it`` (``meta["kernel_seconds"]``, calibrated), or None when the
+    run saved no per-launch costs. Runs since session 5 (calls C, D) planned and predicted WITH the charge
+    (``hop_overhead_s`` in their meta), so their ``predicted_output_per_s`` already holds ``h x C + phi x X``; this
+    recovers the uncharged base the fit adds its terms to. (Link loads are left out: on these runs the busiest link
+    carries < 1 ms per step, never the binding resource.)"""
+    ks, pl = meta.get("kernel_seconds"), meta.get("plans", {}).get(plan)
+    if not ks or not pl:
+        return None
+    loads = np.zeros(len(meta["devices"]))
+    for prog, place in pl["placements"].items():
+        cost, where = np.asarray(ks[prog.split("@")[0]]), np.asarray(place)
+        for d in range(len(loads)):
+            loads[d] += pl["frequencies"][prog] * cost[d][where == d].sum()
+    return float(loads.max())
+
+
 def load_records(paths: list[Path]) -> list[Record]:
     files = []
     for p in paths:
@@ -140,12 +165,19 @@ def load_records(paths: list[Path]) -> list[Record]:
             run_info = meta.get("runs", {}).get(r["plan"], {})
             nbytes = ({p: float(b.get("cut", 0)) for p, b in run_info["bytes_per_call"].items()}
                       if "bytes_per_call" in run_info else None)
+            predicted, charged = float(r["predicted_output_per_s"]), None
+            hop = np.asarray(meta.get("hop_overhead_s") or 0.0)
+            base = uncharged_cycle(meta, r["plan"]) if hop.any() else None
+            if base:
+                predicted, charged = float(meta["output_per_step"]) / base, predicted
+            streams = any("@" in p for p in meta.get("plans", {}).get(r["plan"], {}).get("placements", {}))
             recs.append(Record(run="/".join(f.parent.parts[-3:]), model=meta["model"],
                                profile=meta["devices"][1].split("@")[-1], plan=r["plan"], how=r["how"],
                                equal=r["equal"], freq=freq, cuts={p: total * share[p] for p in freq},
                                split_exact=exact or total == 0, cut_bytes=nbytes,
                                out_per_step=float(meta["output_per_step"]),
-                               predicted=float(r["predicted_output_per_s"]), measured=float(r["output_per_s"])))
+                               predicted=predicted, measured=float(r["output_per_s"]), streams=streams,
+                               predicted_charged=charged))
     return recs
 
 
@@ -188,7 +220,8 @@ def table(recs: list[Record], planner: dict[str, float], full: dict[str, float])
         per_min = r.model == "dit"
         a1, a2 = predicted_after(r, planner), predicted_after(r, full)
         cuts = "+".join(f"{r.cuts[p]:.0f}" for p in r.freq) + ("" if r.split_exact else " ~")
-        lines.append(f"| {r.run} | {r.model} | {r.profile} | {r.plan} | {cuts} | {_fmt(r.predicted, per_min)} | "
+        plan = r.plan + (" (streams: not fitted, cuts/frequencies of one stream)" if r.streams else "")
+        lines.append(f"| {r.run} | {r.model} | {r.profile} | {plan} | {cuts} | {_fmt(r.predicted, per_min)} | "
                      f"{_fmt(a1, per_min)} | {_fmt(a2, per_min)} | {_fmt(r.measured, per_min)}"
                      f"{'' if r.equal is not False else ' DIFF'} | {r.how.replace('run, ', '')} | "
                      f"{r.predicted / r.measured:.2f} | {a1 / r.measured:.2f} | {a2 / r.measured:.2f} |")
