@@ -59,9 +59,9 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     for name, moved in meta["runs"]["homo-R"]["bytes_per_call"].items():
         assert moved.get("input", 0) <= 512 and 0 < moved.get("gather", 0) <= logits[name], (name, moved)
     assert "MEASURED" in out and (tmp_path / "bench.png").stat().st_size > 0
-    # decode (129 runs per step) ran on urgent streams, prefill (1) on background ones, recorded per run
-    assert meta["settings"]["priorities"] is True
-    assert meta["runs"]["layer"]["priority_classes"] == {"prefill": "background", "decode": "urgent"}
+    # stream priorities are opt-in (--priorities): every program ran "normal", recorded per run
+    assert meta["settings"]["priorities"] is False
+    assert meta["runs"]["layer"]["priority_classes"] == {"prefill": "normal", "decode": "normal"}
     # tessera is the better of one placement and one request stream per device (each stream its own weights copy,
     # KV cache and executors); on two equal CPU devices the streams plan wins and both are run and checked
     # (the note says which plan won; the single placement is kept as tessera-single exactly when the streams did)

@@ -229,16 +229,23 @@ def _ref_latency_hop(dag, costs: CostTable, tp: Topology, place: dict[int, int])
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_latency_policy_charges_each_hop_and_matches_brute_force(seed):
+def test_latency_policy_charges_each_hop_and_matches_brute_force(seed, monkeypatch):
     """The latency policy pays the per-hop charge on a request's critical path (measured 2026-11-30 on two H200s: a
     latency plan with 103-111 cut edges, made without it, served each token 1.6x slower than everything on GPU 0)."""
     dag = random_dag(8, seed, chain=True)
     costs = random_costs(dag, 2, seed)
     tp = charged_topo(2, hop=3e-4, bw=1e9)
+    from torch_tessera.scheduler import solve
+
     best = min(_ref_latency_hop(dag, costs, tp, pl) for pl in all_placements(dag, 2))
+    shed = plan(dag, costs, tp, policy="latency", cache_dir=False)  # default: cuts shed within the tolerance
+    assert shed.predicted_seconds == pytest.approx(_ref_latency_hop(dag, costs, tp, shed.placement), rel=1e-9)
+    assert shed.predicted_seconds <= best * (1 + solve.LATENCY_CUT_TOLERANCE) * (1 + 1e-9)
+    monkeypatch.setattr(solve, "LATENCY_CUT_TOLERANCE", 0.0)  # the exact optimum
     p = plan(dag, costs, tp, policy="latency", cache_dir=False)
     assert p.predicted_seconds == pytest.approx(_ref_latency_hop(dag, costs, tp, p.placement), rel=1e-9)
     assert p.predicted_seconds == pytest.approx(best, rel=1e-9)
+    assert _cuts(dag, shed.placement) <= _cuts(dag, p.placement)
     free = plan(dag, costs, replace(tp, hop_overhead=np.zeros((2, 2))), policy="latency", cache_dir=False)
     assert _cuts(dag, p.placement) <= _cuts(dag, free.placement)
 
@@ -390,3 +397,30 @@ def test_latency_plan_keeps_cuts_only_for_a_gain_above_the_tolerance(branch_ms, 
         assert _cuts(dag, p.placement) == 0
         assert p.predicted_seconds == pytest.approx(homo, rel=1e-9)
         assert any("cut edges" in n and "tolerance" in n for n in p.solver.notes)
+
+
+def test_chain_latency_plan_sheds_a_small_gain():
+    """The exact chain DP (``solve_latency``'s first path) goes through the same shedding: moving the middle of
+    three 10 ms kernels (11 ms on the other device) to the other device, where it takes 9.5 ms, saves 0.5 ms minus two 20 us hops (1.5 %): no cut kept,
+    method ``dp+shed``; with the tolerance at 0 the DP's 2-cut optimum comes back."""
+    from conftest import MB
+    from torch_tessera.lowering.program import BufferKind
+    from torch_tessera.scheduler import solve
+    from torch_tessera.scheduler.synthetic import SynthKernel, _buf, dag_from_kernels
+
+    buffers: dict = {}
+    t = [_buf(buffers, f"t{i}", BufferKind.TEMP, 4000) for i in range(3)]
+    w = [_buf(buffers, f"w{i}", BufferKind.PARAMETER, MB) for i in range(3)]
+    dag = dag_from_kernels([SynthKernel(f"k{i}", "gemm", ([t[i - 1]] if i else []) + [w[i]], [t[i]], 0.0)
+                            for i in range(3)], buffers)
+    nodes = sorted(dag.graph.nodes)
+    costs = CostTable(("d0", "d1"), tuple(nodes), np.array([[10e-3, 11e-3], [10e-3, 9.5e-3], [10e-3, 11e-3]]))
+    tp = charged_topo(2, hop=2e-5, bw=1e9, lat=1e-6)
+    p = plan(dag, costs, tp, policy="latency", cache_dir=False)
+    assert p.solver.method == "dp+shed" and _cuts(dag, p.placement) == 0
+    assert p.predicted_seconds == pytest.approx(30e-3, rel=1e-9)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(solve, "LATENCY_CUT_TOLERANCE", 0.0)
+        exact = plan(dag, costs, tp, policy="latency", cache_dir=False)
+    assert exact.solver.method == "dp" and _cuts(dag, exact.placement) == 2
+    assert exact.predicted_seconds < p.predicted_seconds

@@ -40,12 +40,15 @@ def test_throughput_with_memory_budget_matches_brute_force(seed):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_latency_on_chain_is_exact(seed):
+def test_latency_on_chain_is_exact(seed, monkeypatch):
+    from torch_tessera.scheduler import solve
+
+    monkeypatch.setattr(solve, "LATENCY_CUT_TOLERANCE", 0.0)  # no cut shedding: the DP's optimum itself
     dag = random_dag(8, seed, chain=True)
     costs, tp = random_costs(dag, 2, seed), topo(2, bw=1e8)
     best = min(ref_latency(dag, costs, tp, pl) for pl in all_placements(dag, 2))
     p = plan(dag, costs, tp, policy="latency", cache_dir=False)
-    assert p.solver.method == "dp"
+    assert p.solver.method in ("dp", "dp+shed")  # +shed: an equally fast plan with fewer cut edges
     assert p.predicted_seconds == pytest.approx(best, rel=1e-9)
     assert p.predicted_seconds == pytest.approx(ref_latency(dag, costs, tp, p.placement), rel=1e-9)
 

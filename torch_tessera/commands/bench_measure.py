@@ -37,7 +37,7 @@ def run_measured(args: argparse.Namespace) -> int:
                         output_tokens=args.output_tokens, repeats=args.repeats, warmup=args.warmup,
                         profile_repeats=args.profile_repeats, micro_batches=args.micro_batches, links=args.links,
                         concurrent_steps=args.concurrent_steps, streams=args.streams,
-                        priorities=getattr(args, "priorities", True))
+                        priorities=getattr(args, "priorities", False))
     n_programs = len(s.composition.frequencies)
     with tqdm(total=total_steps(len(devices.split(",")), n_programs), desc=f"measure {args.model} on {devices}",
               unit="step") as bar:

@@ -136,9 +136,10 @@ def program_priorities(freq: Mapping[str, float], enabled: bool = True) -> dict[
     """Stream priority class of each program (:data:`~torch_tessera.runtime.pipelining.PRIORITY_CLASSES`): when
     programs run at different frequencies, the most frequent (an LLM's decode, on every output token's path) is
     ``"urgent"`` and the others (its prefill, bulk work) ``"background"``; otherwise, or when not ``enabled``, all
-    ``"normal"``. Why: measured 2026-11-30 on two H200s (call C, Llama, 24 SMs), a decode split over both GPUs left
-    GPU 1 idle 26 % of each concurrent step while the prefill's kernels on GPU 0 ran between decode's stages
-    (docs/BENCHMARKS.md, "Model refit on session-5 runs")."""
+    ``"normal"``. Why it was tried: measured 2026-11-30 on two H200s (call C, Llama, 24 SMs), a decode split over
+    both GPUs left GPU 1 idle 26 % of each concurrent step while the prefill's kernels on GPU 0 ran between decode's
+    stages (docs/BENCHMARKS.md, "Model refit on session-5 runs"); measured after, it did not help reliably
+    (:class:`~torch_tessera.measure.settings.MeasureSettings` ``priorities``), so it is opt-in."""
     if not enabled or len(freq) < 2 or len(set(freq.values())) < 2:
         return {n: "normal" for n in freq}
     top = max(freq.values())

@@ -132,7 +132,9 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
     _copy_inputs(program, home, inputs, static_inputs)
     torch.cuda.synchronize()  # the warm-up below runs on other streams: the static inputs must have landed
     for step in executor.schedule.setup if lane is None else ():
-        executor._copy(step, pools)
+        executor._place_weight(step, pools)  # a copy, or a storage shared through executor.weight_cache
+    if getattr(executor, "weight_cache", None) is not None and lane is None:
+        torch.cuda.synchronize()  # shared weight storages are read by other executors' streams from now on
     fresh_all = set().union(*executor._fresh.values()) if executor._fresh else set()
     for i, d in enumerate(devices):
         for b in sorted({b for s in executor.schedule.steps if isinstance(s, LaunchStep) and s.device == i

@@ -77,6 +77,9 @@ class PlacedExecutor:
         priority_class: stream priority of this program's compute streams and pipeline lanes when programs share
             devices (:data:`~torch_tessera.runtime.pipelining.PRIORITY_CLASSES`: ``"normal"``, ``"urgent"`` for
             the per-token program, ``"background"`` for bulk work); a CUDA graph replays at its stream's priority.
+        weight_cache: a dict shared by executors whose weights never change (a serving process's programs and plans
+            over one model): a weight another executor already placed on a device is reused there, not copied
+            again (:meth:`_place_weight`). ``None`` (default): every executor holds its own copies.
 
     Attributes:
         transfers: count of copies performed, by purpose (``cut``, ``input``, ``weights``, ``gather``); a cut edge
@@ -99,6 +102,7 @@ class PlacedExecutor:
         cuda_graphs: bool | str = False,
         graph_copies: str = "link",
         priority_class: str = "normal",
+        weight_cache: dict | None = None,
     ) -> None:
         self.program = program
         self.devices = list(devices)
@@ -145,6 +149,7 @@ class PlacedExecutor:
         if priority_class not in PRIORITY_CLASSES:
             raise TesseraError(f"priority_class={priority_class!r}: use one of {PRIORITY_CLASSES}")
         self.priority_class = priority_class
+        self.weight_cache = weight_cache
         self.captures = 0
         self._graphs: Any = None
 
@@ -318,10 +323,40 @@ class PlacedExecutor:
                 bind_input(pool, spec, value, i)
         if not self._setup_done:
             for step in self.schedule.setup:
-                self._copy(step, pools)
+                self._place_weight(step, pools)
                 self._weights[step.dst].storages[step.buffer] = pools[step.dst].storages[step.buffer]
+            if self.weight_cache is not None:  # other executors' streams read these storages from now on
+                for d, c in zip(self.devices, self._is_cuda):
+                    if c:
+                        d.synchronize()
             self._setup_done = True
         return pools
+
+    def _place_weight(self, step: CopyStep, pools: list[BufferPool]) -> None:
+        """Run one setup copy (a weight's bytes ``[start, end)`` onto ``step.dst``), or, with a ``weight_cache``,
+        reuse the storage another executor placed for the same source tensor on the same device, copying only the
+        byte ranges it does not hold yet. Keyed by the source storage's address and size and the destination
+        device: valid while the source weights are alive and unchanged, which is what passing a cache promises.
+
+        Measured 2026-11-30 on two H200s (serve-bench, Llama-3.1-8B, 32 layers): without sharing, each (policy,
+        plan, program) executor held its own copy of the weights on the 24-SM GPU and the sweep ran out of memory
+        there after nine runs (148.3 GB in use).
+        """
+        if self.weight_cache is None:
+            self._copy(step, pools)
+            return
+        src = pools[step.src].storages[step.buffer]
+        key = (src.data_ptr(), src.numel() * src.element_size(), str(self.devices[step.dst].torch_device),
+               self.domains[step.dst])
+        held = self.weight_cache.get(key)
+        if held is not None:
+            pools[step.dst].storages[step.buffer] = held[0]
+            if (step.start, step.end) in held[1]:
+                return
+        self._copy(step, pools)
+        if held is None:
+            held = self.weight_cache[key] = (pools[step.dst].storages[step.buffer], set())
+        held[1].add((step.start, step.end))
 
     def _ensure(self, pool: BufferPool, dev: int, name: str) -> None:
         if name in pool:

@@ -44,13 +44,15 @@ class TesseraRunner:
         self.cuda_graphs = cuda_graphs
         self.graph_copies = graph_copies
         self.priority_class = priority_class  # see PlacedExecutor; read again by every set_placement
+        self.weight_cache: dict | None = None  # see PlacedExecutor; set by a serving process whose weights are frozen
         self.executor = self._make(placement)
 
     def _make(self, placement: Mapping[int, int]) -> PlacedExecutor:
         estimate = getattr(self.plan, "memory_bytes", None)
         return PlacedExecutor(self.program, self.dag, placement, self.devices, self._kernel_objects,
                               timeout_s=self.timeout_s, memory_estimate=estimate, cuda_graphs=self.cuda_graphs,
-                              graph_copies=self.graph_copies, priority_class=self.priority_class)
+                              graph_copies=self.graph_copies, priority_class=self.priority_class,
+                              weight_cache=self.weight_cache)
 
     def set_placement(self, placement: Mapping[int, int], plan: Any = None) -> None:
         """Run with another placement from the next call on (weights are re-placed)."""

@@ -312,7 +312,18 @@ def solve_latency(pb: Problem, time_limit: float, use_ties: bool = True) -> Solu
         if all(x is not None for x in parts):
             place = np.concatenate(parts)
             v = latency_seconds(pb, place)
-            return Solution(place, v, v, "dp", "optimal", 0, groups.B, ["program is a chain: exact DP"])
+            notes = ["program is a chain: exact DP"]
+            singles = [(latency_seconds(pb, h), h, f"homo-{g}") for g in range(pb.D)
+                       for h in [np.full(pb.n, g, dtype=np.int64)] if _pins_allow(pb, h)]
+            shed = shed_latency_cuts(pb, singles + [(v, place, "dp")], v, groups, LATENCY_CUT_TOLERANCE,
+                                     t0 + 0.1 * time_limit)
+            if shed is None:
+                return Solution(place, v, v, "dp", "optimal", 0, groups.B, notes)
+            value, kept, how = shed
+            notes.append(f"kept {cut_count(pb, kept)} of {cut_count(pb, place)} cut edges ({how}) for a predicted "
+                         f"latency {(value / v - 1) * 100:.2f} % above the optimum (tolerance "
+                         f"{LATENCY_CUT_TOLERANCE:.0%})")
+            return Solution(kept, value, v, "dp+shed", "feasible", 0, groups.B, notes)
     label, tied = tie_layers(pb) if use_ties else (pb.group, 0)
     work = aggregate(pb, label) if tied else groups
     cands: list[tuple[float, np.ndarray, str]] = []
@@ -366,6 +377,12 @@ def solve_latency(pb: Problem, time_limit: float, use_ties: bool = True) -> Solu
     status = "optimal" if value <= bound * (1 + 1e-4) else ("time limit" if res.status == "time limit" else "feasible")
     return Solution(place, value, min(bound, value), method + ("(tied)" if tied and method == "milp" else ""),
                     status, res.nodes, work.B, notes)
+
+
+def _pins_allow(pb: Problem, place: np.ndarray) -> bool:
+    """Whether ``place`` keeps every pinned group on its pin (no memory check: the chain path has no budgets)."""
+    pins = pb.pinned[pb.group]
+    return bool(np.all((pins < 0) | (pins == place)))
 
 
 def cut_count(pb: Problem, place: np.ndarray) -> int:

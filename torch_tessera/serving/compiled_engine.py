@@ -199,6 +199,9 @@ class CompiledModel:
         self.plan_summaries = {f"{policy}/{name}": {str(k): _plan_summary(p, pl) for k, (pl, p) in per.items()}
                                for (policy, name), per in placements.items()}  # policy/plan -> program -> summary
         executors: dict[tuple[str, str], dict[Any, Any]] = {}
+        shared: dict = {}  # one copy of each weight per device for every executor (the weights never change)
+        for prog in self.programs.values():
+            prog.runner.weight_cache = shared
         for key, per in placements.items():
             executors[key] = {}
             for prog_key, (placement, p) in per.items():
