@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"torch_tessera.commands.{module_name}")
-        p = sub.add_parser(name, help=getattr(module, "HELP", None))
+        p = sub.add_parser(name, help=getattr(module, "HELP", None),
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(_module=module, _parser=p)
     return parser

@@ -73,7 +73,7 @@ def print_table(rows, meta) -> None:
           f"{_fmt(k * meta['zero_communication_bound_output_per_s'])} {unit}")
     times = " ".join(f"{n[:8] + ' ms':>11s}" for n in names)
     print(f"{'plan':13s} {unit:>10s} {'serial':>9s} {'predicted':>9s} {times} "
-          f"{'per $/h':>9s} {'vs bound':>8s} {'vs best':>7s} {'cuts':>5s} {'eager':>6s}  how")
+          f"{'per price':>9s} {'vs bound':>8s} {'vs best':>7s} {'cuts':>5s} {'eager':>6s}  how")
     for r in rows:
         if not r.applies:
             print(f"{r.plan:13s} {'n/a':>10s}  {r.how}")

@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--back-threshold", type=float, default=1.25, help="ratio below which latency comes back")
     parser.add_argument("--min-dwell-ms", type=float, default=300.0, help="least time between switches, ms")
     parser.add_argument("--switch-cost-ms", type=float, default=30.0,
-                        help="simulated seconds per plan switch, ms (paper digest §7.1: ~30 ms stall cited)")
+                        help="simulated cost of one plan switch, ms (the Tessera paper cites a ~30 ms stall per switch)")
     parser.add_argument("--search", action="store_true",
                         help="also bisect each policy's highest rate under the SLO between the lowest and highest rate")
     parser.add_argument("--out", default="serve_bench", help="directory for serve_bench.json and latency_vs_rate.png")
@@ -214,5 +214,6 @@ def run(args: argparse.Namespace) -> int:
               "plans": plans}
     (out / "serve_bench.json").write_text(json.dumps(_finite(report), indent=1))
     plot(points, args.slo_ms, out / "latency_vs_rate.png")
+    partial.unlink(missing_ok=True)  # complete: serve_bench.json holds every point
     print(f"\nwrote {out / 'serve_bench.json'} and {out / 'latency_vs_rate.png'}")
     return 0

@@ -31,6 +31,7 @@ class Interval:
     end: float
     label: str
     micro_batch: int
+    program: str = ""  # the workload program this step belongs to
 
 
 class _Lane:
@@ -91,14 +92,14 @@ def timeline(plan: Plan, dag_or_workload: DependencyGraph | Workload,
                     lane = link_lanes.setdefault((a, d), _Lane())
                     st = lane.place(t, dur)
                     out.append(Interval(f"{pb.devices[a]} -> {pb.devices[d]}", st, st + dur,
-                                        f"{pb.launch[s]}->{pb.launch[k]}", mb))
+                                        f"{pb.launch[s]}->{pb.launch[k]}", mb, pb.programs[p]))
                     t = st + dur
                 ready = max(ready, t)
             dur = pb.cost[k, d] / m
             st = dev_lanes[d].place(ready, dur)
             finish[mb, k] = st + dur
             last[d] = st + dur
-            out.append(Interval(pb.devices[d], st, st + dur, pb.names[k], mb))
+            out.append(Interval(pb.devices[d], st, st + dur, pb.names[k], mb, pb.programs[p]))
     return out
 
 
@@ -139,6 +140,7 @@ def write_gantt(plan: Plan, dag_or_workload: DependencyGraph | Workload,
     """Timeline of ``plan`` drawn to ``path`` (PNG). Returns the path."""
     ivs = timeline(plan, dag_or_workload, costs, topology, program=program, micro_batches=micro_batches)
     span = max((iv.end for iv in ivs), default=0.0)
-    title = (f"{plan.policy}: {len(plan.devices)} devices, {plan.micro_batches} micro-batches, predicted "
+    what = f" ({ivs[0].program} program, one call)" if ivs and ivs[0].program else ""
+    title = (f"{plan.policy}{what}: {len(plan.devices)} devices, {plan.micro_batches} micro-batches, predicted "
              f"{plan.objective} {plan.predicted_seconds * 1e3:.3f} ms; this step {span * 1e3:.3f} ms")
     return render(ivs, path, title)
