@@ -92,5 +92,9 @@ def compare(plans: Mapping[str, Plan | Exception], reference: str | None = None)
         rows.append([name, fmt_seconds(p.cycle_seconds), up, fmt_seconds(p.latency_seconds),
                      " / ".join(fmt_bytes(m) for m in p.memory_bytes), str(len(p.cut_edges)),
                      fmt_bytes(p.bytes_per_step), f"{100 * p.gap:.1f} %", f"{p.solver.wall_seconds * 1e3:.0f} ms"])
+    legend = [f"speed-up: throughput over {next(k for k, v in ok.items() if v is ref)}'s (cycle/step ratio); gap: "
+              "from the lower bound of the plan's own objective (latency for a latency plan, cycle otherwise); "
+              "memory: per device, weights included (a weight is held on every device whose kernels read it)"] \
+        if ref is not None else []
     return "\n".join(_table(["plan", "cycle/step", "speed-up", "latency", "memory per device", "cuts",
-                             "bytes/step", "gap", "solve"], rows) + why)
+                             "bytes/step", "gap", "solve"], rows) + why + legend)
