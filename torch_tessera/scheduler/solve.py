@@ -28,6 +28,7 @@ from torch_tessera.errors import InfeasiblePlanError
 from torch_tessera.scheduler import milp
 from torch_tessera.scheduler.blocks import (Blocks, aggregate, block_cycle, block_memory_ok, block_memory_over,
                                             tie_layers)
+from torch_tessera.scheduler.chains import chain_search
 from torch_tessera.scheduler.counts import (build_classes, layer_split, realize, round_counts, shift_search,
                                              solve_counts, split_by_cost)
 from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok
@@ -45,6 +46,13 @@ log = logging.getLogger(__name__)
 COUNTS_GAP = 1e-2
 #: Method name of a plan polished from a whole-layer split of each program (:func:`counts.layer_split`).
 SPLIT = "lp-split+local"
+#: Method name of a plan polished from the interval search over whole layers (:func:`chains.chain_search`).
+CHAIN = "chain+local"
+#: Whether the counts MILP still runs after the whole-layer searches (only made when cut edges charge devices). Its
+#: relaxation misses the same cuts between layers as the LP's, so its bound stays as weak and it ran on every real DAG;
+#: measured 2026-11-30 (docs/BENCHMARKS.md, "Ninth measurement") on Llama-3.1-8B, Mixtral and Mamba over 2 and 4
+#: devices it changed no plan while taking 35-100 ms on 2 devices and 0.5-2 s on 4.
+CHARGED_COUNTS_MILP = False
 #: A tied plan realised from the rounded counts LP is returned without the counts MILP when it is within this relative
 #: gap of the LP bound (or within ``mip_gap``, if larger). The counts MILP, which would run next, stops at
 #: ``max(2 mip_gap, COUNTS_GAP)`` and its counts are realised and polished the same way, so it promises no more than
@@ -125,7 +133,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
 
     best, method = None, "heft"
     polished = False  # best is a local optimum of the untied local search (no need to run it again)
-    split = None  # (value, placement, polished) of the best whole-layer split (counts.layer_split), kept apart
+    split = None  # (value, placement, polished, method) of the best whole-layer plan (SPLIT, CHAIN), kept apart
 
     def warm_start() -> float | None:
         """List heuristic + local search on the tied blocks (few when layers repeat): an incumbent for the MILP.
@@ -175,9 +183,9 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         if block_memory_ok(pb, groups, gp):
             v = block_cycle(groups, gp)
             done = tied and time.perf_counter() < t0 + 0.9 * time_limit  # the search ended by itself
-            if how == SPLIT:
+            if how in (SPLIT, CHAIN):
                 if split is None or v < split[0] * (1 - 1e-12):
-                    split = (v, groups.expand(gp), done)
+                    split = (v, groups.expand(gp), done, how)
             elif best is None or v < best[0] * (1 - 1e-12):
                 best, method, polished = (v, groups.expand(gp)), how, done
 
@@ -205,12 +213,19 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             realise(round_counts(frac, cls.L), "lp+local", frac)
         if frac is not None and pb.charges_devices and best is not None:
             # cut edges cost their devices a hop each, which the LP does not see between layers: also try each
-            # program's layers split into whole-layer ranges by the LP's shares (counts.layer_split)
             base = np.zeros(groups.B, dtype=np.int64)
             base[pb.group] = best[1]
-            for gp in layer_split(pb, groups, cls, frac, base):
-                polish(gp, SPLIT)
-    if incumbent() > bound * (1 + max(mip_gap, LP_PLAN_GAP)) or not tied:
+            # program's layers split into whole-layer ranges by the LP's shares (counts.layer_split), then
+            # whole-layer placements searched an interval of layers at a time from those splits, the plan so far and
+            # each program wholly on one device (chains.chain_search); only the latter's best (two; one on two
+            # devices) are polished: they are no slower than the splits they start from, and polishing the splits or
+            # a second chain plan on 2 devices changed no plan on the real DAGs (2026-11-30, docs/BENCHMARKS.md
+            # "Ninth measurement") while it took 20-40 ms; dropping the splits as seeds lost 0.2 % on Mixtral
+            splits = layer_split(pb, groups, cls, frac, base)
+            for gp in chain_search(pb, groups, [base] + splits, t0 + 0.5 * time_limit, top=1 if pb.D == 2 else 2):
+                polish(gp, CHAIN)
+    searched = split is not None and not CHARGED_COUNTS_MILP  # the whole-layer searches ran (cut edges charge)
+    if (incumbent() > bound * (1 + max(mip_gap, LP_PLAN_GAP)) or not tied) and not searched:
         # the cut-off is the list heuristic's plan, not a better realised LP plan: the MILP's objective is a
         # relaxation of the realised cycle time, and a cut-off that close to its optimum made HiGHS search longer for
         # a first solution (4-layer transformer, 3 devices: 184 ms instead of ~60 ms)
@@ -234,7 +249,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     if bound <= 0.0:
         bound = zero_comm_bound(cls.cost, cls.L, cls.pinned, groups.forbidden)
     if best is None and split is not None:
-        best, method, polished, split = split[:2], SPLIT, split[2], None
+        best, method, polished, split = split[:2], split[3], split[2], None
     if best is None:
         raise_infeasible(pb, groups, "" if res.status == "infeasible" else
                          f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
@@ -262,7 +277,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
                 value, place, method, polished = v, groups.expand(gp), "milp(untied)", False
         notes.append(f"untied MILP on {groups.B} groups: {r2.status}")
     if split is not None and split[0] < value * (1 - 1e-12):
-        value, place, method, polished = split[0], split[1], SPLIT, split[2]
+        value, place, method, polished = split[0], split[1], split[3], split[2]
     if value > bound * (1 + 1e-4) and not polished:  # polish untied
         gp = np.zeros(groups.B, dtype=np.int64)
         gp[pb.group] = place
