@@ -164,3 +164,28 @@ def test_chain_search_keeps_memory_budgets():
     for gp in got:
         assert block_memory_ok(pb, groups, gp)
     assert block_cycle(groups, got[0]) <= block_cycle(groups, seed) * (1 + 1e-12)
+
+
+def test_untied_milp_after_the_chain_search_only_up_to_the_charged_limit(monkeypatch):
+    """With the charge, once the whole-layer search ran, the untied MILP (``solve_counts`` on one group per class)
+    starts only up to ``CHARGED_EXACT_BINARIES``; above, the plan says why it did not."""
+    import torch_tessera.scheduler.solve as solve
+
+    untied = []
+    real = solve.solve_counts
+
+    def counts(pb, cls, *a, **k):
+        if not k.get("relax") and cls.L.max() == 1:
+            untied.append(cls.C)
+        return real(pb, cls, *a, **k)
+
+    monkeypatch.setattr(solve, "solve_counts", counts)
+    wl, tp = _charged_llm(2)
+    small = plan(wl, None, tp, cache_dir=False)
+    assert untied  # 8 layers on 2 devices: within the limit, and the plan is not within RESOLVE_GAP of the bound
+    untied.clear()
+    monkeypatch.setattr(solve, "CHARGED_EXACT_BINARIES", 10)
+    capped = plan(wl, None, tp, cache_dir=False)
+    assert untied == []
+    assert any("after the whole-layer search" in n for n in capped.solver.notes)
+    assert small.predicted_seconds <= capped.predicted_seconds * (1 + 1e-12)
