@@ -7,7 +7,10 @@ memory budget breaks), shift search, untied local search -> only if that plan is
 LP_PLAN_GAP)`` of the bound: list heuristic + local search on the tied classes (the MILP's cut-off), then the counts
 MILP, realised the same way -> the untied MILP when the problem is small for ``time_limit`` (:func:`untied_fits`) and
 the plan is not yet within ``RESOLVE_GAP`` of the bound -> untied local search (unless the plan already is a local
-optimum of it) -> transfer trimming. Without repeated layers (or ``tie_layers=False``) the list heuristic gives the
+optimum of it) -> transfer trimming. When cut edges charge the devices they join (the per-hop charge), the LP plan is
+followed by whole-layer searches instead of the counts MILP (:func:`counts.layer_split`, then
+:func:`chains.chain_search` from those splits, the plan and whole programs), and the untied MILP starts only up to
+:data:`CHARGED_EXACT_BINARIES`. Without repeated layers (or ``tie_layers=False``) the list heuristic gives the
 incumbent and the counts MILP is the exact placement MILP.
 
 Latency: exact DP when every program is a path; otherwise HEFT, single-device and baseline (layer, af, pd)
