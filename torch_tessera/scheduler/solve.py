@@ -83,10 +83,10 @@ EXACT_BINARIES_PER_SECOND = 400.0
 #: With the per-hop charge, once the whole-layer search ran (:func:`chains.chain_search`), the untied MILP starts
 #: only up to this many binaries (groups x devices): the counts bound misses the cuts between layers, so the plan is
 #: rarely within ``RESOLVE_GAP`` of it and the MILP would run to ``time_limit`` on every mid-sized DAG. Measured
-#: 2026-11-30 (docs/BENCHMARKS.md "Ninth measurement"), synthetic transformers with the 52 us charge: from 603 to 3012
-#: binaries (201-1004 kernels on 2-3 devices) it changed no plan and took 0.9-10 s, at 804 (201 kernels, 4 devices) it
-#: gained 0.8 % in 10 s; below, it gained 2.9-5.7 % (47-102 kernels on 3-4 devices) and 1.3 / 4.0 % on the 8-layer
-#: Llama and dit workloads of bench/replan_hop.py (442-712 binaries).
+#: 2026-11-30 (docs/BENCHMARKS.md "Ninth measurement"), synthetic transformers with the 52 us charge: on 201-1004
+#: kernels (2-4 devices, 603-3012 binaries) it changed no plan and took 0.9-10 s; below, it gained 1.3-5.6 % (47
+#: kernels on 3-4 devices, 102 on 4) and 1.3 / 4.0 % on the 8-layer Llama and dit workloads of bench/replan_hop.py
+#: (442-712 binaries).
 CHARGED_EXACT_BINARIES = 800
 
 #: Relative cycle-time increase a throughput plan may take to move fewer bytes (:mod:`.transfers`): the MILP's own
