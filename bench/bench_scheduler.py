@@ -10,15 +10,25 @@ Run::
 
     PYTHONPATH=$PWD python -m pytest bench/bench_scheduler.py -s --benchmark-columns=min,median,max
     PYTHONPATH=$PWD python bench/bench_scheduler.py          # the same table without pytest-benchmark
+    PYTHONPATH=$PWD python bench/bench_scheduler.py --hop-us 52 [--exposure 0.6] [--sizes 50,1000] [--devices 2,4]
+        [--ref-seconds 20] [--no-random]
+
+``--hop-us`` (pytest: ``TESSERA_BENCH_HOP_US``) gives the topology the per-hop charge of issue 9: every cut edge
+costs both devices it joins that many microseconds per program run and ``--exposure`` (default 0.6, the H200 figure)
+of its copy time (:attr:`Topology.hop_overhead`, :attr:`Topology.copy_exposure`); without it the links charge nothing
+but their own load, as before.
 
 The paper's Gurobi MILP: 0.43 s for 1000 kernels on 2 GPUs, 3.1 s on 3, 113 s on 4 (Tessera §10.7, Fig. 12b).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from torch_tessera.scheduler import plan
@@ -28,6 +38,8 @@ DEVICES = {2: ("big", "small"), 3: ("big", "mid", "small"), 4: ("big", "mid", "s
 LAYERS = {50: 4, 100: 9, 200: 18, 500: 45, 1000: 91, 1500: 136}
 REF_SECONDS = float(os.environ.get("TESSERA_BENCH_REF_SECONDS", "20"))
 REF_MAX_KERNELS = 500
+HOP_US = float(os.environ.get("TESSERA_BENCH_HOP_US", "0"))  # per-hop charge, microseconds (0: none)
+EXPOSURE = float(os.environ.get("TESSERA_BENCH_EXPOSURE", "0.6"))  # share of copy time charged with it
 PAPER_MS = {(2, 50): 11, (2, 500): 182, (2, 1000): 432, (3, 50): 55, (3, 200): 210, (3, 500): 967, (3, 1000): 3080,
             (4, 50): 548, (4, 100): 758, (4, 200): 1336, (4, 500): 16726, (4, 1000): 113370}
 ROWS: list[dict] = []
@@ -41,7 +53,10 @@ def case(kind: str, size: int, D: int):
     else:
         dag = layered_dag(size, width=4, seed=size)
         costs = roofline_costs(dag, devs, noise=0.3)
-    return dag, costs, nvlink_topology(devs)
+    tp = nvlink_topology(devs)
+    if HOP_US > 0:
+        tp = replace(tp, hop_overhead=np.full((D, D), HOP_US * 1e-6), copy_exposure=np.full((D, D), EXPOSURE))
+    return dag, costs, tp
 
 
 def measure(kind: str, size: int, D: int, solve=None) -> dict:
@@ -111,8 +126,20 @@ def test_random(benchmark, size, D):
 
 
 if __name__ == "__main__":
-    for D in (2, 3, 4):
-        for size in sorted(LAYERS):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hop-us", type=float, default=HOP_US, help="per-hop charge per cut edge, microseconds")
+    ap.add_argument("--exposure", type=float, default=EXPOSURE, help="share of copy time charged with the hop")
+    ap.add_argument("--sizes", default=",".join(map(str, sorted(LAYERS))), help="transformer sizes (kernels)")
+    ap.add_argument("--devices", default="2,3,4", help="device counts")
+    ap.add_argument("--ref-seconds", type=float, default=REF_SECONDS, help="time of the untied reference MILP")
+    ap.add_argument("--no-random", action="store_true", help="skip the random layered DAGs")
+    args = ap.parse_args()
+    HOP_US, EXPOSURE, REF_SECONDS = args.hop_us, args.exposure, args.ref_seconds
+    device_counts = [int(x) for x in args.devices.split(",")]
+    print(f"per-hop charge: {f'{HOP_US:g} us, exposure {EXPOSURE:g}' if HOP_US > 0 else 'none'}; "
+          f"reference: untied MILP {REF_SECONDS:g} s up to {REF_MAX_KERNELS} kernels", flush=True)
+    for D in device_counts:
+        for size in [int(x) for x in args.sizes.split(",")]:
             dag, costs, tp = case("layers", size, D)
             plan(dag, costs, tp, cache_dir=False)  # warm-up (imports, HiGHS)
             times = []
@@ -123,8 +150,9 @@ if __name__ == "__main__":
             row = measure("layers", size, D)
             row["solve_ms"] = min(times) * 1e3
             print(table([row]).splitlines()[-1], flush=True)
-    for D in (2, 3, 4):
-        for size in (50, 100, 200):
-            measure("random", size, D)
-            print(table([ROWS[-1]]).splitlines()[-1], flush=True)
+    if not args.no_random:
+        for D in device_counts:
+            for size in (50, 100, 200):
+                measure("random", size, D)
+                print(table([ROWS[-1]]).splitlines()[-1], flush=True)
     print(table(ROWS))

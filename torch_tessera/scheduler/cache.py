@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 
 #: Bump when the plan format or the solver's meaning of a key changes (2: the cycle time charges each cut edge's
 #: per-hop overhead and exposed copy time on the devices it joins, issue 9; 3: with that charge the throughput solver
-#: also searches whole-layer splits, counts.layer_split, and finds other plans).
-SCHEMA = 3
+#: also searches whole-layer splits, counts.layer_split, and finds other plans; 4: with the charge it searches whole
+#: layers an interval at a time, chains.chain_search, and skips the counts MILP).
+SCHEMA = 4
 
 
 def default_dir() -> Path:

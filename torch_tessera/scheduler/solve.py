@@ -7,7 +7,10 @@ memory budget breaks), shift search, untied local search -> only if that plan is
 LP_PLAN_GAP)`` of the bound: list heuristic + local search on the tied classes (the MILP's cut-off), then the counts
 MILP, realised the same way -> the untied MILP when the problem is small for ``time_limit`` (:func:`untied_fits`) and
 the plan is not yet within ``RESOLVE_GAP`` of the bound -> untied local search (unless the plan already is a local
-optimum of it) -> transfer trimming. Without repeated layers (or ``tie_layers=False``) the list heuristic gives the
+optimum of it) -> transfer trimming. When cut edges charge the devices they join (the per-hop charge), the LP plan is
+followed by whole-layer searches instead of the counts MILP (:func:`counts.layer_split`, then
+:func:`chains.chain_search` from those splits, the plan and whole programs), and the untied MILP starts only up to
+:data:`CHARGED_EXACT_BINARIES`. Without repeated layers (or ``tie_layers=False``) the list heuristic gives the
 incumbent and the counts MILP is the exact placement MILP.
 
 Latency: exact DP when every program is a path; otherwise HEFT, single-device and baseline (layer, af, pd)
@@ -29,6 +32,7 @@ from torch_tessera.errors import InfeasiblePlanError
 from torch_tessera.scheduler import milp
 from torch_tessera.scheduler.blocks import (Blocks, aggregate, block_cycle, block_memory_ok, block_memory_over,
                                             tie_layers)
+from torch_tessera.scheduler.chains import chain_search
 from torch_tessera.scheduler.counts import (build_classes, layer_split, realize, round_counts, shift_search,
                                              solve_counts, split_by_cost)
 from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok
@@ -46,6 +50,13 @@ log = logging.getLogger(__name__)
 COUNTS_GAP = 1e-2
 #: Method name of a plan polished from a whole-layer split of each program (:func:`counts.layer_split`).
 SPLIT = "lp-split+local"
+#: Method name of a plan polished from the interval search over whole layers (:func:`chains.chain_search`).
+CHAIN = "chain+local"
+#: Whether the counts MILP still runs after the whole-layer searches (only made when cut edges charge devices). Its
+#: relaxation misses the same cuts between layers as the LP's, so its bound stays as weak and it ran on every real DAG;
+#: measured 2026-11-30 (docs/BENCHMARKS.md, "Ninth measurement") on Llama-3.1-8B, Mixtral and Mamba over 2 and 4
+#: devices it changed no plan while taking 35-100 ms on 2 devices and 0.5-2 s on 4.
+CHARGED_COUNTS_MILP = False
 #: A tied plan realised from the rounded counts LP is returned without the counts MILP when it is within this relative
 #: gap of the LP bound (or within ``mip_gap``, if larger). The counts MILP, which would run next, stops at
 #: ``max(2 mip_gap, COUNTS_GAP)`` and its counts are realised and polished the same way, so it promises no more than
@@ -69,6 +80,15 @@ EXACT_BLOCKS = 20000
 #: runs up to 4000 binaries; a longer ``time_limit`` (or ``tie_layers=False``) admits larger problems.
 EXACT_BINARIES_PER_SECOND = 400.0
 
+
+#: With the per-hop charge, once the whole-layer search ran (:func:`chains.chain_search`), the untied MILP starts
+#: only up to this many binaries (groups x devices): the counts bound misses the cuts between layers, so the plan is
+#: rarely within ``RESOLVE_GAP`` of it and the MILP would run to ``time_limit`` on every mid-sized DAG. Measured
+#: 2026-11-30 (docs/BENCHMARKS.md "Ninth measurement"), synthetic transformers with the 52 us charge: on 201-1004
+#: kernels (2-4 devices, 603-3012 binaries) it changed no plan and took 0.9-10 s; below, it gained 1.3-5.6 % (47
+#: kernels on 3-4 devices, 102 on 4) and 1.3 / 4.0 % on the 8-layer Llama and dit workloads of bench/replan_hop.py
+#: (442-712 binaries).
+CHARGED_EXACT_BINARIES = 800
 
 #: Relative cycle-time increase a throughput plan may take to move fewer bytes (:mod:`.transfers`): the MILP's own
 #: default stopping gap, so the plan stays as close to optimal as the solver promised.
@@ -134,7 +154,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
 
     best, method = None, "heft"
     polished = False  # best is a local optimum of the untied local search (no need to run it again)
-    split = None  # (value, placement, polished) of the best whole-layer split (counts.layer_split), kept apart
+    split = None  # (value, placement, polished, method) of the best whole-layer plan (SPLIT, CHAIN), kept apart
 
     def warm_start() -> float | None:
         """List heuristic + local search on the tied blocks (few when layers repeat): an incumbent for the MILP.
@@ -184,9 +204,9 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
         if block_memory_ok(pb, groups, gp):
             v = block_cycle(groups, gp)
             done = tied and time.perf_counter() < t0 + 0.9 * time_limit  # the search ended by itself
-            if how == SPLIT:
+            if how in (SPLIT, CHAIN):
                 if split is None or v < split[0] * (1 - 1e-12):
-                    split = (v, groups.expand(gp), done)
+                    split = (v, groups.expand(gp), done, how)
             elif best is None or v < best[0] * (1 - 1e-12):
                 best, method, polished = (v, groups.expand(gp)), how, done
 
@@ -214,12 +234,19 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             realise(round_counts(frac, cls.L), "lp+local", frac)
         if frac is not None and pb.charges_devices and best is not None:
             # cut edges cost their devices a hop each, which the LP does not see between layers: also try each
-            # program's layers split into whole-layer ranges by the LP's shares (counts.layer_split)
             base = np.zeros(groups.B, dtype=np.int64)
             base[pb.group] = best[1]
-            for gp in layer_split(pb, groups, cls, frac, base):
-                polish(gp, SPLIT)
-    if incumbent() > bound * (1 + max(mip_gap, LP_PLAN_GAP)) or not tied:
+            # program's layers split into whole-layer ranges by the LP's shares (counts.layer_split), then
+            # whole-layer placements searched an interval of layers at a time from those splits, the plan so far and
+            # each program wholly on one device (chains.chain_search); only the latter's best (two; one on two
+            # devices) are polished: they are no slower than the splits they start from, and polishing the splits or
+            # a second chain plan on 2 devices changed no plan on the real DAGs (2026-11-30, docs/BENCHMARKS.md
+            # "Ninth measurement") while it took 20-40 ms; dropping the splits as seeds lost 0.2 % on Mixtral
+            splits = layer_split(pb, groups, cls, frac, base)
+            for gp in chain_search(pb, groups, [base] + splits, t0 + 0.5 * time_limit, top=1 if pb.D == 2 else 2):
+                polish(gp, CHAIN)
+    searched = split is not None and not CHARGED_COUNTS_MILP  # the whole-layer searches ran (cut edges charge)
+    if (incumbent() > bound * (1 + max(mip_gap, LP_PLAN_GAP)) or not tied) and not searched:
         # the cut-off is the list heuristic's plan, not a better realised LP plan: the MILP's objective is a
         # relaxation of the realised cycle time, and a cut-off that close to its optimum made HiGHS search longer for
         # a first solution (4-layer transformer, 3 devices: 184 ms instead of ~60 ms)
@@ -243,7 +270,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     if bound <= 0.0:
         bound = zero_comm_bound(cls.cost, cls.L, cls.pinned, groups.forbidden)
     if best is None and split is not None:
-        best, method, polished, split = split[:2], SPLIT, split[2], None
+        best, method, polished, split = split[:2], split[3], split[2], None
     if best is None:
         raise_infeasible(pb, groups, "" if res.status == "infeasible" else
                          f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
@@ -256,6 +283,9 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     if loose and not untied_fits(groups.B * pb.D, time_limit):
         notes.append(f"untied MILP not started: {groups.B} groups x {pb.D} devices exceed "
                      f"{EXACT_BINARIES_PER_SECOND:g} binaries per second of time_limit={time_limit:g} s")
+    elif loose and searched and groups.B * pb.D > CHARGED_EXACT_BINARIES:
+        notes.append(f"untied MILP not started: {groups.B} groups x {pb.D} devices exceed "
+                     f"{CHARGED_EXACT_BINARIES} binaries after the whole-layer search")
     elif loose:
         # small enough for the untied MILP: solve it exactly (within the time left), from the incumbent
         exact = build_classes(pb, groups, np.arange(groups.B))
@@ -271,7 +301,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
                 value, place, method, polished = v, groups.expand(gp), "milp(untied)", False
         notes.append(f"untied MILP on {groups.B} groups: {r2.status}")
     if split is not None and split[0] < value * (1 - 1e-12):
-        value, place, method, polished = split[0], split[1], SPLIT, split[2]
+        value, place, method, polished = split[0], split[1], split[3], split[2]
     if value > bound * (1 + 1e-4) and not polished:  # polish untied
         gp = np.zeros(groups.B, dtype=np.int64)
         gp[pb.group] = place

@@ -1,0 +1,15 @@
+import sys, time, numpy as np
+sys.path.insert(0, "/tmp/s6")
+from common import *
+import torch_tessera.scheduler.solve as solve
+from torch_tessera.scheduler import plan
+for model in ["llama", "moe", "mamba"]:
+    for dev in ["2", "4"]:
+        mw = load(model, {"2": D2, "4": D4}[dev])
+        out = []
+        for flag in (True, False):
+            solve.CHARGED_COUNTS_MILP = flag
+            t = time.perf_counter()
+            p = plan(mw.workload, None, mw.topology, policy="throughput", cache_dir=False)
+            out.append(f"{flag}: {p.predicted_seconds:.7g} {p.solver.method} {1e3*(time.perf_counter()-t):.0f} ms")
+        print(model, dev, " | ".join(out), flush=True)
