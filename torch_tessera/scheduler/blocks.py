@@ -294,14 +294,7 @@ def moved_loads_many(blocks: Blocks, bplace: np.ndarray, move: np.ndarray, group
     dev1 = dev[None] + ddev.reshape(M, D)
     if not E or not len(group):
         return dev1, np.repeat(link[None], M, axis=0)
-    ptr, inc = incident_edges(blocks)
-    cnt = ptr[group + 1] - ptr[group]
-    within = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    key = np.unique(np.repeat(move, cnt) * E + inc[np.repeat(ptr[group], cnt) + within])  # (move, edge), once
-    em, e = key // E, key % E
-    moved = move * B + group
-    order = np.argsort(moved)
-    moved, dest = moved[order], to[order]
+    em, e, moved, dest = touched_edges(blocks, move, group, to)
 
     def where_now(end: np.ndarray) -> np.ndarray:  # an edge end's device under its move
         k = em * B + end
@@ -310,17 +303,60 @@ def moved_loads_many(blocks: Blocks, bplace: np.ndarray, move: np.ndarray, group
 
     a0, b0 = bplace[blocks.esrc[e]], bplace[blocks.edst[e]]
     a1, b1 = where_now(blocks.esrc[e]), where_now(blocks.edst[e])
+    ddev, dlink = edge_load_deltas(blocks, e, em, (a0, b0), (a1, b1), M)
+    return dev1 + ddev, link[None] + dlink
+
+
+def touched_edges(blocks: Blocks, move: np.ndarray, group: np.ndarray,
+                  to: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The edges each move touches, once per (move, edge), and the moved blocks as sorted keys.
+
+    Args:
+        blocks: the aggregated problem.
+        move / group / to: ``[K]`` move index, block and its new device, one entry per moved block.
+
+    Returns:
+        ``(em, e, moved, dest)``: ``em`` / ``e`` the move and edge index of each touched (move, edge) pair;
+        ``moved`` the sorted keys ``move x B + block`` of the moved blocks and ``dest`` their new devices, in that
+        order (for ``np.searchsorted`` lookups of an edge end's device under its move).
+    """
+    E, B = len(blocks.esrc), blocks.B
+    ptr, inc = incident_edges(blocks)
+    cnt = ptr[group + 1] - ptr[group]
+    within = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    key = np.unique(np.repeat(move, cnt) * E + inc[np.repeat(ptr[group], cnt) + within])  # (move, edge), once
+    moved = move * B + group
+    order = np.argsort(moved)
+    return key // E, key % E, moved[order], to[order]
+
+
+def edge_load_deltas(blocks: Blocks, e: np.ndarray, em: np.ndarray, before: tuple[np.ndarray, np.ndarray],
+                     after: tuple[np.ndarray, np.ndarray], M: int) -> tuple[np.ndarray, np.ndarray]:
+    """What moves change on the links and (per-hop charge) on the devices, through the edges they touch.
+
+    Args:
+        blocks: the aggregated problem (``coef``: link seconds of a cut edge by (src, dst) device; ``dcoef``: the
+            device seconds it charges both ends, or ``None``).
+        e: ``[K]`` edge indices touched; em: ``[K]`` the move (0..M-1) each row belongs to.
+        before, after: ``(src device, dst device)`` arrays ``[K]`` of each edge's ends without and with its move.
+        M: number of moves.
+
+    Returns:
+        ``(device deltas [M, D], link deltas [M, D * D])`` in seconds per workload step.
+    """
+    D = blocks.cost.shape[1]
+    (a0, b0), (a1, b1) = before, after
     dlink = np.bincount(em * D * D + a1 * D + b1, weights=np.where(a1 != b1, blocks.coef[e, a1, b1], 0.0),
                         minlength=M * D * D)
     dlink -= np.bincount(em * D * D + a0 * D + b0, weights=np.where(a0 != b0, blocks.coef[e, a0, b0], 0.0),
                          minlength=M * D * D)
+    ddev = np.zeros(M * D)
     if blocks.dcoef is not None:  # the cut edges' device charges, on both ends, before and after the move
         dn = np.where(a1 != b1, blocks.dcoef[e, a1, b1], 0.0)
         do = np.where(a0 != b0, blocks.dcoef[e, a0, b0], 0.0)
-        ddev = np.bincount(np.r_[em * D + a1, em * D + b1], weights=np.r_[dn, dn], minlength=M * D)
+        ddev += np.bincount(np.r_[em * D + a1, em * D + b1], weights=np.r_[dn, dn], minlength=M * D)
         ddev -= np.bincount(np.r_[em * D + a0, em * D + b0], weights=np.r_[do, do], minlength=M * D)
-        dev1 = dev1 + ddev.reshape(M, D)
-    return dev1, link[None] + dlink.reshape(M, D * D)
+    return ddev.reshape(M, D), dlink.reshape(M, D * D)
 
 
 def block_cycle_many(blocks: Blocks, bplaces: np.ndarray) -> np.ndarray:

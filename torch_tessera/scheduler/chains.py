@@ -27,7 +27,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from torch_tessera.scheduler.blocks import (Blocks, aggregate, block_cycle_many, block_loads_many, block_memory_ok_many,
-                                            incident_edges, layer_units, memory_binds)
+                                            edge_load_deltas, layer_units, memory_binds, touched_edges)
 from torch_tessera.scheduler.problem import Problem
 
 #: Interval lengths a move may have besides whole segments (between two device boundaries of a chain): roughly
@@ -165,14 +165,7 @@ def moved_loads_batched(blocks: Blocks, bplaces: np.ndarray, mseed: np.ndarray, 
     link1 = link[mseed]
     if not E or not len(group):
         return dev1, link1
-    ptr, inc = incident_edges(blocks)
-    cnt = ptr[group + 1] - ptr[group]
-    within = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    key = np.unique(np.repeat(move, cnt) * E + inc[np.repeat(ptr[group], cnt) + within])  # (move, edge), once
-    em, e = key // E, key % E
-    moved = move * B + group
-    order = np.argsort(moved)
-    moved, dest = moved[order], to[order]
+    em, e, moved, dest = touched_edges(blocks, move, group, to)
     base = bplaces[mseed[em]]
 
     def where(end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # an edge end's device before and after its move
@@ -182,17 +175,8 @@ def moved_loads_batched(blocks: Blocks, bplaces: np.ndarray, mseed: np.ndarray, 
         return before, np.where(moved[i] == k, dest[i], before)
 
     (a0, a1), (b0, b1) = where(blocks.esrc[e]), where(blocks.edst[e])
-    dlink = np.bincount(em * D * D + a1 * D + b1, weights=np.where(a1 != b1, blocks.coef[e, a1, b1], 0.0),
-                        minlength=M * D * D)
-    dlink -= np.bincount(em * D * D + a0 * D + b0, weights=np.where(a0 != b0, blocks.coef[e, a0, b0], 0.0),
-                         minlength=M * D * D)
-    if blocks.dcoef is not None:  # the cut edges' device charges, on both ends, before and after the move
-        dn = np.where(a1 != b1, blocks.dcoef[e, a1, b1], 0.0)
-        do = np.where(a0 != b0, blocks.dcoef[e, a0, b0], 0.0)
-        ddev = np.bincount(np.r_[em * D + a1, em * D + b1], weights=np.r_[dn, dn], minlength=M * D)
-        ddev -= np.bincount(np.r_[em * D + a0, em * D + b0], weights=np.r_[do, do], minlength=M * D)
-        dev1 = dev1 + ddev.reshape(M, D)
-    return dev1, link1 + dlink.reshape(M, D * D)
+    ddev, dlink = edge_load_deltas(blocks, e, em, (a0, b0), (a1, b1), M)
+    return dev1 + ddev, link1 + dlink
 
 
 def interval_descent(pb: Problem, units: Units, ups: np.ndarray, deadline: float, max_steps: int = 200,
