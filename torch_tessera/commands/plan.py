@@ -38,8 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
     parser.add_argument("--memory", default=None, help="per-device budgets in GB, comma-separated (default: "
                                                        "the devices' memory)")
-    parser.add_argument("--output-tokens", type=float, default=128.0,
-                        help="mean output tokens per request: decode runs per prefill")
+    parser.add_argument("--output-tokens", type=float, default=129.0,
+                        help="mean output tokens per request: decode runs per prefill (129, as tessera bench: the "
+                             "conversation workload's mean)")
     parser.add_argument("--gantt", default="tessera_plan.png", help="Gantt chart PNG path ('' to skip)")
     parser.add_argument("--no-baselines", action="store_true", help="plan only the chosen policy")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the plan cache")
