@@ -28,10 +28,14 @@ def _cost_file(tmp_path):
     return path
 
 
+def _sweep(capsys, tmp_path, out):
+    return run(capsys, "--rates", "4,2", "--sim-costs", str(_cost_file(tmp_path)), "--requests", "30",
+               "--input-len", "64", "--output-len", "8", "--buckets", "1,2,4,8", "--out", str(out))
+
+
 def test_sweep_prints_writes_json_and_plot(tmp_path, capsys):
     out = tmp_path / "out"
-    code, text = run(capsys, "--rates", "4,2", "--sim-costs", str(_cost_file(tmp_path)), "--requests", "30",
-                     "--input-len", "64", "--output-len", "8", "--buckets", "1,2,4,8", "--out", str(out))
+    code, text = _sweep(capsys, tmp_path, out)
     assert code == 0
     assert "test figures" in text and "Highest swept rate meeting the SLO" in text
     report = json.loads((out / "serve_bench.json").read_text())
@@ -43,12 +47,29 @@ def test_sweep_prints_writes_json_and_plot(tmp_path, capsys):
     assert by["fast", 4.0]["slo_met"] and by["fast", 4.0]["norm_latency_mean_s"] < 0.005
     assert report["highest_swept_rate"] == {"fast": 4.0, "slow": None, "tessera": 4.0}
     assert all(p["requests"] == 30 for p in report["points"])
-    # every point was also written as it was measured, so a run stopped part-way keeps what it measured
-    lines = [json.loads(x) for x in (out / "serve_bench.partial.jsonl").read_text().splitlines()]
-    assert [(p["policy"], p["rate"]) for p in lines] == [(p["policy"], p["rate"]) for p in report["points"]]
     assert (out / "latency_vs_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     row = next(l for l in text.splitlines() if l.startswith("2 ") and " slow " in l)
     assert row.rstrip().endswith("NO")
+    # complete: serve_bench.json holds every point and the per-point file is gone
+    assert not (out / "serve_bench.partial.jsonl").exists()
+
+
+def test_a_run_stopped_part_way_keeps_every_point_it_measured(tmp_path, capsys, monkeypatch):
+    """Each point is appended to serve_bench.partial.jsonl as it is measured (a real sweep runs for minutes): a run
+    stopped before its report keeps them all, in the order of the complete run's report."""
+    assert _sweep(capsys, tmp_path, tmp_path / "full")[0] == 0
+    done = json.loads((tmp_path / "full" / "serve_bench.json").read_text())
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "format_table", stop)  # first called after the last point is measured
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        _sweep(capsys, tmp_path, out)
+    lines = [json.loads(x) for x in (out / "serve_bench.partial.jsonl").read_text().splitlines()]
+    assert [(p["policy"], p["rate"]) for p in lines] == [(p["policy"], p["rate"]) for p in done["points"]]
+    assert not (out / "serve_bench.json").exists()
 
 
 def test_trace_lengths_and_policy_filter(tmp_path, capsys):
