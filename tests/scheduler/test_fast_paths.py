@@ -16,8 +16,8 @@ from torch_tessera.scheduler import Workload
 from torch_tessera.scheduler.baselines import _layer_dp
 from torch_tessera.scheduler.blocks import (aggregate, block_cycle, block_cycle_many, block_memory_ok,
                                             block_memory_ok_many, tie_layers)
-from torch_tessera.scheduler.counts import (build_classes, realize, round_counts, shift_search, solve_counts,
-                                            split_by_cost, unit_orders)
+from torch_tessera.scheduler.counts import (realize, round_counts, shift_search, solve_counts,
+                                            split_by_cost, tied_classes, unit_orders)
 from torch_tessera.scheduler.evaluate import (cycle_many, cycle_seconds, fits_many, link_coef, loads, makespans,
                                               memory, memory_ok, resident_bytes)
 from torch_tessera.scheduler.problem import _temp_peak, compile_problem
@@ -316,9 +316,7 @@ def test_realize_and_shift_search_match_the_loops(D, tight, hop):
     pb = _problem(D, tight, hop)
     groups = aggregate(pb, pb.group)
     label, _ = tie_layers(pb)
-    glabel = np.zeros(groups.B, dtype=np.int64)
-    glabel[pb.group] = label
-    cls = build_classes(pb, groups, split_by_cost(groups, glabel))
+    cls = tied_classes(pb, groups, label)
     ok = lambda gp: ref_block_memory_ok(pb, groups, gp)  # noqa: E731
     rng = np.random.default_rng(D)
     for _ in range(4):
@@ -363,9 +361,7 @@ def test_counts_lp_bound_is_below_the_milp_bound(D):
     pb = _problem(D, tight=D == 2)
     groups = aggregate(pb, pb.group)
     label, _ = tie_layers(pb)
-    glabel = np.zeros(groups.B, dtype=np.int64)
-    glabel[pb.group] = label
-    cls = build_classes(pb, groups, split_by_cost(groups, glabel))
+    cls = tied_classes(pb, groups, label)
     lp, frac = solve_counts(pb, cls, groups.forbidden, 30.0, relax=True, presolve=False)
     mip, counts = solve_counts(pb, cls, groups.forbidden, 30.0, mip_gap=1e-6)
     assert lp.status == "optimal" and mip.status == "optimal"
@@ -546,9 +542,7 @@ def test_direct_highs_call_matches_scipy_milp(relax):
         pb = _problem(2)
         groups = aggregate(pb, pb.group)
         label, _ = tie_layers(pb)
-        glabel = np.zeros(groups.B, dtype=np.int64)
-        glabel[pb.group] = label
-        solve_counts(pb, build_classes(pb, groups, split_by_cost(groups, glabel)), groups.forbidden, 30.0)
+        solve_counts(pb, tied_classes(pb, groups, label), groups.forbidden, 30.0)
     finally:
         milp_mod._Model.solve = orig
     m = models[0]

@@ -270,7 +270,7 @@ def test_layer_split_candidates_keep_whole_layers_and_beat_whole_programs(D):
     import itertools
 
     from torch_tessera.scheduler.blocks import aggregate, block_cycle, tie_layers
-    from torch_tessera.scheduler.counts import build_classes, layer_split, solve_counts, split_by_cost
+    from torch_tessera.scheduler.counts import layer_split, solve_counts, tied_classes
 
     wl, tp = _charged_llm(D)
     pb = compile_problem(wl, tp, micro_batches=2)
@@ -278,9 +278,7 @@ def test_layer_split_candidates_keep_whole_layers_and_beat_whole_programs(D):
     groups = aggregate(pb, pb.group)
     label, tied = tie_layers(pb)
     assert tied
-    glabel = np.zeros(groups.B, dtype=np.int64)
-    glabel[pb.group] = label
-    cls = build_classes(pb, groups, split_by_cost(groups, glabel))
+    cls = tied_classes(pb, groups, label)
     _, frac = solve_counts(pb, cls, groups.forbidden, 30.0, relax=True, presolve=False)
     base = np.zeros(groups.B, dtype=np.int64)
     got = layer_split(pb, groups, cls, frac, base)
@@ -332,7 +330,7 @@ def test_layer_split_returns_only_splits_that_fit_memory():
     """With budgets that hold about 60 % of the resident bytes each, no device can take everything: every split
     returned fits, and the plan made with them fits too."""
     from torch_tessera.scheduler.blocks import aggregate, block_memory_ok, tie_layers
-    from torch_tessera.scheduler.counts import build_classes, layer_split, solve_counts, split_by_cost
+    from torch_tessera.scheduler.counts import layer_split, solve_counts, tied_classes
 
     wl, tp = _charged_llm(2)
     total = sum(r.nbytes for r in compile_problem(wl, tp, micro_batches=2).resident)
@@ -340,9 +338,7 @@ def test_layer_split_returns_only_splits_that_fit_memory():
     pb = compile_problem(wl, tp, micro_batches=2, memory_budgets=budgets)
     groups = aggregate(pb, pb.group)
     label, _ = tie_layers(pb)
-    glabel = np.zeros(groups.B, dtype=np.int64)
-    glabel[pb.group] = label
-    cls = build_classes(pb, groups, split_by_cost(groups, glabel))
+    cls = tied_classes(pb, groups, label)
     _, frac = solve_counts(pb, cls, groups.forbidden, 30.0, relax=True, presolve=False)
     base = np.zeros(groups.B, dtype=np.int64)  # everything on device 0 outside the layers
     got = layer_split(pb, groups, cls, frac, base)

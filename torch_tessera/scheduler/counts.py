@@ -61,6 +61,15 @@ class Classes:
         return len(self.L)
 
 
+def tied_classes(pb: Problem, groups: Blocks, label: np.ndarray, tied: bool = True) -> Classes:
+    """The counts model's classes: kernels tied across layers (``label``, ``[n]``, from
+    :func:`~torch_tessera.scheduler.blocks.tie_layers`) lifted to the groups of ``groups`` and, when layers are
+    ``tied``, split where tied members' costs differ (:func:`split_by_cost`)."""
+    glabel = np.zeros(groups.B, dtype=np.int64)
+    glabel[pb.group] = label
+    return build_classes(pb, groups, split_by_cost(groups, glabel) if tied else glabel)
+
+
 def build_classes(pb: Problem, groups: Blocks, group_label: np.ndarray) -> Classes:
     """Classes from a partition of the groups (``group_label[g]``: class of group ``g``)."""
     G, D = groups.B, pb.D

@@ -34,7 +34,7 @@ from torch_tessera.scheduler.blocks import (Blocks, aggregate, block_cycle, bloc
                                             tie_layers)
 from torch_tessera.scheduler.chains import chain_search
 from torch_tessera.scheduler.counts import (build_classes, layer_split, realize, round_counts, shift_search,
-                                             solve_counts, split_by_cost)
+                                             solve_counts, tied_classes)
 from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok
 from torch_tessera.scheduler.heuristics import (chain_dp, greedy_cycle, heft_latency, is_chain, latency_bound,
                                                  local_search, zero_comm_bound)
@@ -170,9 +170,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             polished = not tied and time.perf_counter() < t0 + 0.15 * time_limit  # untied, and it ended by itself
         return v
 
-    glabel = np.zeros(groups.B, dtype=np.int64)
-    glabel[pb.group] = label
-    cls = build_classes(pb, groups, split_by_cost(groups, glabel) if tied else glabel)
+    cls = tied_classes(pb, groups, label, tied)
 
     def realise(counts: np.ndarray, how: str, frac: np.ndarray | None = None) -> None:
         """Realise ``counts`` as a group placement, polish it, keep it if it beats ``best``. With the LP's ``frac``
