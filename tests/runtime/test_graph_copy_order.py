@@ -77,15 +77,20 @@ def _record(schedule, waits, n_devices: int, on_producer) -> _Capture:
     return cap
 
 
-@pytest.mark.parametrize("model_name", ["llama", "moe"])
-def test_copies_on_the_producer_stream_keep_every_ordering_of_the_copy_streams(model_name):
+def _home_runner(model_name: str):
+    """The tiny ``model_name`` compiled once on two CPU virtual devices (home placement); its runner."""
     torch.manual_seed(0)
     model, inputs = build_model(model_name, "tiny")
     torch._dynamo.reset()
     backend = RecordingBackend(devices="cpu:0,cpu:1", policy="home")
     with torch.no_grad():
         torch.compile(model, backend=backend, dynamic=False)(*inputs)
-    runner = backend.executors[0]
+    return backend.executors[0]
+
+
+@pytest.mark.parametrize("model_name", ["llama", "moe"])
+def test_copies_on_the_producer_stream_keep_every_ordering_of_the_copy_streams(model_name):
+    runner = _home_runner(model_name)
     copies_seen = 0
     for seed in range(8):
         runner.set_placement(random_placement(runner.dag, 2, seed))
@@ -114,13 +119,7 @@ def test_copies_on_the_producer_stream_keep_every_ordering_of_the_copy_streams(m
 
 @pytest.mark.parametrize("model_name", ["llama", "moe"])
 def test_push_and_link_copies_mixed_keep_the_hazard_orderings(model_name):
-    torch.manual_seed(0)
-    model, inputs = build_model(model_name, "tiny")
-    torch._dynamo.reset()
-    backend = RecordingBackend(devices="cpu:0,cpu:1", policy="home")
-    with torch.no_grad():
-        torch.compile(model, backend=backend, dynamic=False)(*inputs)
-    runner = backend.executors[0]
+    runner = _home_runner(model_name)
     rng = random.Random(0)
     checked = 0
     for seed in range(8):
