@@ -221,6 +221,10 @@ def test_priority_classes_put_the_urgent_program_ahead_of_the_background_one():
         assert urgent == sorted(urgent) and min(urgent) >= -5
     assert slot_priorities(4, -5, "urgent") == [-4, -3, -2, -1]
     assert single_priority("urgent", -5) == -1 and single_priority("background", -5) == 0
+    from torch_tessera.backend import config
+    from torch_tessera.runtime import pipelining
+
+    assert config.PRIORITY_CLASSES == pipelining.PRIORITY_CLASSES  # the option's values are the runtime's
     with pytest.raises(ValueError, match="priority_class"):
         slot_priorities(2, -5, "high")
     runner, _ = _compile(MLP(32, 64).eval(), (torch.randn(8, 32),))

@@ -346,8 +346,8 @@ class PlacedExecutor:
             self._copy(step, pools)
             return
         src = pools[step.src].storages[step.buffer]
-        key = (src.data_ptr(), src.numel() * src.element_size(), str(self.devices[step.dst].torch_device),
-               self.domains[step.dst])
+        # the torch device, not the runtime device: SM partitions of one GPU share its memory, and so the copy
+        key = (src.data_ptr(), src.numel() * src.element_size(), str(self.devices[step.dst].torch_device))
         held = self.weight_cache.get(key)
         if held is not None:
             pools[step.dst].storages[step.buffer] = held[0]

@@ -343,15 +343,12 @@ def solve_latency(pb: Problem, time_limit: float, use_ties: bool = True) -> Solu
             notes = ["program is a chain: exact DP"]
             singles = [(latency_seconds(pb, h), h, f"homo-{g}") for g in range(pb.D)
                        for h in [np.full(pb.n, g, dtype=np.int64)] if _pins_allow(pb, h)]
-            shed = shed_latency_cuts(pb, singles + [(v, place, "dp")], v, groups, LATENCY_CUT_TOLERANCE,
+            shed = shed_latency_cuts(pb, singles + [(v, place, "dp")], groups, LATENCY_CUT_TOLERANCE,
                                      t0 + 0.1 * time_limit)
             if shed is None:
                 return Solution(place, v, v, "dp", "optimal", 0, groups.B, notes)
-            value, kept, how = shed
-            notes.append(f"kept {cut_count(pb, kept)} of {cut_count(pb, place)} cut edges ({how}) for a predicted "
-                         f"latency {(value / v - 1) * 100:.2f} % above the optimum (tolerance "
-                         f"{LATENCY_CUT_TOLERANCE:.0%})")
-            return Solution(kept, value, v, "dp+shed", "feasible", 0, groups.B, notes)
+            value, kept, note = shed
+            return Solution(kept, value, v, "dp+shed", "feasible", 0, groups.B, notes + [note])
     label, tied = tie_layers(pb) if use_ties else (pb.group, 0)
     work = aggregate(pb, label) if tied else groups
     cands: list[tuple[float, np.ndarray, str]] = []
@@ -393,14 +390,11 @@ def solve_latency(pb: Problem, time_limit: float, use_ties: bool = True) -> Solu
                 value, place, method = v2, p2, method + "+local"
     notes = [f"{tied} repeated layer(s) tied in the MILP"] if tied else []
     notes.append(f"critical-path MILP: {res.status}")
-    best = value
-    shed = shed_latency_cuts(pb, cands + [(value, place, method)], best, groups, LATENCY_CUT_TOLERANCE,
+    shed = shed_latency_cuts(pb, cands + [(value, place, method)], groups, LATENCY_CUT_TOLERANCE,
                              max(deadline, time.perf_counter() + 0.1 * time_limit))
     if shed is not None:
-        cuts_before = cut_count(pb, place)
-        value, place, how = shed
-        notes.append(f"kept {cut_count(pb, place)} of {cuts_before} cut edges ({how}) for a predicted latency "
-                     f"{(value / best - 1) * 100:.2f} % above the best found (tolerance {LATENCY_CUT_TOLERANCE:.0%})")
+        value, place, note = shed
+        notes.append(note)
         method = method + "+shed"
     status = "optimal" if value <= bound * (1 + 1e-4) else ("time limit" if res.status == "time limit" else "feasible")
     return Solution(place, value, min(bound, value), method + ("(tied)" if tied and method == "milp" else ""),
@@ -418,9 +412,9 @@ def cut_count(pb: Problem, place: np.ndarray) -> int:
     return int((place[pb.esrc] != place[pb.edst]).sum())
 
 
-def shed_latency_cuts(pb: Problem, cands: list[tuple[float, np.ndarray, str]], best: float, groups: Blocks,
+def shed_latency_cuts(pb: Problem, cands: list[tuple[float, np.ndarray, str]], groups: Blocks,
                       tolerance: float, deadline: float) -> tuple[float, np.ndarray, str] | None:
-    """A latency plan with fewer cut edges whose predicted latency is at most ``best x (1 + tolerance)``.
+    """A latency plan with fewer cut edges whose predicted latency is within ``tolerance`` of the best of ``cands``.
 
     First the candidate with the fewest cut edges within that limit (single devices, baselines, HEFT, the MILP and
     the polished plan are all candidates; ties go to the lower latency); then, until ``deadline``, single-group
@@ -429,18 +423,18 @@ def shed_latency_cuts(pb: Problem, cands: list[tuple[float, np.ndarray, str]], b
 
     Args:
         pb: the problem.
-        cands: ``(latency seconds, placement [n], name)`` of every plan found, the polished plan included.
-        best: the lowest latency found (seconds).
+        cands: ``(latency seconds, placement [n], name)`` of every plan found, the best one included.
         groups: ``pb`` aggregated over its hard groups (moves keep groups whole and respect their pins).
         tolerance: relative latency increase allowed (:data:`LATENCY_CUT_TOLERANCE`).
         deadline: ``time.perf_counter()`` value after which no move is tried.
 
     Returns:
-        ``(latency seconds, placement, how)`` when it keeps fewer cut edges than the plan with latency ``best``,
-        else ``None``.
+        ``(latency seconds, placement, note for the plan)`` when it keeps fewer cut edges than the best of
+        ``cands``, else ``None``.
     """
-    limit = best * (1 + tolerance)
     incumbent = min(cands, key=lambda c: c[0])
+    best = incumbent[0]
+    limit = best * (1 + tolerance)
     ok = [c for c in cands if c[0] <= limit]
     value, place, name = min(ok, key=lambda c: (cut_count(pb, c[1]), c[0]))
     cuts = cut_count(pb, place)
@@ -477,7 +471,9 @@ def shed_latency_cuts(pb: Problem, cands: list[tuple[float, np.ndarray, str]], b
                     break
     if cuts >= start:
         return None
-    return value, place, f"from {name}" + (f", {moved} group move(s)" if moved else "")
+    how = f"from {name}" + (f", {moved} group move(s)" if moved else "")
+    return value, place, (f"kept {cuts} of {start} cut edges ({how}) for a predicted latency "
+                          f"{(value / best - 1) * 100:.2f} % above the best found (tolerance {tolerance:.0%})")
 
 
 def _latency_baselines(pb: Problem) -> list[tuple[str, np.ndarray]]:
