@@ -9,16 +9,21 @@ token (steps after it see different prefixes), the reference's top-1 / top-2 log
 The issue-5 check (Must-show: under a plan with at least one cut per layer, decode logits agree with single-GPU
 Inductor, cosine >= 0.999, and 32 greedy tokens are identical) is one command::
 
-    python3 bench/gpu_generate_check.py --out $OUT/gen --layers 32 --deterministic --graphs \\
-        --graph-copies push --policy af --skip "eager,tessera af"
+    python3 bench/gpu_generate_check.py --out $OUT/gen --layers 32 --graphs --graph-copies push --policy af \\
+        --skip "eager,tessera af" --sdpa efficient --repeat-reference
 
 (Inductor in this process, ``tessera af +graphs`` with push copies in a child process started at once, so that its
 compile overlaps the reference's; it waits for ``reference.pt`` before comparing.) Each tessera row holds
 the cut edges of every program per decoder layer (``cut_edges_per_layer``: prefill and decode), the decode steps'
 minimum logits cosine before the first differing token, and ``must_show``: each condition and whether all hold.
 
-``--deterministic`` sets Inductor's deterministic mode (``torch._inductor.config.deterministic``: no on-device
-benchmarking, so the reference compile and ours pick the same kernel configurations) for every compile.
+Exact equality needs a reference that reproduces itself: ``--repeat-reference`` compiles Inductor a second time and
+compares it with the first. Measured 2026-11-30 on two H200s (torch 2.11, docs/BENCHMARKS.md, session 7): with
+``--sdpa efficient`` (the memory-efficient attention kernel alone) two Inductor compiles gave the same 32 tokens and
+bitwise the same logits, and so did tessera's af plan. With ``--deterministic`` (Inductor's deterministic mode,
+``torch._inductor.config.deterministic``) two Inductor compiles already disagreed (7-8 of 8 sequences, with either
+attention kernel), and cuDNN's attention (PyTorch's default there) changed its output between two runs on identical
+inputs (``bench/gpu_launch_bitwise.py``).
 CUDA-graph cases run in a child process (``--only``, output in ``child_<case>.log``), so a device-side assert there
 cannot end the other cases; children run beside this process, so their ms/token and the in-process cases' may overlap
 (compare speeds from runs without children).
@@ -41,6 +46,9 @@ import torch  # noqa: E402
 from torch_tessera.backend.recording import RecordingBackend  # noqa: E402
 
 NEW = 32
+#: ``--sdpa`` choices -> the ``torch.backends.cuda`` switch of each backend (the chosen one alone stays on)
+SDPA_BACKENDS = {"default": None, "cudnn": "enable_cudnn_sdp", "efficient": "enable_mem_efficient_sdp",
+                 "flash": "enable_flash_sdp", "math": "enable_math_sdp"}
 
 
 def main() -> int:
@@ -52,6 +60,11 @@ def main() -> int:
     ap.add_argument("--devices", default="cuda:0,cuda:1@72sm")
     ap.add_argument("--policy", default="af")
     ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--sdpa", default="default", choices=tuple(SDPA_BACKENDS),
+                    help="the only scaled-dot-product-attention backend enabled, for every case (default: PyTorch's "
+                         "choice: cuDNN's on the H200 with torch 2.11)")
+    ap.add_argument("--repeat-reference", action="store_true",
+                    help="also compile Inductor a second time and compare it with the first (its own reproducibility)")
     ap.add_argument("--graphs", action="store_true", help="also run each policy with CUDA graphs (child process)")
     ap.add_argument("--graph-copies", default="link", choices=("link", "producer", "push"),
                     help="how copies inside the one CUDA graph run (the backend's graph_copies option)")
@@ -73,6 +86,10 @@ def main() -> int:
             print("this torch has no torch._inductor.config.deterministic", file=sys.stderr)
             return 2
         inductor_config.deterministic = True
+    if args.sdpa != "default":
+        for backend, enable in SDPA_BACKENDS.items():
+            if enable is not None:
+                getattr(torch.backends.cuda, enable)(backend == args.sdpa)
     from transformers import LlamaForCausalLM
 
     from torch_tessera.models import llama_config
@@ -106,6 +123,8 @@ def main() -> int:
 
     ref_seq = ref_logits = None
     cases = [("inductor", "inductor"), ("eager", None)]
+    if args.repeat_reference:
+        cases.insert(1, ("inductor again", "inductor"))
     for pol in args.policy.split(","):  # graphs first: the case a time limit should not cut off
         if args.graphs:
             cases += [(f"tessera {pol} +graphs", {"devices": args.devices, "policy": pol, "cuda_graphs": True,
@@ -285,6 +304,7 @@ def _start_child(args, name: str, out: Path) -> tuple:
            "--graph-copies", args.graph_copies, "--device", args.device, "--size", args.size]
     if args.deterministic:
         cmd.append("--deterministic")
+    cmd += ["--sdpa", args.sdpa]
     env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
     log = out / f"child_{_slug(name)}.log"
     with open(log, "w") as f:

@@ -177,3 +177,17 @@ def test_generate_must_show_verdict(monkeypatch):
                    {"cut_edges_per_layer": [gen._per_layer({None: 4})]}, {"cut_edges_per_layer": []}]:
         assert not gen.must_show({**row, **change}, 32)["all"], change
     assert "MUST-SHOW x: no result" in gen._summary("x", {"error": "child exited 1"})
+
+
+def test_concurrent_counts_give_the_rare_program_enough_calls():
+    from torch_tessera.measure.execute import MIN_CONCURRENT_CALLS, concurrent_counts
+
+    freq = {"denoise": 0.8242, "denoise@1": 0.1758}  # a request-streams plan of the MMDiT, 2026-11-30
+    assert concurrent_counts(freq, 8) == {"denoise": 7, "denoise@1": 1}  # the old counts: off by up to half a call
+    counts = concurrent_counts(freq, 8, MIN_CONCURRENT_CALLS)
+    assert counts["denoise@1"] == MIN_CONCURRENT_CALLS
+    steps = [counts[n] / f for n, f in freq.items()]  # workload steps each program's calls cover
+    assert max(steps) / min(steps) - 1 < 1 / 32
+    # frequent programs only: the settings' step count stands
+    assert concurrent_counts({"prefill": 1.0, "decode": 2.016}, 32, MIN_CONCURRENT_CALLS) == {"prefill": 32,
+                                                                                             "decode": 65}

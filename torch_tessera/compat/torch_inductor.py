@@ -13,6 +13,8 @@ What we rely on, and why:
   FakeTensorMode; during recording we swap them for ``torch.empty_strided`` / ``torch.as_strided``, and
   ``assert_alignment`` (CUDA wrappers; it reads data pointers) for a no-op.
 * ``CachingAutotuner.run``: every Triton launch goes through it; during recording we swap it for a recorder.
+* ``CachingAutotuner.configs`` / ``.launchers`` (the candidates before / after compiling): :func:`pin_config` keeps
+  one of them, so that every device launches a kernel with the configuration its first device settled on.
 * Provenance: ``PythonWrapperCodegen.generate_kernel_call`` and ``Scheduler.codegen_extern_call`` are wrapped during
   codegen to note which FX nodes (and so which ATen ops and ``nn.Module`` paths) each launch computes.
 * Caches (FX graph cache, AOTAutograd cache) are disabled while we compile: a cache hit skips ``inner_compile``.
@@ -276,6 +278,55 @@ def first_config(autotuner: Any) -> Any:
     if launchers:
         return launchers[0].config
     raise RuntimeError(f"kernel {autotuner.fn.__name__}: neither configs nor compiled launchers are available")
+
+
+def settled_config(autotuner: Any) -> Any:
+    """The ``triton.Config`` an autotuner launches with once it has settled on one (a single compiled launcher, or
+    a single candidate before compiling), else ``None`` (several candidates: its next run benchmarks them)."""
+    launchers = list(getattr(autotuner, "launchers", None) or [])
+    if len(launchers) == 1:
+        return launchers[0].config
+    configs = list(getattr(autotuner, "configs", None) or [])
+    if not launchers and len(configs) == 1:
+        return configs[0]
+    return None
+
+
+def config_key(cfg: Any) -> tuple:
+    """What identifies a ``triton.Config`` for numerics: its block sizes and launch parameters."""
+    return (tuple(sorted(cfg.kwargs.items())), cfg.num_warps, cfg.num_stages, getattr(cfg, "num_ctas", 1),
+            getattr(cfg, "maxnreg", None))
+
+
+def pin_config(autotuner: Any, cfg: Any) -> bool:
+    """Make an autotuner that has not settled launch with ``cfg`` (no benchmarking on its next run).
+
+    Inductor's reduction kernels carry several candidate configurations (block sizes, warps) and the first run on a
+    device benchmarks them; two devices (or two SM partitions of one GPU) can settle on different ones, and a
+    reduction computed with another block size sums in another order: measured 2026-11-30 on two H200s, an RMSNorm
+    kernel settled on ``R0_BLOCK`` 2048 on one and 4096 on the other, 0.0078 apart (docs/BENCHMARKS.md, session 7).
+    Keeps the one candidate whose :func:`config_key` is ``cfg``'s: among ``configs`` before compiling; failing that,
+    among the compiled ``launchers``, compiling first if needed (after compiling Inductor adds candidates with smaller
+    reduction blocks where registers limit occupancy, ``_dynamic_scale_rblock``: seen 2026-11-30 on the MMDiT, a
+    home choice of ``R0_BLOCK`` 512 that the other GPU's uncompiled candidates did not list). Returns whether it did;
+    ``False`` leaves one launcher per candidate, so the next run benchmarks them as usual. Checked on torch 2.11.0
+    and 2.13.0 (``configs`` before ``precompile``, ``launchers`` after it)."""
+    key = config_key(cfg)
+    launchers = list(getattr(autotuner, "launchers", None) or [])
+    if not launchers:
+        keep = [c for c in (getattr(autotuner, "configs", None) or []) if config_key(c) == key]
+        if keep:
+            autotuner.configs = keep[:1]
+            return True
+        if not hasattr(autotuner, "precompile"):
+            return False
+        autotuner.precompile()
+        launchers = list(getattr(autotuner, "launchers", None) or [])
+    keep = [x for x in launchers if config_key(x.config) == key]
+    if not keep:
+        return False
+    autotuner.launchers = keep[:1]
+    return True
 
 
 def launch_grid(autotuner: Any, args: Sequence[Any]) -> tuple[int, int, int]:

@@ -335,11 +335,27 @@ def _own_streams(runner: Any, priority_class: str = "normal") -> Any:
     return stack
 
 
+#: Fewest calls any program makes in the concurrent timing on GPUs. With a fixed number of workload steps a rare
+#: program rounds to one or two calls and the step count is off by up to half a call: a request-streams plan of the
+#: MMDiT (frequencies 0.82 / 0.18, 8 steps) made 7 and 1 calls, so the measured step (12.99 ms, 2026-11-30, two
+#: H200s, GPU 1 at 24 SMs) came out 1.5x what its threads' call times allow (the threads alone: 12.24 ms with those
+#: counts, 8.20 ms with >= 16 calls each). 16 keeps the rounding under 1/32 of a call count.
+MIN_CONCURRENT_CALLS = 16
+
+
+def concurrent_counts(frequencies: Mapping[str, float], steps: int, min_calls: int = 1) -> dict[str, int]:
+    """Calls of each program for the concurrent timing: ``frequency x S`` rounded, with ``S`` = ``steps`` raised
+    until the least frequent program makes ``min_calls`` calls (frequencies: runs per workload step, > 0)."""
+    s = max(float(steps), min_calls / min(frequencies.values()))
+    return {name: max(1, round(f * s)) for name, f in frequencies.items()}
+
+
 def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls: dict[str, PlacedCall],
                             pipes: dict[str, list[PlacedCall]] | None = None,
                             frequencies: Mapping[str, float] | None = None) -> float:
     """Wall seconds per workload step with the programs running AT THE SAME TIME, each from its own host thread
-    (its own executor streams): ``concurrent_steps`` steps' worth of calls (``frequency x steps`` of each program).
+    (its own executor streams): ``concurrent_steps`` steps' worth of calls (``frequency x steps`` of each program;
+    on GPUs at least :data:`MIN_CONCURRENT_CALLS` of the least frequent, :func:`concurrent_counts`).
 
     This is what a throughput plan's model assumes for a workload of several programs (a prefill for one request
     while the decode of others runs elsewhere) and what the serial composition ``sum_p frequency_p x T_p`` cannot
@@ -362,11 +378,12 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
     import contextlib
 
     freq = s.composition.frequencies if frequencies is None else frequencies
-    counts = {p.name: max(1, round(freq[p.name] * s.concurrent_steps)) for p in progs}
+    on_cpu = progs[0].runner.devices[0].torch_device.type == "cpu"
+    counts = concurrent_counts({p.name: freq[p.name] for p in progs}, s.concurrent_steps,
+                               1 if on_cpu else MIN_CONCURRENT_CALLS)
     start = threading.Barrier(len(progs) + 1)
     done = {p.name: 0 for p in progs}
     errors: list[BaseException] = []
-    on_cpu = progs[0].runner.devices[0].torch_device.type == "cpu"
     # the Triton interpreter (CPU devices) keeps global state: there the threads take turns (plumbing only)
     turn = threading.Lock() if on_cpu else contextlib.nullcontext()
 

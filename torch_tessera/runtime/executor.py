@@ -124,8 +124,21 @@ def fresh_extern_outputs(program: KernelProgram) -> dict[int, set[str]]:
     return fresh
 
 
+#: Triton kernel source hash -> the configuration the first device to run it in this process settled on (see
+#: :meth:`KernelLauncher.launch`).
+SETTLED_CONFIGS: dict[str, Any] = {}
+
+
 class KernelLauncher:
-    """Launches single kernels of a program on a device (Triton via ``CachingAutotuner``, extern via ATen)."""
+    """Launches single kernels of a program on a device (Triton via ``CachingAutotuner``, extern via ATen).
+
+    One configuration per kernel per process: the first launch of a Triton kernel anywhere in the process settles
+    its configuration (benchmarking the candidates, as Inductor does); every later kernel object of the same source,
+    on any device or SM partition, is pinned to it before its first run (:func:`~torch_tessera.compat.torch_inductor.
+    pin_config`). A placement then computes what the home device computes, bit for bit, for Triton kernels:
+    autotuning each device separately gave reductions other block sizes on a partition (measured 2026-11-30 on two
+    H200s, docs/BENCHMARKS.md, session 7).
+    """
 
     def __init__(
         self,
@@ -136,6 +149,8 @@ class KernelLauncher:
         self.program = program
         self.device = device
         self._objects = dict(kernel_objects or {})
+        self._agreed: set[str] = set()
+        self._source_hash: dict[str, str] = {}
 
     def kernel(self, name: str) -> Any:
         """The kernel object for ``name`` on this launcher's device (loaded from source on first use)."""
@@ -163,12 +178,51 @@ class KernelLauncher:
             if stream is None and pool.device.type == "cuda":
                 stream = torch.cuda.current_stream(pool.device)
             raw_stream = 0 if stream is None else stream.cuda_stream
+            kernel = self.kernel(launch.kernel)
+            if launch.kernel not in self._agreed:
+                self._agree_config(launch.kernel, kernel)
             with _interpreter_context(pool.device):
-                self.kernel(launch.kernel).run(*args, stream=raw_stream)
+                kernel.run(*args, stream=raw_stream)
+            if launch.kernel not in self._agreed:
+                self._note_settled(launch.kernel, kernel)
             return None
         args = tree_map(arg, launch.args)
         kwargs = tree_map(arg, dict(launch.kwargs))
         return launch.overload(*args, **kwargs)
+
+
+    def _agree_config(self, name: str, kernel: Any) -> None:
+        """Before a kernel object's first launch here: pin it to the configuration this process settled on."""
+        from torch_tessera.compat.torch_inductor import config_key, pin_config, settled_config
+
+        want = SETTLED_CONFIGS.get(self._hash(name))
+        if want is None:
+            return  # the first device to run it: it settles (benchmarks) now, _note_settled records the choice
+        self._agreed.add(name)
+        have = settled_config(kernel)
+        if have is not None:
+            if config_key(have) != config_key(want):
+                log.warning("kernel %s on %s already runs configuration %s, not %s as elsewhere in this process: its "
+                            "results may differ in the last bits between devices", name, self.device, have, want)
+            return
+        if not pin_config(kernel, want):
+            log.warning("kernel %s on %s has no candidate configuration equal to %s (settled elsewhere): it "
+                        "benchmarks its own, and its results may differ in the last bits between devices", name,
+                        self.device, want)
+
+    def _note_settled(self, name: str, kernel: Any) -> None:
+        from torch_tessera.compat.torch_inductor import settled_config
+
+        cfg = settled_config(kernel)
+        if cfg is not None:
+            SETTLED_CONFIGS.setdefault(self._hash(name), cfg)
+            self._agreed.add(name)
+
+    def _hash(self, name: str) -> str:
+        h = self._source_hash.get(name)
+        if h is None:
+            h = self._source_hash[name] = self.program.kernels[name].source_hash
+        return h
 
 
 @contextlib.contextmanager
