@@ -51,6 +51,30 @@ SDPA_BACKENDS = {"default": None, "cudnn": "enable_cudnn_sdp", "efficient": "ena
                  "flash": "enable_flash_sdp", "math": "enable_math_sdp"}
 
 
+def use_sdpa(backend: str) -> None:
+    """Leave only ``backend`` (a key of :data:`SDPA_BACKENDS`) among the attention kernels; ``"default"``: no change."""
+    if backend != "default":
+        for name, switch in SDPA_BACKENDS.items():
+            if switch is not None:
+                getattr(torch.backends.cuda, switch)(name == backend)
+
+
+def build_llama(size: str, layers: int, batch: int, prompt: int, device: str) -> tuple:
+    """The Llama-3.1-8B-shaped model (``size`` of the registry, ``layers`` decoder layers, SDPA attention, random bf16
+    weights from seed 0, eval mode) on ``device``, and ``batch`` random prompts of ``prompt`` token ids."""
+    from transformers import LlamaForCausalLM
+
+    from torch_tessera.models import llama_config
+
+    cfg = llama_config(size)
+    cfg.num_hidden_layers = layers
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    return model, torch.randint(0, cfg.vocab_size, (batch, prompt), device=device)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -86,22 +110,10 @@ def main() -> int:
             print("this torch has no torch._inductor.config.deterministic", file=sys.stderr)
             return 2
         inductor_config.deterministic = True
-    if args.sdpa != "default":
-        for backend, enable in SDPA_BACKENDS.items():
-            if enable is not None:
-                getattr(torch.backends.cuda, enable)(backend == args.sdpa)
-    from transformers import LlamaForCausalLM
-
-    from torch_tessera.models import llama_config
+    use_sdpa(args.sdpa)
     from torch_tessera.runtime.schedule import cut_edge_count, cut_edges_per_layer
 
-    cfg = llama_config(args.size)
-    cfg.num_hidden_layers = args.layers
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    with torch.device(args.device):
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
-    ids = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt), device=args.device)
+    model, ids = build_llama(args.size, args.layers, args.batch, args.prompt, args.device)
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     kw = dict(max_new_tokens=NEW, do_sample=False, cache_implementation="static", disable_compile=True,
               return_dict_in_generate=True, output_logits=True)

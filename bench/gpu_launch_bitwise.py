@@ -33,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from gpu_generate_check import SDPA_BACKENDS, build_llama, use_sdpa  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
 NEW = 8
@@ -50,7 +52,7 @@ def main() -> int:
     ap.add_argument("--alt", default="cuda:1,cuda:1@72sm,cuda:0@72sm",
                     help="devices each launch is repeated on (the home GPU with fresh kernels is always added)")
     ap.add_argument("--deterministic", action="store_true", help="torch._inductor.config.deterministic for compiles")
-    ap.add_argument("--sdpa", default="default", choices=("default", "cudnn", "efficient", "flash", "math"),
+    ap.add_argument("--sdpa", default="default", choices=tuple(SDPA_BACKENDS),
                     help="the only attention backend enabled (as in bench/gpu_generate_check.py)")
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # "cpu": a smoke run of the logic
     ap.add_argument("--size", default="full", choices=("full", "tiny"), help=argparse.SUPPRESS)
@@ -59,23 +61,11 @@ def main() -> int:
         import torch._inductor.config as inductor_config
 
         inductor_config.deterministic = True
-    if args.sdpa != "default":
-        for backend in ("cudnn", "efficient", "flash", "math"):
-            switch = {"efficient": "mem_efficient"}.get(backend, backend)
-            getattr(torch.backends.cuda, f"enable_{switch}_sdp")(backend == args.sdpa)
-    from transformers import LlamaForCausalLM
-
+    use_sdpa(args.sdpa)
     from torch_tessera.backend.recording import RecordingBackend
-    from torch_tessera.models import llama_config
     from torch_tessera.runtime.executor import ProgramExecutor
 
-    cfg = llama_config(args.size)
-    cfg.num_hidden_layers = args.layers
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    with torch.device(args.device):
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
-    ids = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt), device=args.device)
+    model, ids = build_llama(args.size, args.layers, args.batch, args.prompt, args.device)
     kw = dict(max_new_tokens=args.new, do_sample=False, cache_implementation="static", disable_compile=True,
               return_dict_in_generate=True, output_logits=True)
     orig = model.forward
