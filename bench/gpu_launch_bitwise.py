@@ -20,7 +20,10 @@ Writes ``bitwise.json`` under ``--out``: per program, per alternate, the differi
 op, decoder layer, max abs difference over the launch's floating-point views of the buffers it touches, Triton
 configuration chosen at home and there). A launch listed with a difference of 0.0 differs only in bytes outside
 those views (an op's integer outputs, or storage no view covers).
-Measured 2026-11-30 on two H200s: docs/BENCHMARKS.md, session 7.
+Measured 2026-11-30 on two H200s: docs/BENCHMARKS.md, session 7. Without a GPU, ``TRITON_INTERPRET=1 python
+bench/gpu_launch_bitwise.py --out DIR --device cpu --size tiny --layers 2 --batch 2 --prompt 8 --new 4 --alt cpu:1``
+runs the same logic on CPU virtual devices (the CPU Inductor reference there uses C++ kernels, so its logits are not
+bitwise ours); ``tests/runtime/test_launch_bitwise_tool.py`` tests the comparison.
 """
 
 from __future__ import annotations

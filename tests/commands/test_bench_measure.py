@@ -171,6 +171,13 @@ def test_readme_table_from_measured_json(measured, capsys):
     assert "homo-L: bound 1.24x" not in missed and missed == "yes"
     missed = readme_table.targets({**base, "tessera": {"applies": True, "output_per_s": 60.0}}, 100.0)
     assert "60.0 % of bound" in missed and "homo-L: bound 2.00x, tessera 1.20x" in missed
+    # --single: a streams run's single placement reported as tessera (the README's rows)
+    run = {"measured": {"meta": {}, "rows": [{"plan": "homo-L", "output_per_s": 50.0},
+                                             {"plan": "tessera", "output_per_s": 40.0},
+                                             {"plan": "tessera-single", "output_per_s": 60.0}]}}
+    rows = readme_table.single_placement(run)["measured"]["rows"]
+    assert [(r["plan"], r["output_per_s"]) for r in rows] == [("homo-L", 50.0), ("tessera", 60.0)]
+    assert readme_table.single_placement(readme_table.single_placement(run)) == readme_table.single_placement(run)
 
 
 def test_measure_rejects_a_family_without_measured_programs(capsys):

@@ -127,6 +127,8 @@ def fresh_extern_outputs(program: KernelProgram) -> dict[int, set[str]]:
 #: Triton kernel source hash -> the configuration the first device to run it in this process settled on (see
 #: :meth:`KernelLauncher.launch`).
 SETTLED_CONFIGS: dict[str, Any] = {}
+#: (kernel, device) pairs already warned about a configuration other than the settled one (once each per process)
+_WARNED: set[tuple[str, str]] = set()
 
 
 class KernelLauncher:
@@ -135,9 +137,9 @@ class KernelLauncher:
     One configuration per kernel per process: the first launch of a Triton kernel anywhere in the process settles
     its configuration (benchmarking the candidates, as Inductor does); every later kernel object of the same source,
     on any device or SM partition, is pinned to it before its first run (:func:`~torch_tessera.compat.torch_inductor.
-    pin_config`). A placement then computes what the home device computes, bit for bit, for Triton kernels:
-    autotuning each device separately gave reductions other block sizes on a partition (measured 2026-11-30 on two
-    H200s, docs/BENCHMARKS.md, session 7).
+    pin_config`). A placement then computes what the home device computes, bit for bit, for Triton kernels: each
+    freshly loaded kernel object used to autotune anew, and reductions got other block sizes on every fresh load,
+    even on the same GPU (measured 2026-11-30 on two H200s, docs/BENCHMARKS.md, session 7).
     """
 
     def __init__(
@@ -190,7 +192,6 @@ class KernelLauncher:
         kwargs = tree_map(arg, dict(launch.kwargs))
         return launch.overload(*args, **kwargs)
 
-
     def _agree_config(self, name: str, kernel: Any) -> None:
         """Before a kernel object's first launch here: pin it to the configuration this process settled on."""
         from torch_tessera.compat.torch_inductor import config_key, pin_config, settled_config
@@ -201,11 +202,13 @@ class KernelLauncher:
         self._agreed.add(name)
         have = settled_config(kernel)
         if have is not None:
-            if config_key(have) != config_key(want):
+            if config_key(have) != config_key(want) and (name, str(self.device)) not in _WARNED:
+                _WARNED.add((name, str(self.device)))
                 log.warning("kernel %s on %s already runs configuration %s, not %s as elsewhere in this process: its "
                             "results may differ in the last bits between devices", name, self.device, have, want)
             return
         if not pin_config(kernel, want):
+            _WARNED.add((name, str(self.device)))
             log.warning("kernel %s on %s has no candidate configuration equal to %s (settled elsewhere): it "
                         "benchmarks its own, and its results may differ in the last bits between devices", name,
                         self.device, want)
