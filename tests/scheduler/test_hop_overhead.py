@@ -13,7 +13,8 @@ from conftest import all_placements, random_costs, random_dag
 from torch_tessera.runtime.costs import CostTable, Topology
 from torch_tessera.scheduler import plan
 from torch_tessera.scheduler.cache import plan_key
-from torch_tessera.scheduler.evaluate import cycle_seconds
+from torch_tessera.scheduler.evaluate import cycle_seconds, fill_drain_seconds
+from torch_tessera.scheduler.synthetic import nvlink_topology
 from torch_tessera.scheduler.problem import as_workload, compile_problem
 
 
@@ -197,15 +198,66 @@ def test_measured_bench_plans_with_the_charge_and_one_micro_batch():
     pre = transformer_dag(layers=4, tokens=256, context=1024, rope_tables=True)
     dec = transformer_dag(layers=4, tokens=16, context=1024, rope_tables=True)
     wl = Workload.llm(pre, roofline_costs(pre, devs), dec, roofline_costs(dec, devs, seed=1), 8.0)
-    plans, bound, _ = make_plans(wl, topo, 2)
+    plans, bound, _, _ = make_plans(wl, topo, 2, in_flight=4)
     assert PLAN_MICRO_BATCHES == 1
     t = plans["tessera"]
     for name, p in plans.items():
         if isinstance(p, Plan):
             assert p.micro_batches == 1
-            if name not in ("tessera", "request-dist"):
-                assert t.cycle_seconds <= p.cycle_seconds * (1 + 1e-9), name
+            if name not in ("tessera", "request-dist"):  # cycle + fill/drain: what tessera is chosen by
+                assert (t.cycle_seconds + fill_drain_seconds(t, wl, 4)
+                        <= (p.cycle_seconds + fill_drain_seconds(p, wl, 4)) * (1 + 1e-9)), name
     assert bound <= t.cycle_seconds
+
+
+def _two_program_workload():
+    from torch_tessera.scheduler import Workload
+    from torch_tessera.scheduler.synthetic import roofline_costs, transformer_dag
+
+    devs = ("big", "small")
+    pre = transformer_dag(layers=2, tokens=64, context=256)
+    dec = transformer_dag(layers=2, tokens=8, context=256)
+    return Workload.llm(pre, roofline_costs(pre, devs), dec, roofline_costs(dec, devs, seed=1), 4.0), devs
+
+
+def test_fill_drain_seconds_by_hand():
+    """``sum_p f_p x (sum_d L_pd - max_d L_pd) / M``: the smaller device's share of each spanning program's call."""
+    wl, devs = _two_program_workload()
+    topo = nvlink_topology(devs)
+    home = plan(wl, None, topo, policy="homo-L", cache_dir=False)
+    assert fill_drain_seconds(home, wl, 1) == 0.0  # nothing spans devices
+    alternate = {p: {i: i % 2 for i in pl} for p, pl in home.placements.items()}
+    split = replace(home, placements=alternate)
+    want = 0.0
+    for prog in wl.programs:
+        per = np.zeros(2)
+        for i, d in alternate[prog.name].items():
+            per[d] += prog.costs.row(i)[d]
+        want += prog.frequency * per.min()
+    assert fill_drain_seconds(split, wl, 1) == pytest.approx(want)
+    assert fill_drain_seconds(split, wl, 4) == pytest.approx(want / 4)
+    with pytest.raises(ValueError, match="in_flight"):
+        fill_drain_seconds(split, wl, 0)
+
+
+def test_tessera_takes_a_baselines_placement_only_when_fill_and_drain_make_it_better():
+    from torch_tessera.measure.execute import prefer_fill_drain
+
+    wl, devs = _two_program_workload()
+    topo = nvlink_topology(devs)
+    home = plan(wl, None, topo, policy="homo-L", cache_dir=False)
+    alternate = {p: {i: i % 2 for i in pl} for p, pl in home.placements.items()}
+    # a ping-pong placement the cycle model scores 10 % below homo-L
+    pingpong = replace(home, policy="throughput", placements=alternate, cycle_seconds=0.9 * home.cycle_seconds)
+    plans = {"tessera": pingpong, "homo-L": home, "request-dist": ValueError("n/a")}
+    chosen, note = prefer_fill_drain(plans, wl, in_flight=1)
+    assert chosen["tessera"].placements == home.placements and chosen["tessera"].policy == "throughput"
+    assert note.startswith("tessera: homo-L's placement") and note in chosen["tessera"].solver.notes
+    assert chosen["homo-L"] is home
+    # with enough calls in flight the fill and drain are small: the planner's placement stays
+    big_m = max(1, int(100 * fill_drain_seconds(pingpong, wl, 1) / (0.1 * home.cycle_seconds)))
+    kept, note = prefer_fill_drain(plans, wl, in_flight=big_m)
+    assert kept["tessera"] is pingpong and "the planner's placement" in note
 
 
 def _ref_latency_hop(dag, costs: CostTable, tp: Topology, place: dict[int, int]) -> float:

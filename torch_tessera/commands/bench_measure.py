@@ -91,6 +91,8 @@ def print_table(rows, meta) -> None:
           "predicted: the plan's model over the measured costs; <program> ms: median call, unloaded (for LLMs and "
           "SSMs prefill = TTFT, decode = TPOT estimates).")
     print("prices: " + "; ".join(f"{d} {v[0]:g}/h ({v[1]})" for d, v in meta["prices"].items()))
+    if meta.get("tessera_choice"):
+        print(meta["tessera_choice"])
 
 
 def chart(rows, meta, path: Path) -> None:

@@ -53,7 +53,8 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
     wl, topo, tables = measured_workload(progs, s, progress)
     seconds["profile"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plans, bound_cycle, streams_note = make_plans(wl, topo, len(specs), s.streams)
+    plans, bound_cycle, streams_note, choice_note = make_plans(
+        wl, topo, len(specs), s.streams, in_flight=s.micro_batches if s.micro_batches >= 2 else 1)
     if progress is not None and len(plans) > len(plan_names(len(specs))):
         progress.total += len(plans) - len(plan_names(len(specs)))  # tessera-single beside a streams plan
     step("planned")
@@ -100,7 +101,7 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
             # per launch, per device (seconds, calibrated): enough to re-plan and re-fit offline
             "kernel_seconds": {n: t.seconds.T.tolist() for n, t in tables.items()},
             "zero_communication_bound_cycle_s": bound_cycle, "zero_communication_bound_output_per_s": bound,
-            "streams": streams_note,
+            "streams": streams_note, "tessera_choice": choice_note,
             "measured_kernel_seconds": {n: [float(x) for x in t.seconds.sum(axis=0)] for n, t in tables.items()},
             "cost_sources": {n: t.source for n, t in tables.items()},
             "prices": {sp.name: (sp.price_per_hour, sp.price_source) for sp in specs}, "seconds": seconds,
