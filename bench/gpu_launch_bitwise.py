@@ -8,10 +8,11 @@ the home GPU and, for each launch, the same launch on every ``--alt`` device wit
 touches (``launches``): a launch whose results differ there, from identical inputs, computes differently on that
 device (another GPU, an SM partition of one: work splits that depend on the SM count, such as cuBLAS split-K or
 flash-decoding's KV splits, or an autotuner that chose another configuration on a fresh load). The alternates
-include the home GPU itself with freshly loaded kernels (``<home>:fresh``), which separates "another configuration
-was chosen" from "another device computes differently". The replay launches through the runtime's
-:class:`~torch_tessera.runtime.executor.KernelLauncher`, so a Triton kernel launches everywhere with the configuration
-its first launch settled on (as in the runtime); the extern ops (cuBLAS, SDPA) are whatever the library does there.
+include the home GPU itself with freshly loaded kernels (``<home>:fresh``): a difference there is not the device's.
+The replay launches through the runtime's :class:`~torch_tessera.runtime.executor.KernelLauncher`, so a Triton kernel
+launches everywhere with the configuration its first launch settled on, as in the runtime (before that pinning
+existed, ``<home>:fresh`` showed reductions settling on other block sizes); the extern ops (cuBLAS, SDPA) are
+whatever the library does there.
 
     python3 bench/gpu_launch_bitwise.py --out DIR --layers 4 --alt cuda:1,cuda:1@72sm,cuda:0@72sm,cuda:1@24sm \
         --sdpa efficient

@@ -35,11 +35,13 @@ PLAN_NAMES = ("homo-L", "homo-R", "request-dist", "pd", "af", "layer", "tessera"
 SINGLE = "tessera-single"
 
 
-def with_streams(plans: dict[str, Any], wl: Any, topo: Any, **kwargs: Any) -> tuple[dict[str, Any], str]:
-    """``plans`` with ``tessera`` the better (lower modelled cycle) of the single-placement throughput plan and
-    :func:`~torch_tessera.scheduler.plan_streams` (one request stream per device, kernels of a stream movable); when
-    the streams plan wins, the single placement stays as :data:`SINGLE` so both are measured. ``kwargs`` go to
-    :func:`~torch_tessera.scheduler.plan_streams` (``micro_batches``: as the single plan was made).
+def with_streams(plans: dict[str, Any], wl: Any, topo: Any, score: Any = None,
+                 **kwargs: Any) -> tuple[dict[str, Any], str]:
+    """``plans`` with ``tessera`` the better (lower modelled seconds per step: ``score(plan)``, default its cycle) of
+    the single-placement throughput plan and :func:`~torch_tessera.scheduler.plan_streams` (one request stream per
+    device, kernels of a stream movable); when the streams plan wins, the single placement stays as :data:`SINGLE` so
+    both are measured. ``kwargs`` go to :func:`~torch_tessera.scheduler.plan_streams` (``micro_batches``: as the
+    single plan was made).
 
     Returns:
         ``(plans, note)``: the note says which plan was kept and both predicted cycle times, for the report.
@@ -54,9 +56,10 @@ def with_streams(plans: dict[str, Any], wl: Any, topo: Any, **kwargs: Any) -> tu
         streams = plan_streams(wl, topo, **kwargs)
     except InfeasiblePlanError as e:  # each stream holds its own state: may not fit where one placement does
         return plans, f"streams plan does not fit: {str(e).splitlines()[0]}"
-    versus = (f"one request stream per device {streams.cycle_seconds * 1e3:.4g} ms/step vs single placement "
-              f"{single.cycle_seconds * 1e3:.4g} ms/step (predicted)")
-    if streams.cycle_seconds >= single.cycle_seconds * (1 - 1e-9):
+    score = score or (lambda p: p.cycle_seconds)
+    versus = (f"one request stream per device {score(streams) * 1e3:.4g} ms/step vs single placement "
+              f"{score(single) * 1e3:.4g} ms/step (predicted)")
+    if score(streams) >= score(single) * (1 - 1e-9):
         return plans, f"--streams: {versus}: the single placement stays tessera"
     out = dict(plans)
     out["tessera"] = streams

@@ -191,3 +191,11 @@ def test_concurrent_counts_give_the_rare_program_enough_calls():
     # frequent programs only: the settings' step count stands
     assert concurrent_counts({"prefill": 1.0, "decode": 2.016}, 32, MIN_CONCURRENT_CALLS) == {"prefill": 32,
                                                                                              "decode": 65}
+
+
+def test_concurrent_counts_are_capped_and_ignore_programs_that_never_run():
+    from torch_tessera.measure.execute import MAX_CONCURRENT_STEPS, MIN_CONCURRENT_CALLS, concurrent_counts
+
+    counts = concurrent_counts({"big": 0.999, "tiny": 0.001}, 8, MIN_CONCURRENT_CALLS)
+    assert counts["big"] == round(0.999 * MAX_CONCURRENT_STEPS)  # not 16 / 0.001 steps
+    assert concurrent_counts({"a": 1.0, "idle": 0.0}, 8, MIN_CONCURRENT_CALLS) == {"a": 16, "idle": 1}

@@ -89,6 +89,25 @@ def test_a_candidate_that_only_compiling_adds_is_found_by_compiling_first():
     assert other.benchmarks == 0 and config_key(other.launched_with[0]) == config_key(SCALED)
 
 
+def test_candidates_added_by_compiling_do_not_undo_the_pinning():
+    """Compiling adds a smaller-block candidate on every device (Inductor's ``_dynamic_scale_rblock``): a pinned
+    object must still launch the settled configuration, without benchmarking it against the added one."""
+    program = _program()
+    home, other = StandInAutotuner(fastest=1, scaled=True), StandInAutotuner(fastest=3, scaled=True)
+    _launch(program, home)  # settles on CONFIGS[1], an original candidate
+    _launch(program, other)  # would pick the added SCALED one if it benchmarked
+    assert other.benchmarks == 0 and config_key(other.launched_with[0]) == config_key(CONFIGS[1])
+
+
+def test_interpreted_kernels_are_left_alone(monkeypatch):
+    program = _program()
+    home, other = StandInAutotuner(fastest=1), StandInAutotuner(fastest=2)
+    other.triton_interpret = True  # the Triton interpreter launches the first candidate: nothing to pin
+    _launch(program, home)
+    _launch(program, other)
+    assert other.benchmarks == 1  # not pinned: it ran as it would have without us
+
+
 def test_different_sources_settle_separately():
     a, b = StandInAutotuner(fastest=1), StandInAutotuner(fastest=2)
     _launch(_program("# source A"), a)

@@ -281,15 +281,11 @@ def first_config(autotuner: Any) -> Any:
 
 
 def settled_config(autotuner: Any) -> Any:
-    """The ``triton.Config`` an autotuner launches with once it has settled on one (a single compiled launcher, or
-    a single candidate before compiling), else ``None`` (several candidates: its next run benchmarks them)."""
+    """The ``triton.Config`` an autotuner launches with once it has settled: its one compiled launcher, else
+    ``None`` (not compiled yet, or several launchers: its next run benchmarks them). A single candidate that is not
+    compiled yet has not settled: compiling can add candidates (``_dynamic_scale_rblock``, below)."""
     launchers = list(getattr(autotuner, "launchers", None) or [])
-    if len(launchers) == 1:
-        return launchers[0].config
-    configs = list(getattr(autotuner, "configs", None) or [])
-    if not launchers and len(configs) == 1:
-        return configs[0]
-    return None
+    return launchers[0].config if len(launchers) == 1 else None
 
 
 def config_key(cfg: Any) -> tuple:
@@ -301,30 +297,29 @@ def config_key(cfg: Any) -> tuple:
 def pin_config(autotuner: Any, cfg: Any) -> bool:
     """Make an autotuner that has not settled launch with ``cfg`` (no benchmarking on its next run).
 
-    Inductor's reduction kernels carry several candidate configurations (block sizes, warps) and the first run on a
-    device benchmarks them; two devices (or two SM partitions of one GPU) can settle on different ones, and a
-    reduction computed with another block size sums in another order: measured 2026-11-30 on two H200s, an RMSNorm
-    kernel settled on ``R0_BLOCK`` 2048 on one and 4096 on the other, 0.0078 apart (docs/BENCHMARKS.md, session 7).
-    Keeps the one candidate whose :func:`config_key` is ``cfg``'s: among ``configs`` before compiling; failing that,
-    among the compiled ``launchers``, compiling first if needed (after compiling Inductor adds candidates with smaller
-    reduction blocks where registers limit occupancy, ``_dynamic_scale_rblock``: seen 2026-11-30 on the MMDiT, a
-    home choice of ``R0_BLOCK`` 512 that the other GPU's uncompiled candidates did not list). Returns whether it did;
-    ``False`` leaves one launcher per candidate, so the next run benchmarks them as usual. Checked on torch 2.11.0
-    and 2.13.0 (``configs`` before ``precompile``, ``launchers`` after it)."""
+    Inductor's reduction kernels carry several candidate configurations (block sizes, warps) and the first run of a
+    kernel object benchmarks them; two objects of one kernel (one per device or SM partition) can settle on different
+    ones, and a reduction computed with another block size sums in another order: measured 2026-11-30 on two H200s, an
+    RMSNorm kernel settled on ``R0_BLOCK`` 2048 in one object and 4096 in another, 0.0078 apart (docs/BENCHMARKS.md,
+    session 7). Compiles the candidates first (as the first run would: compiling adds candidates with smaller
+    reduction blocks where registers limit occupancy, ``_dynamic_scale_rblock``, so trimming the uncompiled list is
+    not enough), then keeps the one compiled launcher whose :func:`config_key` is ``cfg``'s, pruning the others as
+    Inductor's own autotuning does. Returns whether it did; ``False`` (no launcher matches: the configuration did
+    not compile here, or this device's candidates differ) leaves every launcher, so the next run benchmarks them as
+    usual. Checked on torch 2.11.0 and 2.13.0 (``launchers``, ``precompile``; ``_release_static_launchers_except``
+    and ``_prune_compile_results_to_launcher`` where present)."""
     key = config_key(cfg)
-    launchers = list(getattr(autotuner, "launchers", None) or [])
-    if not launchers:
-        keep = [c for c in (getattr(autotuner, "configs", None) or []) if config_key(c) == key]
-        if keep:
-            autotuner.configs = keep[:1]
-            return True
+    if not getattr(autotuner, "launchers", None):
         if not hasattr(autotuner, "precompile"):
             return False
         autotuner.precompile()
-        launchers = list(getattr(autotuner, "launchers", None) or [])
-    keep = [x for x in launchers if config_key(x.config) == key]
+    keep = [x for x in (getattr(autotuner, "launchers", None) or []) if config_key(x.config) == key]
     if not keep:
         return False
+    for prune in ("_release_static_launchers_except", "_prune_compile_results_to_launcher"):
+        fn = getattr(autotuner, prune, None)
+        if fn is not None:
+            fn(keep[0])
     autotuner.launchers = keep[:1]
     return True
 
@@ -385,6 +380,11 @@ def load_kernel_for_device(source: str, name: str, device_index: int | None) -> 
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # Inductor-generated kernel source
     autotuner = getattr(module, name)
+    # no autotune cache for these copies: a choice saved next to this file (``.best_config``) would seed the next
+    # load's candidates with this device's own benchmark result, and every device must use the settled one
+    # (runtime.executor.KernelLauncher)
+    if hasattr(autotuner, "save_cache_hook"):
+        autotuner.save_cache_hook = None
     props = getattr(autotuner, "device_props", None)
     if device_index is not None and props is not None and getattr(props, "index", None) != device_index:
         # torch 2.13: a dataclass; torch 2.11: a NamedTuple

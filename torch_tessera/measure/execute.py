@@ -120,17 +120,25 @@ def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False,
                                micro_batches=PLAN_MICRO_BATCHES)
         except (NotApplicableError, InfeasiblePlanError) as e:
             plans[name] = e
+    from torch_tessera.benchmark import SINGLE
+    from torch_tessera.scheduler.evaluate import fill_drain_seconds
+
     plans, choice = prefer_fill_drain(plans, wl, in_flight)
-    log.info("%s", choice)
     note = ""
     if streams:
-        plans, note = with_streams(plans, wl, topo, micro_batches=PLAN_MICRO_BATCHES)
+        plans, note = with_streams(plans, wl, topo, micro_batches=PLAN_MICRO_BATCHES,
+                                   score=lambda p: p.cycle_seconds + fill_drain_seconds(p, wl, in_flight))
         log.warning("%s", note)  # the report's reader must see which plan tessera is
+        if SINGLE in plans:  # the single placement chosen above now runs as tessera-single
+            choice = f"{SINGLE}:" + choice.split(":", 1)[1]
+    log.info("%s", choice)
     return plans, bound, note, choice
 
 
-#: Baselines whose placement ``tessera`` may take over (one placement of the workload: not request-dist's replicas)
-TAKEOVER_BASELINES = ("homo-", "pd", "af", "layer")
+#: Baselines whose placement ``tessera`` may take over: the executed ones with one placement of the workload (not
+#: request-dist's replicas; not pd, whose row is derived with its state hand-over charged and whose placement run
+#: as one program pair would not pay it)
+TAKEOVER_BASELINES = ("homo-", "af", "layer")
 
 
 def prefer_fill_drain(plans: dict[str, Any], wl: Any, in_flight: int) -> tuple[dict[str, Any], str]:
@@ -143,7 +151,7 @@ def prefer_fill_drain(plans: dict[str, Any], wl: Any, in_flight: int) -> tuple[d
     only its per-hop charge; measured, such a program idles each device while a round of calls fills and drains.
     Measured 2026-11-30 on two H200s (the MMDiT, 8 layers, GPU 1 at 24 SMs, docs/BENCHMARKS.md session 7): the
     planner's placement (13 device segments per call, predicted 8.69 ms per step) ran at 10.94 ms, homo-L at 9.44
-    (predicted 9.65); with the fill/drain term (+1.89 ms) the planner's placement scores 10.58 ms and homo-L's is
+    (predicted 9.65); with the fill/drain term (+1.96 ms) the planner's placement scores 10.65 ms and homo-L's is
     kept. Over the 11 runs of 2026-11-30 with saved per-launch costs, choosing this way keeps the planner's
     placement in 9 and takes homo-L's in the MMDiT's two 24-SM runs, where homo-L measured fastest (in 4 of the 9 a
     baseline still measured 0.8-8.7 % faster).
@@ -393,10 +401,18 @@ def _own_streams(runner: Any, priority_class: str = "normal") -> Any:
 MIN_CONCURRENT_CALLS = 16
 
 
+#: Most workload steps the concurrent timing raises ``concurrent_steps`` to (a program with a tiny share would
+#: otherwise make the others run for very long)
+MAX_CONCURRENT_STEPS = 256
+
+
 def concurrent_counts(frequencies: Mapping[str, float], steps: int, min_calls: int = 1) -> dict[str, int]:
-    """Calls of each program for the concurrent timing: ``frequency x S`` rounded, with ``S`` = ``steps`` raised
-    until the least frequent program makes ``min_calls`` calls (frequencies: runs per workload step, > 0)."""
-    s = max(float(steps), min_calls / min(frequencies.values()))
+    """Calls of each program for the concurrent timing: ``frequency x S`` rounded (at least 1), with ``S`` =
+    ``steps`` raised until the least frequent program makes ``min_calls`` calls, but not above
+    :data:`MAX_CONCURRENT_STEPS` (frequencies: runs per workload step; programs at frequency 0 are ignored for
+    ``S``)."""
+    rare = min((f for f in frequencies.values() if f > 0), default=1.0)
+    s = max(float(steps), min(min_calls / rare, float(MAX_CONCURRENT_STEPS)))
     return {name: max(1, round(f * s)) for name, f in frequencies.items()}
 
 

@@ -79,7 +79,8 @@ class MeasureSettings:
         profile_repeats / profile_warmup: timed / untimed runs per distinct launch when profiling.
         micro_batches: micro-batches for the pipelined timing of multi-device plans (0 or 1: skip it).
         concurrent_steps: workload steps timed with the programs (prefill and decode) running at the same time from
-            separate host threads, for plans over several devices of multi-program workloads (0: skip it).
+            separate host threads, for plans over several devices of multi-program workloads (0: skip it); on GPUs
+            raised until every program makes >= 16 calls (:func:`~torch_tessera.measure.execute.concurrent_counts`).
         links: ``"catalog"`` (modelled links) or ``"measured"`` (timed copies between the devices).
         cuda_graphs: capture CUDA graphs (``None``: when every device is a GPU).
         profile_cache: profile cache directory (``None``: ``$TESSERA_CACHE_DIR`` or ``~/.cache/torch_tessera``).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
@@ -127,8 +128,10 @@ def fresh_extern_outputs(program: KernelProgram) -> dict[int, set[str]]:
 #: Triton kernel source hash -> the configuration the first device to run it in this process settled on (see
 #: :meth:`KernelLauncher.launch`).
 SETTLED_CONFIGS: dict[str, Any] = {}
-#: (kernel, device) pairs already warned about a configuration other than the settled one (once each per process)
+#: (kernel source hash, device) pairs already warned about a configuration other than the settled one (once each)
 _WARNED: set[tuple[str, str]] = set()
+#: guards SETTLED_CONFIGS and pinning: the measured bench's timing threads launch kernels concurrently
+_SETTLING = threading.Lock()
 
 
 class KernelLauncher:
@@ -196,30 +199,43 @@ class KernelLauncher:
         """Before a kernel object's first launch here: pin it to the configuration this process settled on."""
         from torch_tessera.compat.torch_inductor import config_key, pin_config, settled_config
 
-        want = SETTLED_CONFIGS.get(self._hash(name))
-        if want is None:
-            return  # the first device to run it: it settles (benchmarks) now, _note_settled records the choice
-        self._agreed.add(name)
-        have = settled_config(kernel)
-        if have is not None:
-            if config_key(have) != config_key(want) and (name, str(self.device)) not in _WARNED:
-                _WARNED.add((name, str(self.device)))
-                log.warning("kernel %s on %s already runs configuration %s, not %s as elsewhere in this process: its "
-                            "results may differ in the last bits between devices", name, self.device, have, want)
+        if getattr(kernel, "triton_interpret", False):  # the interpreter launches the first candidate, untuned
+            self._agreed.add(name)
             return
-        if not pin_config(kernel, want):
-            _WARNED.add((name, str(self.device)))
-            log.warning("kernel %s on %s has no candidate configuration equal to %s (settled elsewhere): it "
-                        "benchmarks its own, and its results may differ in the last bits between devices", name,
-                        self.device, want)
+        key = self._hash(name)
+        with _SETTLING:
+            want = SETTLED_CONFIGS.get(key)
+            if want is None:
+                return  # the first object to run it: it settles (benchmarks) now, _note_settled records the choice
+            self._agreed.add(name)
+            have = settled_config(kernel)
+            if have is None and pin_config(kernel, want):
+                return
+        if have is None:
+            self._warn(key, name, f"has no compiled candidate equal to {want} (settled elsewhere in this process): "
+                                  "it benchmarks its own")
+        elif config_key(have) != config_key(want):
+            self._warn(key, name, f"already runs configuration {have}, not {want} as elsewhere in this process")
 
     def _note_settled(self, name: str, kernel: Any) -> None:
-        from torch_tessera.compat.torch_inductor import settled_config
+        from torch_tessera.compat.torch_inductor import config_key, settled_config
 
         cfg = settled_config(kernel)
-        if cfg is not None:
-            SETTLED_CONFIGS.setdefault(self._hash(name), cfg)
-            self._agreed.add(name)
+        if cfg is None:
+            return
+        key = self._hash(name)
+        with _SETTLING:
+            first = SETTLED_CONFIGS.setdefault(key, cfg)
+        self._agreed.add(name)
+        if config_key(first) != config_key(cfg):  # another thread settled the same kernel at the same time
+            self._warn(key, name, f"settled on {cfg} while another launch settled on {first}")
+
+    def _warn(self, key: str, name: str, what: str) -> None:
+        if (key, str(self.device)) in _WARNED:
+            return
+        _WARNED.add((key, str(self.device)))
+        log.warning("kernel %s on %s %s: its results may differ in the last bits between devices", name, self.device,
+                    what)
 
     def _hash(self, name: str) -> str:
         h = self._source_hash.get(name)
