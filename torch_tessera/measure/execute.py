@@ -154,7 +154,7 @@ def prefer_fill_drain(plans: dict[str, Any], wl: Any, in_flight: int) -> tuple[d
     (predicted 9.65); with the fill/drain term (+1.96 ms) the planner's placement scores 10.65 ms and homo-L's is
     kept. Over the 11 runs of 2026-11-30 with saved per-launch costs, choosing this way keeps the planner's
     placement in 9 and takes homo-L's in the MMDiT's two 24-SM runs, where homo-L measured fastest (in 4 of the 9 a
-    baseline still measured 0.8-8.7 % faster).
+    baseline still measured 0.8-8.7 % faster; ``bench/check_step_model.py``).
     """
     import dataclasses
 
@@ -169,14 +169,13 @@ def prefer_fill_drain(plans: dict[str, Any], wl: Any, in_flight: int) -> tuple[d
     score = {n: (p.cycle_seconds, fill_drain_seconds(p, wl, in_flight)) for n, p in cands.items()}
     best = min(score, key=lambda n: (sum(score[n]), n != "tessera"))
 
-    def said(n: str) -> str:
-        c, f = score[n]
-        return f"{n} {c * 1e3:.4g} + {f * 1e3:.3g} ms/step"
+    def ms(n: str) -> str:
+        return f"{score[n][0] * 1e3:.4g} + {score[n][1] * 1e3:.3g} ms/step"
 
     scored = f"cycle + fill/drain with {in_flight} call(s) in flight"
     if best == "tessera":
-        return plans, f"tessera: the planner's placement ({scored}: {said('tessera')}, best)"
-    note = (f"tessera: {best}'s placement ({scored}: {said(best)}, the planner's {said('tessera')[len('tessera '):]})")
+        return plans, f"tessera: the planner's placement ({scored}: tessera {ms('tessera')}, best)"
+    note = f"tessera: {best}'s placement ({scored}: {best} {ms(best)}, the planner's {ms('tessera')})"
     taken = dataclasses.replace(cands[best], policy="throughput",
                                 solver=dataclasses.replace(cands[best].solver,
                                                            notes=tuple(cands[best].solver.notes) + (note,)))
