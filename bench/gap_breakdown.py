@@ -140,8 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     for plan in args.plans:
         r = rows[plan]
         pred_step = ops / r["predicted_output_per_s"] * 1e3
-        print(f"### {plan}: predicted {r['predicted_output_per_s']:,.0f} {meta['display_unit']} ({pred_step:.2f} ms/step), "
-              f"measured {r['output_per_s']:,.0f} (measured / predicted {r['output_per_s'] / r['predicted_output_per_s']:.2f})\n")
+        k = meta.get("display_factor", 1.0)  # output/s -> the display unit (images/min: x 60)
+        print(f"### {plan}: predicted {k * r['predicted_output_per_s']:,.0f} {meta['display_unit']} ({pred_step:.2f} "
+              f"ms/step), measured {k * r['output_per_s']:,.0f} (measured / predicted "
+              f"{r['output_per_s'] / r['predicted_output_per_s']:.2f})\n")
         print("Model:\n")
         print("\n".join(model_table(meta, plan)))
         print("\nMeasured:\n")
@@ -157,18 +159,19 @@ def main(argv: list[str] | None = None) -> int:
     bound = meta["zero_communication_bound_cycle_s"]
     frac = fractional_bound(meta)
     print("### Bound and the best single placement (model)\n")
-    print("| quantity | ms per step | output/s | share of the recorded bound |\n| --- | --- | --- | --- |")
+    k, unit = meta.get("display_factor", 1.0), meta.get("display_unit", "output/s")
+    print(f"| quantity | ms per step | {unit} | share of the recorded bound |\n| --- | --- | --- | --- |")
     for label, cyc in [("zero-communication bound (recorded)", bound),
                        ("fractional LP bound over the per-launch costs (no grouping, free cuts)", frac)] + \
             [(f"{n}: model's prediction ({'charged' if n not in ('homo-L', 'homo-R', 'request-dist', 'pd') else 'no cuts'})",
               meta["plans"][n]["cycle_seconds"]) for n in ("tessera-single", "tessera", "request-dist", "layer", "pd",
                                                             "homo-L") if n in meta["plans"]]:
-        print(f"| {label} | {1e3 * cyc:.2f} | {ops / cyc:,.0f} | {100 * bound / cyc:.1f} % |")
+        print(f"| {label} | {1e3 * cyc:.2f} | {k * ops / cyc:,.0f} | {100 * bound / cyc:.1f} % |")
     for n in ("tessera-single", "layer"):
         if n in meta["plans"]:
             from fit_hop_overhead import uncharged_cycle
             u = uncharged_cycle(meta, n)
-            print(f"| {n} placement without the charge (uncharged model) | {1e3 * u:.2f} | {ops / u:,.0f} | "
+            print(f"| {n} placement without the charge (uncharged model) | {1e3 * u:.2f} | {k * ops / u:,.0f} | "
                   f"{100 * bound / u:.1f} % |")
     return 0
 

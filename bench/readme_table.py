@@ -24,6 +24,10 @@ from pathlib import Path
 #: Target share of the zero-communication bound, and the speed-up owed where the bound allows it.
 BOUND_SHARE, SPEEDUP, ROOM = 0.95, 1.3, 1.3
 
+#: A ``--streams`` run's single placement (``torch_tessera.benchmark.SINGLE``; this script reads JSON only): shown as
+#: a column, not compared as a baseline
+SINGLE = "tessera-single"
+
 
 def load(path: str) -> dict:
     """One measured run: ``bench.json`` itself or the ``--out`` directory holding it.
@@ -57,7 +61,7 @@ def targets(rows: dict[str, dict], bound: float) -> str:
     if not tp >= BOUND_SHARE * bound:
         missed.append(f"{100 * tp / bound:.1f} % of bound < {100 * BOUND_SHARE:.0f} %")
     for name, r in rows.items():
-        if name == "tessera" or not r["applies"]:
+        if name in ("tessera", SINGLE) or not r["applies"]:  # tessera-single is tessera's own, not a baseline
             continue
         b = r["output_per_s"]
         if not tp > b:
@@ -71,11 +75,11 @@ def single_placement(run: dict) -> dict:
     """``run`` with its single placement as ``tessera``: a ``--streams`` run's ``tessera-single`` row replaces its
     ``tessera`` row (the streams plan), as the README's table reports the default planner (no change without one)."""
     rows = run["measured"]["rows"]
-    single = [r for r in rows if r["plan"] == "tessera-single"]
+    single = [r for r in rows if r["plan"] == SINGLE]
     if not single:
         return run
     rows = [dict(single[0], plan="tessera") if r["plan"] == "tessera" else r for r in rows
-            if r["plan"] != "tessera-single"]
+            if r["plan"] != SINGLE]
     return {**run, "measured": {**run["measured"], "rows": rows}}
 
 
@@ -86,7 +90,7 @@ def table(runs: list[dict]) -> str:
         for r in run["measured"]["rows"]:
             if r["plan"] not in plans:
                 plans.append(r["plan"])
-    baselines = [p for p in plans if p != "tessera"]
+    baselines = [p for p in plans if p not in ("tessera", SINGLE)]
     head = ["model", "profile", "unit", *plans, "bound", "tessera % of bound", "tessera vs baselines", "target met?"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for run in runs:

@@ -76,7 +76,9 @@ def test_hf_generate_with_graphs_equals_eager(stand_in_graphs, mode):
     assert all(any(type(st).__name__ == "CopyStep" for st in steps) for steps in cut), "the placement cut nothing"
     for ex in (prefill, decode):  # every copy of the schedule ran once per call, none of them twice
         per_call = sum(1 for st in ex.schedule.steps if type(st).__name__ == "CopyStep")
-        assert sum(n for purpose, n in ex.transfers.items() if purpose != "weights") == per_call * ex.calls
+        setup = ("weights", "static")  # once per executor (static inputs: module buffers, e.g. rotary inv_freq)
+        assert sum(n for purpose, n in ex.transfers.items() if purpose not in setup) == per_call * ex.calls
+        assert ex.transfers["static"] == sum(1 for st in ex.schedule.setup if st.purpose == "static")
 
 
 @pytest.mark.parametrize("mode", GRAPH_MODES)

@@ -105,3 +105,23 @@ def test_plan_streams_sizes_streams_by_each_devices_throughput():
     assert p.cycle_seconds <= 1 / (1 / homo_l + 1 / homo_r) * (1 + 1e-9)
     with pytest.raises(ValueError, match="one fraction per device"):
         plan_streams(wl, tp, shares=[1.0])
+
+
+def test_plan_streams_request_dist_is_one_runnable_placement():
+    """policy="request-dist": stream r wholly on device r (no replicas, no cut edge), with the same shares, and a
+    cycle equal to the replicas' request-dist cycle (each device busy its share of the time)."""
+    from torch_tessera.errors import ConfigError
+    from torch_tessera.scheduler import plan_streams
+
+    dag = _stateful_dag()
+    wl = Workload((WorkloadProgram("decode", dag, _two_devices_costs(dag, slow=3.0), 1.0, "decode"),))
+    tp = topo(2, bw=1e10, lat=1e-6)
+    rd = plan_streams(wl, tp, policy="request-dist")
+    assert not rd.replicas and not rd.cut_edges
+    assert {n: set(pl.values()) for n, pl in rd.placements.items()} == {"decode": {0}, "decode@1": {1}}
+    assert rd.frequencies == pytest.approx(plan_streams(wl, tp).frequencies)
+    replicas = plan(wl, None, tp, policy="request-dist", cache_dir=False)
+    assert replicas.replicas == (0, 1)
+    assert rd.cycle_seconds == pytest.approx(replicas.cycle_seconds, rel=1e-6)
+    with pytest.raises(ConfigError, match="policy must be"):
+        plan_streams(wl, tp, policy="af")

@@ -29,7 +29,9 @@ Stages (:func:`~torch_tessera.measure.pipeline.measure_plans`), one module each:
    prefill and ``output_tokens / decode_batch`` decode steps; the simulator's
    :meth:`~torch_tessera.scheduler.Workload.llm`), one denoising step of ``batch`` images for diffusion
    (``batch / 28`` images: the registry's steps per image, as the predicted bench counts them). ``request-dist``
-   and ``pd`` are derived from the measured ``homo-*`` steps (and, for ``pd``, the measured hand-over copy).
+   runs one request stream per device at the same time (its own programs, weights and state per stream), the sum
+   of the ``homo-*`` throughputs shown beside it; ``pd`` is derived from the measured ``homo-*`` steps and the
+   measured hand-over copy.
 
 On CPU virtual devices all numbers are meaningless as performance (the Triton interpreter, one host); correctness and
 plumbing are what that run tests.

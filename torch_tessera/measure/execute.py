@@ -116,6 +116,13 @@ def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False,
     plans: dict[str, Any] = {}
     for name in plan_names(n_devices):
         try:
+            if name == "request-dist" and n_devices > 1:  # executed: one request stream per device, at once
+                try:
+                    plans[name] = plan_streams(wl, topo, policy="request-dist", micro_batches=PLAN_MICRO_BATCHES)
+                    continue
+                except InfeasiblePlanError as e:  # then the derived row (replicas), which says why
+                    log.warning("request-dist cannot run as one request stream per device (%s); its row is derived "
+                                "from the homo-* runs", str(e).splitlines()[0])
             plans[name] = plan(wl, None, topo, policy="throughput" if name == "tessera" else name, cache_dir=False,
                                micro_batches=PLAN_MICRO_BATCHES)
         except (NotApplicableError, InfeasiblePlanError) as e:
@@ -281,7 +288,8 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
             call.restore()
             ok, err = close_to_eager(_output(call(), prog.want), prog)
             out.setdefault("bytes_per_call", {})[prog.name] = {
-                k: v - moved.get(k, 0) for k, v in runner.executor.bytes_moved.items() if k != "weights"}
+                k: v - moved.get(k, 0) for k, v in runner.executor.bytes_moved.items()
+                if k not in ("weights", "static")}  # placed once, at this first call: not per call
             t = _median_seconds(call, call.restore, sync, s.warmup, s.repeats)
             if all(d.torch_device.type == "cuda" for d in runner.devices):
                 out.setdefault("device_busy", {})[prog.name] = device_busy(call, call.restore, sync)
@@ -316,7 +324,9 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
                     out.setdefault("pipelined_busy", {})[prog.name] = device_busy(
                         lambda: runner.executor.run_pipelined(batches, slots=slots), restore_small, sync)
     if s.concurrent_steps and len(progs) > 1 and len({d for pl in p.placements.values() for d in pl.values()}) > 1:
-        out["concurrent_step_seconds"] = concurrent_step_seconds(progs, s, calls, pipes, program_frequencies(p, s))
+        out["concurrent_threads"] = {}
+        out["concurrent_step_seconds"] = concurrent_step_seconds(progs, s, calls, pipes, program_frequencies(p, s),
+                                                                 threads_out=out["concurrent_threads"])
     return out
 
 
@@ -417,7 +427,8 @@ def concurrent_counts(frequencies: Mapping[str, float], steps: int, min_calls: i
 
 def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls: dict[str, PlacedCall],
                             pipes: dict[str, list[PlacedCall]] | None = None,
-                            frequencies: Mapping[str, float] | None = None) -> float:
+                            frequencies: Mapping[str, float] | None = None,
+                            threads_out: dict | None = None) -> float:
     """Wall seconds per workload step with the programs running AT THE SAME TIME, each from its own host thread
     (its own executor streams): ``concurrent_steps`` steps' worth of calls (``frequency x steps`` of each program;
     on GPUs at least :data:`MIN_CONCURRENT_CALLS` of the least frequent, :func:`concurrent_counts`).
@@ -434,7 +445,9 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
     assumes (one call at a time leaves a thread waiting out each call's latency: measured 2026-11-29 on two H200s,
     a decode placement with 6.6 ms of kernels on its busier GPU took 9.6 ms per call). ``frequencies``: runs per
     workload step per program (default the settings' composition; a streams plan's own, one thread per program of
-    every stream).
+    every stream). ``threads_out``, when given, receives per program ``{"calls": n, "seconds": s}``: the calls its
+    thread made and the seconds from the common start until that thread's work had finished on its streams (which
+    thread bounds the step, and how far each is from ``calls`` x its call time alone).
     """
     import threading
 
@@ -448,6 +461,7 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
                                1 if on_cpu else MIN_CONCURRENT_CALLS)
     start = threading.Barrier(len(progs) + 1)
     done = {p.name: 0 for p in progs}
+    ends: dict[str, float] = {}
     errors: list[BaseException] = []
     # the Triton interpreter (CPU devices) keeps global state: there the threads take turns (plumbing only)
     turn = threading.Lock() if on_cpu else contextlib.nullcontext()
@@ -465,12 +479,17 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
                                 c.restore(small_only=True)
                             prog.runner.executor.run_pipelined(batches, slots=len(batches))
                             done[prog.name] += len(batches)
+                    ends[prog.name] = time.perf_counter()
                     return
                 for _ in range(counts[prog.name]):
                     with turn:
                         call.restore(small_only=True)
                         call()
                         done[prog.name] += 1
+                if not on_cpu:  # this thread's work done on its own streams (a home-only graph returns at once)
+                    for d in prog.runner.devices:
+                        torch.cuda.current_stream(d.torch_device).synchronize()
+                ends[prog.name] = time.perf_counter()
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(e)
 
@@ -490,6 +509,8 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
         placed.SPIN_S = spin
     if errors:
         raise errors[0]
+    if threads_out is not None:
+        threads_out.update({n: {"calls": done[n], "seconds": ends[n] - t0} for n in ends})
     steps = min(done[p.name] / freq[p.name] for p in progs)
     return wall / steps
 

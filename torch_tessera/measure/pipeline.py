@@ -78,7 +78,7 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
         return list(progs) + extra
 
     for name, p in plans.items():
-        if isinstance(p, Plan) and name not in ("request-dist", "pd"):
+        if isinstance(p, Plan) and name != "pd" and not p.replicas:  # pd and request-dist's replicas: derived
             try:
                 runs[name] = run_plan(programs_of(p), p, s)
             except DeviceOutOfMemoryError as e:
@@ -120,8 +120,8 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
 
 #: what each executed plan's run reports beside its row (per program): bytes copied by purpose in one call, GPU
 #: busy time of one call (:func:`~torch_tessera.measure.execute.device_busy`), call times
-RUN_DETAILS = ("seconds", "pipelined_seconds", "concurrent_step_seconds", "bytes_per_call", "device_busy",
-               "pipelined_busy", "cut_edges", "priority_classes", "error")
+RUN_DETAILS = ("seconds", "pipelined_seconds", "concurrent_step_seconds", "concurrent_threads", "bytes_per_call",
+               "device_busy", "pipelined_busy", "cut_edges", "priority_classes", "error")
 
 
 def total_steps(n_devices: int, n_programs: int = 2) -> int:

@@ -29,6 +29,7 @@ class MeasuredRow:
         ttft_s / tpot_s: unloaded prefill / decode step times (LLMs and SSMs; NaN otherwise).
         predicted_output_per_s: the plan's model over the measured costs.
         vs_bound: throughput / the zero-communication bound's.
+        derived_output_per_s: request-dist only: the sum of the ``homo-*`` runs' throughputs, each timed alone.
     """
 
     plan: str
@@ -49,6 +50,7 @@ class MeasuredRow:
     vs_bound: float = math.nan
     speedup_vs_best_baseline: float = math.nan
     cut_edges: int = 0
+    derived_output_per_s: float = math.nan
 
 
 def _executed(base: dict, r: dict, s: MeasureSettings, frequencies: dict[str, float]) -> dict:
@@ -77,6 +79,19 @@ def _request_dist(base: dict, p: Any, runs: dict, homo: dict, s: MeasureSettings
                 tpot_s=max(h["seconds"].get("decode", math.nan) for h in runs_h))
 
 
+def _with_homo_sum(row: dict, runs: dict, homo: dict, s: MeasureSettings) -> dict:
+    """An executed request-dist row (one request stream per device, run at once) with the sum of the ``homo-*``
+    runs' throughputs beside it in ``how`` and ``derived_output_per_s``: what the replicas would give if running
+    them side by side cost nothing (each timed alone; the number this row was before request-dist was executed)."""
+    runs_h = [runs.get(n) for n in homo.values()]
+    if row.get("applies") is False or any(h is None or "error" in h for h in runs_h):
+        return row
+    total = sum(s.composition.per_s(h["seconds"]) for h in runs_h)
+    label, factor = s.composition.display
+    return dict(row, derived_output_per_s=total,
+                how=f"{row['how']} (sum of the homo-* runs alone: {total * factor:,.4g} {label})")
+
+
 def _pd(base: dict, p: Any, progs: Sequence[Compiled], runs: dict, homo: dict, s: MeasureSettings,
         specs: Sequence[Any]) -> dict:
     comp = s.composition
@@ -102,8 +117,10 @@ def compose_rows(progs: Sequence[Compiled], plans: dict[str, Any], runs: dict[st
 
     * executed plans: ``output_per_step / sum_p(frequency_p x T_p)`` (:meth:`Composition.per_s`) over the median
       call times; with micro-batches the same over the wall time per micro-batch (the headline takes the faster).
-    * ``request-dist`` (derived): a full replica per device, work split in proportion to speed: the sum of the
-      replicas' ``homo-*`` throughputs.
+    * ``request-dist``: executed as one request stream per device, the streams running at the same time
+      (:func:`~torch_tessera.scheduler.plan_streams` with ``policy="request-dist"``), with the sum of the ``homo-*``
+      throughputs beside it (``derived_output_per_s``); derived from that sum alone when it could not run as streams
+      (a plan with ``replicas``).
     * ``pd`` (derived; LLMs and SSMs only, the scheduler marks it n/a elsewhere): prefill on ``a``, decode on ``b``
       (the plan's choice), overlapped: ``output_per_step / max(T_prefill(a), f x T_decode(b), T_handover)`` with
       ``T_handover`` the measured copy of one request's KV cache / SSM state from ``a`` to ``b``.
@@ -126,6 +143,8 @@ def compose_rows(progs: Sequence[Compiled], plans: dict[str, Any], runs: dict[st
             r = runs[name]
             rows[name] = dict(plan=name, applies=False, how=r["error"]) if "error" in r else \
                 _executed(base, r, s, program_frequencies(p, s))
+            if name == "request-dist":
+                rows[name] = _with_homo_sum(rows[name], runs, homo, s)
         elif name == "request-dist":
             rows[name] = _request_dist(base, p, runs, homo, s)
         elif name == "pd":

@@ -47,7 +47,7 @@ from torch_tessera.runtime.executor import (
     fresh_extern_outputs,
     launch_buffers,
 )
-from torch_tessera.runtime.placed import POISON
+from torch_tessera.runtime.placed import POISON, input_positions, static_input_keys
 from torch_tessera.runtime.schedule import CopyStep, LaunchStep, Schedule, Step, build_schedule
 
 log = logging.getLogger(__name__)
@@ -240,6 +240,8 @@ class _Call:
         posted: every message posted (pipelined runs on CUDA poll them all at the end, bounded by the timeout).
         sent: cut edges it sent.
         received: cut edges it received.
+        static_keys: on the home rank with ``weights="send"``, ``static_input_keys`` of the caller's static INPUTs
+            (checked against those sent at setup).
     """
 
     pool: BufferPool
@@ -251,6 +253,7 @@ class _Call:
     posted: list = field(default_factory=list)
     sent: set = field(default_factory=set)
     received: set = field(default_factory=set)
+    static_keys: dict = field(default_factory=dict)
 
     def where(self) -> str:
         """Words for the error message: which micro-batch, if any."""
@@ -262,7 +265,7 @@ class TransferStats:
     """What one rank moved.
 
     Attributes:
-        ranges: byte ranges moved, by purpose (``cut``, ``input``, ``weights``, ``gather``).
+        ranges: byte ranges moved, by purpose (``cut``, ``input``, ``weights``, ``static``, ``gather``).
         messages: point-to-point operations posted (ranges with one peer between two launches share one).
         bytes_sent: bytes sent, by purpose.
         bytes_received: bytes received, by purpose.
@@ -297,8 +300,13 @@ class DistributedExecutor:
         ctx: this rank's context (:func:`init_distributed`).
         kernel_objects: live kernel objects from this rank's lowering (others are loaded from source).
         home: the rank holding the caller's inputs and receiving the outputs.
-        weights: ``"local"``: every rank binds the parameters it reads from its own ``inputs`` (each built the same
-            model); ``"send"``: the home rank sends them once, at the first call.
+        weights: ``"local"``: every rank binds the parameters and static INPUTs (``KernelProgram.static_inputs``:
+            module buffers) it reads from its own ``inputs`` every call (each built the same model, and changes its
+            module buffers as the others do); ``"send"``: the home rank sends them once, at the first call (setup
+            steps of purpose ``"weights"`` and ``"static"``). A static INPUT is not sent again: with ``"send"``, a
+            call whose static tensor on the home rank moved or was modified in place since the first call raises
+            :class:`TesseraError` there (its peers then fail with ``PeerFailureError`` after ``timeout_s``), since
+            the other ranks cannot know to receive it again (no per-call message says so).
         step_hook: called as ``step_hook(call, step)`` before each step this rank takes part in (fault injection in
             tests, tracing).
 
@@ -341,8 +349,11 @@ class DistributedExecutor:
         self._fresh = fresh_extern_outputs(program)
         self._items, self._item_pos = self._my_items(self.schedule.steps)
         self._free_after = self._last_uses()
-        self._weights = BufferPool(ctx.device)
+        self._weights = BufferPool(ctx.device)  # weights and static INPUTs received at setup
         self._setup_done = weights == "local"
+        self._static_names = frozenset(s.buffer for s in self.schedule.setup if s.purpose == "static")
+        self._static_at = input_positions(program, self._static_names)
+        self._static_sent: dict[str, tuple] = {}  # home rank, "send": static INPUT -> tensor_key when sent
         self.stats = TransferStats()
         self.launches_executed = 0
         self.calls = 0
@@ -487,11 +498,22 @@ class DistributedExecutor:
         pool = BufferPool(self.ctx.device)
         pool.storages.update(self._weights.storages)
         self._bind_inputs(pool, inputs)
-        return _Call(pool, index, **where)
+        call = _Call(pool, index, **where)
+        if self.rank == self.home and self.weights == "send" and self._static_at and inputs is not None:
+            # of the caller's tensors: the pool's bindings (``Tensor.set_``) have version counters of their own
+            call.static_keys = static_input_keys(self._static_at, inputs)
+        return call
 
     def setup(self, call: _Call) -> None:
-        """At the first call only, with ``weights="send"``: the home rank's weights onto the ranks that read them."""
+        """At the first call only, with ``weights="send"``: the home rank's weights and static INPUTs onto the ranks
+        that read them. At later calls, on the home rank: check that the static INPUTs sent are unchanged.
+
+        Raises:
+            TesseraError: (home rank, ``weights="send"``) a static INPUT's tensor moved or was modified in place
+                since it was sent; the other ranks would compute with the old bytes.
+        """
         if self._setup_done:
+            self._check_static_unchanged(call)
             return
         mine = tuple(s for s in self.schedule.setup if self._mine(s))
         if mine:
@@ -500,7 +522,19 @@ class DistributedExecutor:
         for s in mine:
             if s.dst == self.rank:
                 self._weights.storages[s.buffer] = call.pool.storages[s.buffer]
+        if self.rank == self.home:
+            self._static_sent = dict(call.static_keys)
         self._setup_done = True
+
+    def _check_static_unchanged(self, call: _Call) -> None:
+        if self.weights != "send" or self.rank != self.home or not self._static_names:
+            return
+        changed = sorted(b for b, k in call.static_keys.items() if self._static_sent.get(b) != k)
+        if changed:
+            raise TesseraError(
+                f"rank {self.rank}: static inputs {changed[:5]} moved or were modified in place since the first call "
+                "sent them to the ranks that read them (weights='send' sends them once); use weights='local' (every "
+                "rank binds its own every call) or build a new DistributedExecutor")
 
     def issue(self, call: _Call, items: Sequence[int]) -> None:
         """Issue this rank's items ``items`` (indices, in order) for ``call``: launches, and its end of each
@@ -558,9 +592,11 @@ class DistributedExecutor:
         specs = self.program.inputs
         if self.rank == self.home:
             wanted = range(len(specs))
-        elif self.weights == "local":
+        elif self.weights == "local":  # the rank's own parameters and static INPUTs (never sent: setup does not run)
+            static = set(getattr(self.program, "static_inputs", ()))
             wanted = [i for i, s in enumerate(specs) if isinstance(s, TensorArg)
-                      and self.program.buffers[s.buffer].kind == BufferKind.PARAMETER]
+                      and (self.program.buffers[s.buffer].kind == BufferKind.PARAMETER
+                           or (self.program.buffers[s.buffer].kind == BufferKind.INPUT and s.buffer in static))]
         else:
             return
         if wanted and inputs is None:
@@ -606,8 +642,8 @@ class DistributedExecutor:
         groups: dict[tuple, list[CopyStep]] = {}
         for i, s in enumerate(steps):
             key: tuple = ("send", s.dst) if s.src == self.rank else ("recv", s.src)
-            if s.purpose == "weights":
-                key += (i,)  # weights are large: one message each, never a packed copy of them all
+            if s.purpose in ("weights", "static"):
+                key += (i,)  # weights and static inputs are large: one message each, never a packed copy of them all
             groups.setdefault(key, []).append(s)
             self._count(s, key[0], call)
         ops, pendings = [], []

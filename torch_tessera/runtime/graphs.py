@@ -13,9 +13,13 @@ A *segment* is a maximal run of consecutive launches on one device with no copy 
    on the host only when the graph holds transfers (to raise ``TransferTimeout`` naming them) or touches other
    devices; a graph of the home device alone returns at once, ordered on the caller's stream like
    ``mode="reduce-overhead"``.
-3. If a weight or state input arrives at another address than at capture (the caller re-allocated it), the graphs are
-   captured again. ``PlacedExecutor.captures`` counts captures; ``check_addresses=True`` verifies before each replay
-   that every storage a graph uses still has its capture-time address.
+3. If a weight, state or static input arrives at another address than at capture (the caller re-allocated it), the
+   graphs are captured again (which places the weights and static inputs again). A static input read on another
+   device is placed there once, at capture, like a weight (setup steps of purpose ``"static"``); when the caller
+   modified it in place (its ``_version`` changed), it is copied again into the very storage the graphs read, before
+   the replay, between two host synchronisations (:func:`_refresh_static`). ``PlacedExecutor.captures`` counts
+   captures; ``check_addresses=True`` verifies before each replay that every storage a graph uses still has its
+   capture-time address.
 
 Outputs are views of static storages, overwritten by the next call (as with ``mode="reduce-overhead"``).
 """
@@ -76,6 +80,7 @@ class GraphState:
     last_stream: Any = None  # the stream the last caller-stream replay went to (a new stream waits for it)
     state_devices: list = field(default_factory=list)  # torch devices of STATE kept off the home device
     home_device: Any = None  # the home device's torch device
+    static_keys: dict = field(default_factory=dict)  # static INPUT -> static_input_keys when placed in ``pools``
 
 
 def _segments(executor: Any) -> list[Any]:
@@ -170,6 +175,10 @@ def _capture(executor: Any, inputs: Sequence[Any], lane: Any = None, edges: set 
     torch.cuda.synchronize()
     executor.launches_executed = executed
     state = GraphState(pools, items, static_inputs, lane=lane)
+    if lane is None:  # its own setup ran above (a slot's pools share the executor's, refreshed by run_pipelined)
+        from torch_tessera.runtime.placed import static_input_keys
+
+        state.static_keys = static_input_keys(getattr(executor, "_static_at", ()), inputs)
     if whole is not None:
         state.whole, state.keep_alive = whole
         state.copies = [x for x in items if isinstance(x, CopyStep)]
@@ -484,6 +493,31 @@ def _call_on_caller_stream(executor: Any, state: GraphState, inputs: Sequence[An
         executor._wait_whole(state.copies, stream.record_event())
 
 
+def _refresh_static(executor: Any, state: GraphState, inputs: Sequence[Any]) -> None:
+    """Copy again the static inputs the caller modified in place since ``state`` placed them (same address, another
+    ``_version``; a moved one made the caller capture again), into the storages the graphs read.
+
+    Ordering, made trivial because this is rare (a module buffer changed by the caller): every device is synchronised
+    first (the caller's in-place write, queued on its stream, has landed; the previous replay no longer reads the
+    storage), the copies run, and every device is synchronised again before the replay is issued. On CPU virtual
+    devices the copies are synchronous.
+    """
+    stale = executor.stale_static(inputs, state.static_keys)
+    if not stale:
+        return
+    from torch_tessera.runtime.placed import static_input_keys
+
+    for d in executor.devices:
+        d.synchronize()
+    for step in executor.schedule.setup:
+        if step.purpose == "static" and step.buffer in stale:
+            executor._copy(step, state.pools)  # into state.pools[step.dst]'s storage: the one captured
+    for d in executor.devices:
+        d.synchronize()
+    state.static_keys = static_input_keys(executor._static_at, inputs)
+    log.debug("static inputs modified in place, copied again before the replay: %s", sorted(stale))
+
+
 def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool = False) -> list:
     """One call of a placed executor with CUDA graphs (see the module docstring)."""
     program = executor.program
@@ -504,6 +538,8 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
             if state.pools[i].storages[b].data_ptr() != ptr:
                 raise TesseraError(f"buffer {b} on device {i} moved since capture; replay would read stale memory")
     executor._edges_this_call = set()
+    if getattr(executor, "_static_at", None):
+        _refresh_static(executor, state, inputs)
     if state.on_caller_stream:
         _call_on_caller_stream(executor, state, inputs)
     else:

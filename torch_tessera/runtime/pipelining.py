@@ -14,10 +14,12 @@ ablation: ~50 % of the zero-communication optimum). :func:`run_pipelined` keeps 
    ``c + 1``, so while slot 0's activations cross a link, slot 1's launches of the previous stage are already queued
    on the other device. Events between streams are exactly those of a single call, per slot.
 4. **Buffers.** Each micro-batch has its own pools: temporaries and copies of its INPUT buffers on each device, its
-   outputs; weights (PARAMETER inputs, which must be the same tensors in every micro-batch) are copied to each device
-   once and shared. Temporaries are allocated on the slot's stream of the device that first needs them and freed after
-   their last use in the schedule (for devices sharing memory, the last use on any of them), after being marked as in
-   use by the slot's other streams (``record_stream``) so that the allocator never hands them out early.
+   outputs; weights (PARAMETER inputs) and static INPUTs (``KernelProgram.static_inputs``: module buffers), which
+   must be the same tensors in every micro-batch, are copied to each device once and shared (a static INPUT again,
+   before the run's first wave, when the caller moved or modified it since). Temporaries are allocated on the slot's
+   stream of the device that first needs them and freed after their last use in the schedule (for devices sharing
+   memory, the last use on any of them), after being marked as in use by the slot's other streams
+   (``record_stream``) so that the allocator never hands them out early.
 5. **CUDA graphs** (``cuda_graphs=True``): each slot has its own static pools and its own graphs
    (:func:`torch_tessera.runtime.graphs.issue_wave_with_graphs`); before a slot is reused its streams wait for all of
    its previous work (a device-side barrier, no host synchronisation).
@@ -272,7 +274,10 @@ def run_pipelined(executor: Any, batches: Sequence[Sequence[Any]], slots: int) -
     lanes = _lanes(executor, slots)
     for lane in lanes:
         lane.join(executor.devices)
-    if not executor._setup_done:  # weights onto their devices once, before any slot reads them
+    if not executor._setup_done or executor.stale_static(batches[0], executor._static_placed):
+        # weights and static inputs onto their devices once (a static input again if the caller changed it), before
+        # any slot reads them: the previous run ended with every stream waited on, so nothing reads them now
+        executor._join_caller()
         executor._bind_call(batches[0])
         executor._wait([], executor.streams)
         for d in executor.devices:
@@ -307,14 +312,21 @@ def _lanes(executor: Any, slots: int) -> list[Lane]:
 
 
 def _check_shared_weights(program: Any, batches: Sequence[Sequence[Any]]) -> None:
+    """Raise :class:`TesseraError` if a micro-batch passes another tensor than micro-batch 0 for a weight
+    (PARAMETER) or a static INPUT (``program.static_inputs``): the micro-batches share one placed copy of each."""
+    static = set(getattr(program, "static_inputs", ()))
     for i, spec in enumerate(program.inputs):
-        if isinstance(spec, TensorArg) and program.buffers[spec.buffer].kind == BufferKind.PARAMETER:
+        if not isinstance(spec, TensorArg):
+            continue
+        kind = program.buffers[spec.buffer].kind
+        if kind == BufferKind.PARAMETER or (kind == BufferKind.INPUT and spec.buffer in static):
             first = batches[0][i] if batches else None
+            what = "weight" if kind == BufferKind.PARAMETER else "static"
             for m, b in enumerate(batches[1:], 1):
                 if not isinstance(b[i], torch.Tensor) or b[i].data_ptr() != first.data_ptr():
                     raise TesseraError(
-                        f"micro-batch {m} passes another tensor for weight input {i} ({spec.buffer}) than micro-batch "
-                        "0: pipelined micro-batches share one copy of the weights; pass the same parameters")
+                        f"micro-batch {m} passes another tensor for {what} input {i} ({spec.buffer}) than micro-batch "
+                        f"0: pipelined micro-batches share one copy of the {what} inputs; pass the same tensors")
 
 
 def _issue_wave(executor: Any, wave: Sequence[tuple[int, Sequence[Any]]], lanes: Sequence[Lane],

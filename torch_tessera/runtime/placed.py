@@ -51,6 +51,34 @@ GRAPH_COPIES = ("link", "producer", "push")
 #: seconds a call busy-polls its completion event before polling with sleeps (which oversleep by tens of us)
 SPIN_S = 0.05
 
+
+def tensor_key(t: torch.Tensor) -> tuple:
+    """``(data_ptr(), _version)`` of ``t``: equal keys mean the caller passes the same, unmodified tensor (an in-place
+    change bumps ``_version``, shared by every view of a storage). An inference tensor (made under
+    ``torch.inference_mode``) has no version counter: its key equals no other, so a static input made of one is
+    placed again every call, as the per-call copy did before static inputs were placed once."""
+    try:
+        return (t.data_ptr(), t._version)
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return (t.data_ptr(), object())
+
+
+def input_positions(program: KernelProgram, names: Any) -> tuple[tuple[int, str], ...]:
+    """``(input index, buffer)`` of every graph input of ``program`` bound to one of the buffers ``names``."""
+    return tuple((i, a.buffer) for i, a in enumerate(program.inputs) if isinstance(a, TensorArg) and a.buffer in names)
+
+
+def static_input_keys(positions: Sequence[tuple[int, str]], inputs: Sequence[Any]) -> dict[str, tuple]:
+    """Static INPUT buffer -> :func:`tensor_key` of each caller tensor bound to it (in input order), at
+    ``positions`` (:func:`input_positions`): what a placed copy of it was made from. A few attribute reads per static
+    input: cheap enough for every call of a replayed graph."""
+    out: dict[str, tuple] = {}
+    for i, name in positions:
+        if isinstance(inputs[i], torch.Tensor):
+            out[name] = out.get(name, ()) + (tensor_key(inputs[i]),)
+    return out
+
+
 class PlacedExecutor:
     """Runs a program across devices according to a placement, computing what one device would.
 
@@ -81,9 +109,15 @@ class PlacedExecutor:
             over one model): a weight another executor already placed on a device is reused there, not copied
             again (:meth:`_place_weight`). ``None`` (default): every executor holds its own copies.
 
+    Static INPUTs (``KernelProgram.static_inputs``, module buffers such as the MMDiT's 453 MB ``pos_embed``) read on
+    another device are placed there once, like weights (setup steps of purpose ``"static"``,
+    :func:`~torch_tessera.runtime.schedule.build_schedule`), and placed again, into the same storage, before a call
+    whose tensor for one has another ``data_ptr()`` or ``_version`` (modified in place) than at its last placement.
+
     Attributes:
-        transfers: count of copies performed, by purpose (``cut``, ``input``, ``weights``, ``gather``); a cut edge
-            whose bytes span several ranges counts once per range.
+        transfers: count of copies performed, by purpose (``cut``, ``input``, ``weights``, ``static``, ``gather``); a
+            cut edge whose bytes span several ranges counts once per range. ``static`` copies happen at the first
+            call and again only when the caller changed a static input.
         cut_edges_transferred: distinct cut edges whose bytes were copied in the last call.
         bytes_moved: bytes copied, by purpose.
         launches_executed: launches run since construction.
@@ -132,8 +166,9 @@ class PlacedExecutor:
         ]
         self.streams = [d.default_stream if c else None for d, c in zip(self.devices, self._is_cuda)]
         self._copy_streams: dict[tuple[int, int], Any] = {}
-        self._weights: list[BufferPool] = self.make_pools()
+        self._weights: list[BufferPool] = self.make_pools()  # weights and static INPUTs placed off their home
         self._setup_done = False
+        self._static_placed: dict[str, tuple] = {}  # static INPUT -> static_input_keys of what ``_weights`` holds
         self._edges_this_call = set()
         self._derive_from_schedule()
         if cuda_graphs and not all(self._is_cuda):
@@ -196,6 +231,8 @@ class PlacedExecutor:
 
     def _derive_from_schedule(self) -> None:
         self._free_after = self._last_uses()
+        self._static_names = frozenset(s.buffer for s in self.schedule.setup if s.purpose == "static")
+        self._static_at = input_positions(self.program, self._static_names)
         hazards = copy_hazards(self.schedule, self.dag, self.domains)
         self._copy_waits = {id(self.schedule.steps[i]): h for i, h in hazards.items()}  # see copy_hazards
 
@@ -310,8 +347,22 @@ class PlacedExecutor:
 
         return run_pipelined(self, batches, slots)
 
+    def stale_static(self, inputs: Sequence[Any], placed: Mapping[str, tuple]) -> set[str]:
+        """Static INPUT buffers with setup copies whose caller tensors in ``inputs`` differ from ``placed`` (their
+        :func:`static_input_keys` at the last placement): moved, modified in place, or never placed."""
+        if not self._static_at:
+            return set()
+        now = static_input_keys(self._static_at, inputs)
+        return {b for b in self._static_names if now.get(b) != placed.get(b)}
+
     def _bind_call(self, inputs: Sequence[Any]) -> list[BufferPool]:
-        """Fresh pools for one call: weights placed on their devices (copied at the first call), inputs bound."""
+        """Fresh pools for one call: weights and static INPUTs placed on their devices (copied at the first call; a
+        static INPUT again, into the same storage, when :meth:`stale_static` names it), inputs bound.
+
+        A re-placement's copy runs on the executor's streams like the first call's, after the caller's stream
+        (:meth:`_join_caller`, which :meth:`run` calls first) and before the launches that read it; every earlier
+        call has finished on the host (:meth:`_wait`), so no launch still reads the storage it overwrites.
+        """
         program = self.program
         pools = self.make_pools()
         for p, w in zip(pools, self._weights):
@@ -321,14 +372,20 @@ class PlacedExecutor:
             pool = pools[self.input_pool_index(spec.buffer)] if isinstance(spec, TensorArg) else None
             if pool is not None and spec.buffer not in pool:
                 bind_input(pool, spec, value, i)
-        if not self._setup_done:
+        stale = self.stale_static(inputs, self._static_placed)
+        if not self._setup_done or stale:
             for step in self.schedule.setup:
+                if self._setup_done and step.buffer not in stale:
+                    continue
                 self._place_weight(step, pools)
                 self._weights[step.dst].storages[step.buffer] = pools[step.dst].storages[step.buffer]
-            if self.weight_cache is not None:  # other executors' streams read these storages from now on
+            self._static_placed = static_input_keys(self._static_at, inputs)
+            if self.weight_cache is not None and not self._setup_done:  # other executors' streams read these
                 for d, c in zip(self.devices, self._is_cuda):
                     if c:
                         d.synchronize()
+            if stale:
+                log.debug("static inputs placed%s: %s", " again" if self._setup_done else "", sorted(stale))
             self._setup_done = True
         return pools
 
@@ -337,12 +394,14 @@ class PlacedExecutor:
         reuse the storage another executor placed for the same source tensor on the same device, copying only the
         byte ranges it does not hold yet. Keyed by the source storage's address and size and the destination
         device: valid while the source weights are alive and unchanged, which is what passing a cache promises.
+        Static INPUT steps (purpose ``"static"``) never use the cache: the caller may change their contents, and a
+        storage shared with another executor would then change under it.
 
         Measured 2026-11-30 on two H200s (serve-bench, Llama-3.1-8B, 32 layers): without sharing, each (policy,
         plan, program) executor held its own copy of the weights on the 24-SM GPU and the sweep ran out of memory
         there after nine runs (148.3 GB in use).
         """
-        if self.weight_cache is None:
+        if self.weight_cache is None or step.purpose != "weights":
             self._copy(step, pools)
             return
         src = pools[step.src].storages[step.buffer]

@@ -227,6 +227,11 @@ def _baseline(pb, policy: str, objective: str, t0: float) -> Plan:
     if g is not None:
         place = np.full(pb.n, g, dtype=np.int64)
         baselines.check_fits(pb, place, policy)
+    elif policy == "request-dist" and pb.streams and max(pb.streams) > 0:
+        # a replicated workload (one request stream per device, :func:`plan_streams`): stream r wholly on device r,
+        # one placement that the runtime can execute as it is (each stream's programs on its own device)
+        place = np.asarray(pb.streams, dtype=np.int64)[pb.prog] % pb.D
+        baselines.check_fits(pb, place, policy)
     elif policy == "request-dist":
         place, reps, cyc, lat, mem = baselines.request_dist(pb)
         extra = dict(replicas=reps, cycle=cyc, latency=lat, mem=mem)
@@ -256,7 +261,7 @@ def available_baselines(num_devices: int) -> list[str]:
 
 
 def plan_streams(workload: Workload, topology: Topology, shares: Sequence[float] | None = None,
-                 **kwargs: Any) -> Plan:
+                 policy: str = "throughput", **kwargs: Any) -> Plan:
     """The throughput plan of ``workload`` served as one request stream per device (:meth:`Workload.replicated`).
 
     A single placement runs every request through the same kernels on the same devices; with one stream per device
@@ -271,16 +276,22 @@ def plan_streams(workload: Workload, topology: Topology, shares: Sequence[float]
         shares: fraction of the requests per stream (one per device); default: in proportion to each device's
             throughput when it runs the whole workload alone (its ``homo`` baseline's cycle time), as request-dist
             balances them.
+        policy: ``"throughput"`` (the planner's placement of the streams) or ``"request-dist"`` (stream ``r``
+            wholly on device ``r``: the request-dist baseline as one placement the runtime executes, each stream's
+            programs running at the same time as the others').
         kwargs: passed to :func:`plan` (``time_limit``, ``memory_budgets``, ``micro_batches``...).
 
     Returns:
-        The throughput :class:`Plan` over ``workload.replicated(shares)``; its ``frequencies`` give each program's
-        runs per workload step (one request's worth of work over all streams).
+        The :class:`Plan` over ``workload.replicated(shares)``; its ``frequencies`` give each program's runs per
+        workload step (one request's worth of work over all streams).
 
     Raises:
         InfeasiblePlanError: no placement of the streams fits memory (each stream holds its own state).
         ValueError: ``shares`` not one fraction per device summing to 1.
+        ConfigError: ``policy`` neither ``"throughput"`` nor ``"request-dist"``.
     """
+    if policy not in ("throughput", "request-dist"):
+        raise ConfigError(f"plan_streams: policy must be 'throughput' or 'request-dist', got {policy!r}")
     n = len(topology.devices)
     if shares is None:
         kw = {k: v for k, v in kwargs.items() if k in ("memory_budgets", "micro_batches")}
@@ -291,4 +302,4 @@ def plan_streams(workload: Workload, topology: Topology, shares: Sequence[float]
     if len(shares) != n:
         raise ValueError(f"shares needs one fraction per device ({n}), got {list(shares)}")
     kwargs.setdefault("cache_dir", False)
-    return plan(workload.replicated(shares), None, topology, policy="throughput", **kwargs)
+    return plan(workload.replicated(shares), None, topology, policy=policy, **kwargs)
