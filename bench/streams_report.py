@@ -73,13 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="bench.json files or --out directories")
     args = ap.parse_args(argv)
-    try:
-        for path in args.runs:
+    rc = 0
+    for path in args.runs:  # one unreadable run does not hide the others
+        try:
             print("\n".join(report(path)))
-    except (OSError, KeyError, ValueError) as e:
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    return 0
+        except (OSError, KeyError, ValueError) as e:
+            print(f"error: {path}: {type(e).__name__}: {e}", file=sys.stderr)
+            rc = 2
+    return rc
 
 
 if __name__ == "__main__":

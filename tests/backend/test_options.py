@@ -39,6 +39,30 @@ def test_graph_copies_values_and_combination():
         TesseraConfig.from_options({"graph_copies": "push"})
 
 
+def test_static_inputs_values():
+    assert TesseraConfig.from_options({}).static_inputs == "place"
+    assert TesseraConfig.from_options({"static_inputs": "copy"}).static_inputs == "copy"
+    with pytest.raises(ConfigError, match=r"static_inputs='once' is not one of \('place', 'copy'\)"):
+        TesseraConfig.from_options({"static_inputs": "once"})
+    with pytest.raises(ConfigError, match="Did you mean 'static_inputs'"):
+        TesseraConfig.from_options({"static_input": "copy"})
+
+
+def test_static_inputs_option_reaches_the_executor():
+    """Through ``torch.compile`` to the runner and its executor, and kept by ``set_placement``."""
+    from torch_tessera.backend.recording import RecordingBackend
+
+    torch._dynamo.reset()
+    backend = RecordingBackend(devices="cpu:0,cpu:1", policy="home", static_inputs="copy")
+    f = torch.compile(lambda x: torch.relu(x) * 3.0, backend=backend, dynamic=False)
+    x = torch.randn(7)
+    torch.testing.assert_close(f(x), torch.relu(x) * 3.0)
+    runner = backend.executors[0]
+    assert runner.static_inputs == runner.executor.static_inputs == "copy"
+    runner.set_placement(dict(runner.placement))
+    assert runner.executor.static_inputs == "copy"
+
+
 def test_unknown_option_through_torch_compile():
     torch._dynamo.reset()
     f = torch.compile(lambda x: x + 1, backend="tessera", options={"colour": "blue"})

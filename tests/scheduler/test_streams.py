@@ -125,3 +125,13 @@ def test_plan_streams_request_dist_is_one_runnable_placement():
     assert rd.cycle_seconds == pytest.approx(replicas.cycle_seconds, rel=1e-6)
     with pytest.raises(ConfigError, match="policy must be"):
         plan_streams(wl, tp, policy="af")
+
+
+def test_request_dist_streams_need_a_device_each():
+    """More request streams than devices: request-dist cannot put stream r on device r, and says so."""
+    from torch_tessera.errors import ConfigError
+
+    dag = _stateful_dag()
+    wl = Workload((WorkloadProgram("decode", dag, _two_devices_costs(dag), 1.0, "decode"),)).replicated([0.5, 0.3, 0.2])
+    with pytest.raises(ConfigError, match="3 streams for 2 devices"):
+        plan(wl, None, topo(2), policy="request-dist", cache_dir=False)

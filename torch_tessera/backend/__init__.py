@@ -93,7 +93,8 @@ def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
                             **({"dump_dir": config.dump_dir} if config.dump_dir else {}))
     return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, plan=plan,
                          timeout_s=config.timeout_s, cuda_graphs=config.cuda_graphs,
-                         graph_copies=config.graph_copies, priority_class=config.priority)
+                         graph_copies=config.graph_copies, priority_class=config.priority,
+                         static_inputs=config.static_inputs)
 
 
 def _with_executors(fn: Callable, executors: list) -> Callable:

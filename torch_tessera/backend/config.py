@@ -13,6 +13,8 @@ FALLBACKS = ("inductor", "raise")
 #: Keep in sync with torch_tessera.backend.pipeline.BACKEND_POLICIES (not imported here: config stays light).
 #: Keep in sync with torch_tessera.runtime.placed.GRAPH_COPIES.
 GRAPH_COPIES = ("link", "producer", "push")
+#: Keep in sync with torch_tessera.runtime.schedule.STATIC_INPUTS.
+STATIC_INPUTS = ("place", "copy")
 #: stream priority classes (same as torch_tessera.runtime.pipelining.PRIORITY_CLASSES; config stays import-light)
 PRIORITY_CLASSES = ("normal", "urgent", "background")
 POLICIES = ("throughput", "latency", "homo-L", "homo-R", "af", "layer", "home", "random")
@@ -48,6 +50,12 @@ class TesseraConfig:
             against 9.9-10.8 us for ``"link"`` at 8-256 KiB on two H200s), the others as with ``"link"``; on other
             devices every copy as with ``"link"`` (``torch_tessera.runtime.push``). Needs ``cuda_graphs`` ``True``
             or ``"whole"``.
+        static_inputs: how module buffers Dynamo passes at one address every call (``KernelProgram.static_inputs``,
+            e.g. the MMDiT's 453 MB ``pos_embed``) reach the other devices that read them: ``"place"`` (default)
+            copies them there once, like weights, and again before a call whose tensor has another ``data_ptr()``
+            or ``_version``, so a caller that changes one in place must use ordinary tensor ops (which bump
+            ``_version``); ``"copy"`` copies them every call, needed when they are written through ``.data``,
+            numpy or DLPack aliases or custom kernels (see ``torch_tessera.runtime.placed.PlacedExecutor``).
         priority: stream priority class of the compiled program when several share the devices (``"normal"``
             default; ``"urgent"`` for the per-token program, e.g. an LLM's decode, ``"background"`` for bulk work
             such as its prefill): see ``torch_tessera.runtime.pipelining.PRIORITY_CLASSES``.
@@ -61,6 +69,7 @@ class TesseraConfig:
     timeout_s: float = 60.0
     cuda_graphs: bool | str = False
     graph_copies: str = "link"
+    static_inputs: str = "place"
     priority: str = "normal"
 
     def __post_init__(self) -> None:
@@ -79,6 +88,8 @@ class TesseraConfig:
         if self.graph_copies != "link" and self.cuda_graphs not in (True, "whole"):
             raise ConfigError(f"option graph_copies={self.graph_copies!r} places copies inside one CUDA graph over the "
                               f"devices: also pass cuda_graphs=True (got cuda_graphs={self.cuda_graphs!r})")
+        if self.static_inputs not in STATIC_INPUTS:
+            raise ConfigError(f"option static_inputs={self.static_inputs!r} is not one of {STATIC_INPUTS}")
         if self.priority not in PRIORITY_CLASSES:
             raise ConfigError(f"option priority={self.priority!r} is not one of {PRIORITY_CLASSES}")
         if self.timeout_s <= 0:

@@ -99,8 +99,8 @@ def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False,
     ``InfeasiblePlanError`` in place of a plan that does not apply or fit; ``tessera`` as :func:`prefer_fill_drain`
     keeps it, calls timed with ``in_flight`` in flight; with ``streams``, then as
     :func:`~torch_tessera.benchmark.with_streams` picks it) and the zero-communication bound's cycle (seconds per
-    workload step, over the measured costs with free transfers; with ``streams`` the better of one placement's and
-    one request stream per device's), the streams note (``""`` without ``streams``) and the note saying which
+    workload step, over the measured costs with free transfers: the better of one placement's and one request stream
+    per device's, which request-dist executes), the streams note (``""`` without ``streams``) and the note saying which
     single placement became ``tessera``. Every plan, tessera and
     baselines, is scored by the same model: the topology's per-hop charge included (:attr:`Topology.hop_overhead`)."""
     from torch_tessera.benchmark import plan_names, with_streams
@@ -110,7 +110,7 @@ def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False,
     free = topo.free_transfers()
     bound = plan(wl, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * n_devices,
                  micro_batches=PLAN_MICRO_BATCHES).cycle_seconds
-    if streams and n_devices > 1:  # the bound covers the streams plans too (one request stream per device)
+    if n_devices > 1:  # the bound covers the streams plans too (request-dist runs one request stream per device)
         bound = min(bound, plan_streams(wl, free, memory_budgets=[None] * n_devices,
                                         micro_batches=PLAN_MICRO_BATCHES).cycle_seconds)
     plans: dict[str, Any] = {}
@@ -298,7 +298,10 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
             out["max_abs_error"] = max(out["max_abs_error"], err)
             out["seconds"][prog.name] = t
             used = {d for d in p.placements[prog.name].values()}
-            if s.micro_batches >= 2 and len(used) > 1:
+            # several calls in flight for every program that leaves its home device (split over devices, or wholly on
+            # another, as request-dist's and homo-R's): one call at a time there waits out each call's copies in and
+            # out and its host wait, which a program kept at home (replayed on the caller's stream) does not
+            if s.micro_batches >= 2 and used != {runner.executor.home}:
                 # one slot per micro-batch: each slot always sees the same micro-batch's state tensors, so with CUDA
                 # graphs it captures once (a slot fed another micro-batch's state re-captures, and the timing
                 # would measure captures: 85 ms per micro-batch instead of ~12 ms, seen 2026-11-29 on two H200s)

@@ -63,30 +63,53 @@ def _executed(base: dict, r: dict, s: MeasureSettings, frequencies: dict[str, fl
     conc = comp.output_per_step / r["concurrent_step_seconds"] if r.get("concurrent_step_seconds") else math.nan
     if conc == conc and conc > best:
         best, how = conc, "run, programs concurrent"
+    def worst(role: str) -> float:  # a streams plan: the slowest stream's call (a request may land there)
+        return max((t for n, t in r["seconds"].items() if n.split("@")[0] == role), default=math.nan)
+
     return dict(base, how=how, equal=r["equal"], concurrent_output_per_s=conc,
                 max_abs_error=r["max_abs_error"], seconds=r["seconds"], pipelined_seconds=r["pipelined_seconds"],
-                output_per_s_serial=serial, output_per_s=best, ttft_s=r["seconds"].get("prefill", math.nan),
-                tpot_s=r["seconds"].get("decode", math.nan), cut_edges=r["cut_edges"])
+                output_per_s_serial=serial, output_per_s=best, ttft_s=worst("prefill"), tpot_s=worst("decode"),
+                cut_edges=r["cut_edges"])
 
 
-def _request_dist(base: dict, p: Any, runs: dict, homo: dict, s: MeasureSettings) -> dict:
-    runs_h = [runs.get(homo[g]) for g in p.replicas]
-    if any(h is None or "error" in h for h in runs_h):
+def _homo_rows(rows: dict, runs: dict, homo: dict, devices: Sequence[int]) -> list[dict] | None:
+    """The composed ``homo-*`` rows of ``devices`` (their headline throughput: serial, or with calls in flight for a
+    program away from its home device), or ``None`` when one did not run."""
+    out = [rows.get(homo[g]) for g in devices]
+    if any(r is None or not r.get("applies") or "error" in runs.get(homo[g], {"error": 1})
+           for g, r in zip(devices, out)):
+        return None
+    return out
+
+
+def _derived_sum(base: dict, homo_rows: list[dict], how: str) -> dict:
+    """request-dist derived from the ``homo-*`` rows: their throughputs summed (requests split in proportion to
+    speed); TTFT / TPOT the slowest replica's."""
+    total = sum(r["output_per_s"] for r in homo_rows)
+    return dict(base, how=how, output_per_s=total, output_per_s_serial=total, derived_output_per_s=total,
+                ttft_s=max(r["ttft_s"] for r in homo_rows), tpot_s=max(r["tpot_s"] for r in homo_rows))
+
+
+def _request_dist(base: dict, p: Any, rows: dict, runs: dict, homo: dict) -> dict:
+    homo_rows = _homo_rows(rows, runs, homo, p.replicas)
+    if homo_rows is None:
         return dict(plan=base["plan"], applies=False, how="n/a: a replica's homo-* run is missing")
-    tps = [s.composition.per_s(h["seconds"]) for h in runs_h]
-    return dict(base, how="derived: sum of homo-* replicas", output_per_s=sum(tps), output_per_s_serial=sum(tps),
-                ttft_s=max(h["seconds"].get("prefill", math.nan) for h in runs_h),
-                tpot_s=max(h["seconds"].get("decode", math.nan) for h in runs_h))
+    return _derived_sum(base, homo_rows, "derived: sum of homo-* replicas")
 
 
-def _with_homo_sum(row: dict, runs: dict, homo: dict, s: MeasureSettings) -> dict:
+def _with_homo_sum(row: dict, base: dict, rows: dict, runs: dict, homo: dict, s: MeasureSettings) -> dict:
     """An executed request-dist row (one request stream per device, run at once) with the sum of the ``homo-*``
-    runs' throughputs beside it in ``how`` and ``derived_output_per_s``: what the replicas would give if running
-    them side by side cost nothing (each timed alone; the number this row was before request-dist was executed)."""
-    runs_h = [runs.get(n) for n in homo.values()]
-    if row.get("applies") is False or any(h is None or "error" in h for h in runs_h):
+    rows' throughputs beside it in ``how`` and ``derived_output_per_s`` (each replica timed alone: the number this
+    row was before request-dist was executed; the executed streams can beat it where a stream's prefill and decode
+    overlap on its device). When the streams could not run (out of memory at run time), the row is that sum, marked
+    derived, with the reason."""
+    homo_rows = _homo_rows(rows, runs, homo, sorted(homo))
+    if homo_rows is None:
         return row
-    total = sum(s.composition.per_s(h["seconds"]) for h in runs_h)
+    if row.get("applies") is False:  # the streams did not run: fall back to the derived sum, saying why
+        return _derived_sum(base, homo_rows, f"derived: sum of homo-* replicas (the streams did not run: "
+                                             f"{row['how'][:80]})")
+    total = sum(r["output_per_s"] for r in homo_rows)
     label, factor = s.composition.display
     return dict(row, derived_output_per_s=total,
                 how=f"{row['how']} (sum of the homo-* runs alone: {total * factor:,.4g} {label})")
@@ -144,9 +167,9 @@ def compose_rows(progs: Sequence[Compiled], plans: dict[str, Any], runs: dict[st
             rows[name] = dict(plan=name, applies=False, how=r["error"]) if "error" in r else \
                 _executed(base, r, s, program_frequencies(p, s))
             if name == "request-dist":
-                rows[name] = _with_homo_sum(rows[name], runs, homo, s)
+                rows[name] = _with_homo_sum(rows[name], base, rows, runs, homo, s)
         elif name == "request-dist":
-            rows[name] = _request_dist(base, p, runs, homo, s)
+            rows[name] = _request_dist(base, p, rows, runs, homo)
         elif name == "pd":
             rows[name] = _pd(base, p, progs, runs, homo, s, specs)
         else:

@@ -71,7 +71,8 @@ def run_pipelined(executor: Any, batches: Sequence[Sequence[Any]] | None, slots:
             if len(b) != len(executor.program.inputs):
                 raise TesseraError(f"micro-batch {m}: program expects {len(executor.program.inputs)} inputs, "
                                    f"got {len(b)}")
-        _check_shared_weights(executor.program, batches)
+        static = getattr(executor, "static_inputs", "place") == "place"  # sent once, shared by the micro-batches
+        _check_shared_weights(executor.program, batches, static=static)
     n, waves = _agree(executor, batches, slots)
     if n == 0:
         return [] if executor.rank == executor.home else None

@@ -48,7 +48,7 @@ from torch_tessera.runtime.executor import (
     launch_buffers,
 )
 from torch_tessera.runtime.placed import POISON, input_positions, static_input_keys
-from torch_tessera.runtime.schedule import CopyStep, LaunchStep, Schedule, Step, build_schedule
+from torch_tessera.runtime.schedule import STATIC_INPUTS, CopyStep, LaunchStep, Schedule, Step, build_schedule
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +306,12 @@ class DistributedExecutor:
             steps of purpose ``"weights"`` and ``"static"``). A static INPUT is not sent again: with ``"send"``, a
             call whose static tensor on the home rank moved or was modified in place since the first call raises
             :class:`TesseraError` there (its peers then fail with ``PeerFailureError`` after ``timeout_s``), since
-            the other ranks cannot know to receive it again (no per-call message says so).
+            the other ranks cannot know to receive it again (no per-call message says so). For the same reason an
+            inference tensor (``torch.inference_mode``: no version counter, a change cannot be seen) as a static
+            INPUT another rank reads is refused at the first call.
+        static_inputs: ``"place"`` (default): static INPUTs are handled as ``weights`` says; ``"copy"``: the home
+            rank's static INPUTs are sent every call, like other inputs (any change, inference tensors too; with
+            ``weights="local"`` the other ranks then bind only their parameters).
         step_hook: called as ``step_hook(call, step)`` before each step this rank takes part in (fault injection in
             tests, tracing).
 
@@ -317,7 +322,8 @@ class DistributedExecutor:
         calls: completed calls.
 
     Raises:
-        ConfigError: the placement uses more devices than there are ranks, or ``weights`` is unknown.
+        ConfigError: the placement uses more devices than there are ranks, or ``weights`` or ``static_inputs`` is
+            unknown.
     """
 
     def __init__(
@@ -330,6 +336,7 @@ class DistributedExecutor:
         home: int = 0,
         weights: str = "local",
         step_hook: Callable[[int, Step], None] | None = None,
+        static_inputs: str = "place",
     ) -> None:
         n_dev = max(list(placement.values()) + [home]) + 1
         if n_dev > ctx.world_size:
@@ -337,11 +344,14 @@ class DistributedExecutor:
                               f"one rank per device (torchrun --nproc-per-node {n_dev})")
         if weights not in ("local", "send"):
             raise ConfigError(f"weights={weights!r} is not one of ('local', 'send')")
+        if static_inputs not in STATIC_INPUTS:
+            raise ConfigError(f"static_inputs={static_inputs!r} is not one of {STATIC_INPUTS}")
         self.program, self.ctx, self.home, self.weights = program, ctx, home, weights
+        self.static_inputs = static_inputs
         self.rank = ctx.rank
         self.timeout_s = ctx.timeout_s
         self.step_hook = step_hook
-        self.schedule: Schedule = build_schedule(program, dag, placement, home)
+        self.schedule: Schedule = build_schedule(program, dag, placement, home, static_inputs=static_inputs)
         self._names = {n: d["name"] for n, d in dag.graph.nodes(data=True)}
         self._writes = {n: {b for b, _, _ in d["write_ranges"]} for n, d in dag.graph.nodes(data=True)}
         self._cuda = ctx.device.type == "cuda"
@@ -441,14 +451,16 @@ class DistributedExecutor:
 
         Args:
             inputs: the graph inputs in program order (tensors on this rank's device). The home rank needs all of
-                them; other ranks need the parameters when ``weights="local"`` and may pass ``None`` otherwise.
+                them; other ranks need the parameters and static INPUTs (module buffers; parameters only with
+                ``static_inputs="copy"``) when ``weights="local"`` and may pass ``None`` otherwise.
 
         Returns:
             On the home rank, the program's outputs (tensors on its device); ``None`` on other ranks.
 
         Raises:
             PeerFailureError: a peer died or did not answer within ``timeout_s``; names the peer and the edge.
-            TesseraError: wrong inputs, or an inconsistent schedule.
+            TesseraError: wrong inputs, a static input that changed since ``weights="send"`` sent it or that is an
+                inference tensor (home rank), or an inconsistent schedule.
         """
         call = self.new_call(inputs, self.calls)
         self.setup(call)
@@ -464,9 +476,10 @@ class DistributedExecutor:
         micro-batches.
 
         Args:
-            batches: one input list per micro-batch, as for :meth:`run` (weights, the PARAMETER inputs, must be the
-                same tensors in every micro-batch). Ranks other than home need only the parameters
-                (``weights="local"``) and may pass ``None`` with ``weights="send"``.
+            batches: one input list per micro-batch, as for :meth:`run` (weights, the PARAMETER inputs, and, with
+                ``static_inputs="place"``, static INPUTs must be the same tensors in every micro-batch). Ranks other
+                than home need only the parameters and static INPUTs (``weights="local"``, as for :meth:`run`) and
+                may pass ``None`` with ``weights="send"``.
             slots: micro-batches in flight at once (each with its own stream and process group); 1 = one at a time.
 
         Returns:
@@ -476,8 +489,9 @@ class DistributedExecutor:
         Raises:
             PeerFailureError: a peer died or did not answer within ``timeout_s``; names the peer, the edge and the
                 micro-batch.
-            TesseraError: ``slots < 1``, wrong inputs, different weights per micro-batch, or ranks that disagree on
-                ``slots`` or the number of micro-batches (raised on every rank).
+            TesseraError: ``slots < 1``, wrong inputs, different weights or static inputs per micro-batch, a static
+                input refused as by :meth:`run`, or ranks that disagree on ``slots`` or the number of micro-batches
+                (raised on every rank).
             RendezvousError: the ranks could not exchange the micro-batch plan.
         """
         from torch_tessera.runtime.dist_pipelining import run_pipelined
@@ -509,12 +523,15 @@ class DistributedExecutor:
         that read them. At later calls, on the home rank: check that the static INPUTs sent are unchanged.
 
         Raises:
-            TesseraError: (home rank, ``weights="send"``) a static INPUT's tensor moved or was modified in place
-                since it was sent; the other ranks would compute with the old bytes.
+            TesseraError: (home rank, ``weights="send"``) at the first call, a static INPUT is an inference tensor
+                (sent once, its changes could never be seen); later, a static INPUT's tensor moved or was modified
+                in place since it was sent (the other ranks would compute with the old bytes). The other ranks then
+                fail with ``PeerFailureError`` after ``timeout_s``.
         """
         if self._setup_done:
             self._check_static_unchanged(call)
             return
+        self._check_no_inference_static(call)
         mine = tuple(s for s in self.schedule.setup if self._mine(s))
         if mine:
             self._post(mine, call)
@@ -526,6 +543,16 @@ class DistributedExecutor:
             self._static_sent = dict(call.static_keys)
         self._setup_done = True
 
+    def _check_no_inference_static(self, call: _Call) -> None:
+        """Home rank, ``weights="send"``: refuse static INPUTs made of inference tensors before sending anything."""
+        inference = sorted(b for b, keys in call.static_keys.items() if any(v is None for _, v in keys))
+        if inference:
+            raise TesseraError(
+                f"rank {self.rank}: static inputs {inference[:5]} are inference tensors (made under "
+                "torch.inference_mode: no version counter), and weights='send' sends static inputs once, so a later "
+                "change to them could not be seen; make them outside torch.inference_mode, or use weights='local' "
+                "or static_inputs='copy'")
+
     def _check_static_unchanged(self, call: _Call) -> None:
         if self.weights != "send" or self.rank != self.home or not self._static_names:
             return
@@ -534,7 +561,8 @@ class DistributedExecutor:
             raise TesseraError(
                 f"rank {self.rank}: static inputs {changed[:5]} moved or were modified in place since the first call "
                 "sent them to the ranks that read them (weights='send' sends them once); use weights='local' (every "
-                "rank binds its own every call) or build a new DistributedExecutor")
+                "rank binds its own every call), static_inputs='copy' (sent every call) or build a new "
+                "DistributedExecutor")
 
     def issue(self, call: _Call, items: Sequence[int]) -> None:
         """Issue this rank's items ``items`` (indices, in order) for ``call``: launches, and its end of each
@@ -593,15 +621,17 @@ class DistributedExecutor:
         if self.rank == self.home:
             wanted = range(len(specs))
         elif self.weights == "local":  # the rank's own parameters and static INPUTs (never sent: setup does not run)
-            static = set(getattr(self.program, "static_inputs", ()))
+            # with static_inputs="copy" they arrive from the home rank every call (into storages of this executor's)
+            static = set(getattr(self.program, "static_inputs", ())) if self.static_inputs == "place" else set()
             wanted = [i for i, s in enumerate(specs) if isinstance(s, TensorArg)
                       and (self.program.buffers[s.buffer].kind == BufferKind.PARAMETER
                            or (self.program.buffers[s.buffer].kind == BufferKind.INPUT and s.buffer in static))]
         else:
             return
         if wanted and inputs is None:
-            raise TesseraError(f"rank {self.rank} needs the graph inputs (its parameters, weights='local'); pass them "
-                               f"or use weights='send'")
+            what = "parameters and static inputs" if static else "parameters"
+            raise TesseraError(f"rank {self.rank} needs the graph inputs (its {what}, weights='local'); pass them or "
+                               f"use weights='send'")
         for i in wanted:
             spec = specs[i]
             if isinstance(spec, TensorArg) and spec.buffer not in pool:

@@ -17,9 +17,10 @@ A *segment* is a maximal run of consecutive launches on one device with no copy 
    graphs are captured again (which places the weights and static inputs again). A static input read on another
    device is placed there once, at capture, like a weight (setup steps of purpose ``"static"``); when the caller
    modified it in place (its ``_version`` changed), it is copied again into the very storage the graphs read, before
-   the replay, between two host synchronisations (:func:`_refresh_static`). ``PlacedExecutor.captures`` counts
-   captures; ``check_addresses=True`` verifies before each replay that every storage a graph uses still has its
-   capture-time address.
+   the replay, between two host synchronisations (:func:`_refresh_static`); an inference tensor, which has no
+   ``_version``, is copied so every call (slow: use ``static_inputs="copy"``, whose copy is inside the graph).
+   ``PlacedExecutor.captures`` counts captures; ``check_addresses=True`` verifies before each replay that every
+   storage a graph uses still has its capture-time address.
 
 Outputs are views of static storages, overwritten by the next call (as with ``mode="reduce-overhead"``).
 """
@@ -81,6 +82,7 @@ class GraphState:
     state_devices: list = field(default_factory=list)  # torch devices of STATE kept off the home device
     home_device: Any = None  # the home device's torch device
     static_keys: dict = field(default_factory=dict)  # static INPUT -> static_input_keys when placed in ``pools``
+    warned_inference: bool = False  # logged that an inference-tensor static input is copied again every replay
 
 
 def _segments(executor: Any) -> list[Any]:
@@ -501,6 +503,10 @@ def _refresh_static(executor: Any, state: GraphState, inputs: Sequence[Any]) -> 
     first (the caller's in-place write, queued on its stream, has landed; the previous replay no longer reads the
     storage), the copies run, and every device is synchronised again before the replay is issued. On CPU virtual
     devices the copies are synchronous.
+
+    Not rare for an inference tensor (made under ``torch.inference_mode``: no version counter, so always stale): then
+    this runs every call, two host synchronisations each, which a graph replay is meant to avoid. Logged once per
+    capture; ``static_inputs="copy"`` (the copy inside the graph, ordered on the GPU) is the fast choice there.
     """
     stale = executor.stale_static(inputs, state.static_keys)
     if not stale:
@@ -515,7 +521,13 @@ def _refresh_static(executor: Any, state: GraphState, inputs: Sequence[Any]) -> 
     for d in executor.devices:
         d.synchronize()
     state.static_keys = static_input_keys(executor._static_at, inputs)
-    log.debug("static inputs modified in place, copied again before the replay: %s", sorted(stale))
+    log.debug("static inputs changed in place, copied again before the replay: %s", sorted(stale))
+    inference = sorted(b for b in stale if any(v is None for _, v in state.static_keys.get(b, ())))
+    if inference and not state.warned_inference:
+        state.warned_inference = True
+        log.warning("static inputs %s are inference tensors (no version counter): copied again before every replay, "
+                    "between two host synchronisations; pass options={'static_inputs': 'copy'} to copy them inside "
+                    "the graph instead, or make them outside torch.inference_mode", inference[:5])
 
 
 def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool = False) -> list:

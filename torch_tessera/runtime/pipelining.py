@@ -16,9 +16,11 @@ ablation: ~50 % of the zero-communication optimum). :func:`run_pipelined` keeps 
 4. **Buffers.** Each micro-batch has its own pools: temporaries and copies of its INPUT buffers on each device, its
    outputs; weights (PARAMETER inputs) and static INPUTs (``KernelProgram.static_inputs``: module buffers), which
    must be the same tensors in every micro-batch, are copied to each device once and shared (a static INPUT again,
-   before the run's first wave, when the caller moved or modified it since). Temporaries are allocated on the slot's
-   stream of the device that first needs them and freed after their last use in the schedule (for devices sharing
-   memory, the last use on any of them), after being marked as in use by the slot's other streams
+   before the run's first wave, when the caller moved or modified it since, or is an inference tensor; never by a
+   micro-batch, whose copy would overwrite a storage other slots' launches may be reading). With
+   ``static_inputs="copy"`` static INPUTs are copied per micro-batch like other inputs. Temporaries are allocated on
+   the slot's stream of the device that first needs them and freed after their last use in the schedule (for devices
+   sharing memory, the last use on any of them), after being marked as in use by the slot's other streams
    (``record_stream``) so that the allocator never hands them out early.
 5. **CUDA graphs** (``cuda_graphs=True``): each slot has its own static pools and its own graphs
    (:func:`torch_tessera.runtime.graphs.issue_wave_with_graphs`); before a slot is reused its streams wait for all of
@@ -257,8 +259,8 @@ def run_pipelined(executor: Any, batches: Sequence[Sequence[Any]], slots: int) -
     every micro-batch.
 
     Raises:
-        TesseraError: ``slots < 1``, a micro-batch with the wrong number of inputs, or with other weights than the
-            first micro-batch.
+        TesseraError: ``slots < 1``, a micro-batch with the wrong number of inputs, or with other weights (or,
+            with ``static_inputs="place"``, static INPUTs) than the first micro-batch.
         TransferTimeout: a transfer did not complete within ``executor.timeout_s``.
     """
     if slots < 1:
@@ -268,15 +270,16 @@ def run_pipelined(executor: Any, batches: Sequence[Sequence[Any]], slots: int) -
     for m, b in enumerate(batches):
         if len(b) != len(program.inputs):
             raise TesseraError(f"micro-batch {m}: program expects {len(program.inputs)} inputs, got {len(b)}")
-    _check_shared_weights(program, batches)
+    _check_shared_weights(program, batches, static=getattr(executor, "static_inputs", "place") == "place")
     if not batches:
         return []
     lanes = _lanes(executor, slots)
     for lane in lanes:
         lane.join(executor.devices)
     if not executor._setup_done or executor.stale_static(batches[0], executor._static_placed):
-        # weights and static inputs onto their devices once (a static input again if the caller changed it), before
-        # any slot reads them: the previous run ended with every stream waited on, so nothing reads them now
+        # weights and static inputs onto their devices once (a static input again if the caller changed it, or an
+        # inference tensor), before any slot reads them: the previous run ended with every stream waited on, so
+        # nothing reads them now; the micro-batches then bind without placing (``_issue_wave``)
         executor._join_caller()
         executor._bind_call(batches[0])
         executor._wait([], executor.streams)
@@ -311,10 +314,11 @@ def _lanes(executor: Any, slots: int) -> list[Lane]:
     return cache[key]
 
 
-def _check_shared_weights(program: Any, batches: Sequence[Sequence[Any]]) -> None:
+def _check_shared_weights(program: Any, batches: Sequence[Sequence[Any]], static: bool = True) -> None:
     """Raise :class:`TesseraError` if a micro-batch passes another tensor than micro-batch 0 for a weight
-    (PARAMETER) or a static INPUT (``program.static_inputs``): the micro-batches share one placed copy of each."""
-    static = set(getattr(program, "static_inputs", ()))
+    (PARAMETER) or, with ``static`` (``static_inputs="place"``), a static INPUT (``program.static_inputs``): the
+    micro-batches share one placed copy of each."""
+    static = set(getattr(program, "static_inputs", ())) if static else set()
     for i, spec in enumerate(program.inputs):
         if not isinstance(spec, TensorArg):
             continue
@@ -338,7 +342,8 @@ def _issue_wave(executor: Any, wave: Sequence[tuple[int, Sequence[Any]]], lanes:
         cache["chunks"] = schedule_chunks(steps)
         cache["free_after"] = domain_last_uses(executor)
     chunks, free_after = cache["chunks"], cache["free_after"]
-    flights = [_Flight(m, lanes[k], executor._bind_call(inputs)) for k, (m, inputs) in enumerate(wave)]
+    # placed by run_pipelined before the first wave; placing here could overwrite a storage other slots are reading
+    flights = [_Flight(m, lanes[k], executor._bind_call(inputs, place=False)) for k, (m, inputs) in enumerate(wave)]
     for start, end in chunks:
         for f in flights:
             for i in range(start, end):

@@ -30,6 +30,7 @@ from torch_tessera.runtime.executor import (
 )
 from torch_tessera.runtime.pipelining import PRIORITY_CLASSES
 from torch_tessera.runtime.schedule import (
+    STATIC_INPUTS,
     copy_hazards,
     CopyStep,
     LaunchStep,
@@ -53,14 +54,20 @@ SPIN_S = 0.05
 
 
 def tensor_key(t: torch.Tensor) -> tuple:
-    """``(data_ptr(), _version)`` of ``t``: equal keys mean the caller passes the same, unmodified tensor (an in-place
-    change bumps ``_version``, shared by every view of a storage). An inference tensor (made under
-    ``torch.inference_mode``) has no version counter: its key equals no other, so a static input made of one is
-    placed again every call, as the per-call copy did before static inputs were placed once."""
-    try:
-        return (t.data_ptr(), t._version)
-    except RuntimeError:  # "Inference tensors do not track version counter"
-        return (t.data_ptr(), object())
+    """``(data_ptr(), _version)`` of ``t``: equal keys mean the caller passes the same tensor, not modified since by
+    in-place torch ops on it or on a tensor sharing its version counter (its views made by view ops, ``detach()``).
+
+    Writes that bypass that counter leave the key unchanged: through ``t.data`` (a tensor with a counter of its own),
+    numpy or DLPack aliases of the storage, custom kernels writing it. With ``static_inputs="place"`` such a write
+    leaves a placed copy stale (see :class:`PlacedExecutor`; ``static_inputs="copy"`` copies every call).
+
+    An inference tensor (made under ``torch.inference_mode``) has no version counter: its key is
+    ``(data_ptr(), None)``, which :meth:`PlacedExecutor.stale_static` always treats as stale (placed again every
+    call, as the per-call copy would).
+    """
+    if t.is_inference():
+        return (t.data_ptr(), None)
+    return (t.data_ptr(), t._version)
 
 
 def input_positions(program: KernelProgram, names: Any) -> tuple[tuple[int, str], ...]:
@@ -108,16 +115,24 @@ class PlacedExecutor:
         weight_cache: a dict shared by executors whose weights never change (a serving process's programs and plans
             over one model): a weight another executor already placed on a device is reused there, not copied
             again (:meth:`_place_weight`). ``None`` (default): every executor holds its own copies.
+        static_inputs: ``"place"`` (default) or ``"copy"``: how static INPUTs reach other devices (below).
 
     Static INPUTs (``KernelProgram.static_inputs``, module buffers such as the MMDiT's 453 MB ``pos_embed``) read on
-    another device are placed there once, like weights (setup steps of purpose ``"static"``,
-    :func:`~torch_tessera.runtime.schedule.build_schedule`), and placed again, into the same storage, before a call
-    whose tensor for one has another ``data_ptr()`` or ``_version`` (modified in place) than at its last placement.
+    another device are, with ``static_inputs="place"``, placed there once, like weights (setup steps of purpose
+    ``"static"``, :func:`~torch_tessera.runtime.schedule.build_schedule`), and placed again, into the same storage,
+    before a call whose tensor for one has another ``data_ptr()`` or ``_version`` than at its last placement
+    (:func:`tensor_key`). The contract: a caller that changes a module buffer in place between calls does it with
+    ordinary tensor ops (``buf.add_(1)``, ``buf.copy_(new)``), which bump ``_version``. A write that does not
+    (through ``buf.data``, a numpy or DLPack alias, a custom kernel) is not seen and the other devices compute with
+    the old bytes, silently: such callers need ``static_inputs="copy"``, which copies static INPUTs every call like
+    any other input. An inference tensor (``torch.inference_mode``) has no ``_version``: it is placed again every
+    call (with CUDA graphs between two host synchronisations: use ``"copy"`` there).
 
     Attributes:
         transfers: count of copies performed, by purpose (``cut``, ``input``, ``weights``, ``static``, ``gather``); a
             cut edge whose bytes span several ranges counts once per range. ``static`` copies happen at the first
-            call and again only when the caller changed a static input.
+            call and again only when the caller changed a static input (every call for an inference tensor); with
+            ``static_inputs="copy"`` static INPUTs count as ``input``.
         cut_edges_transferred: distinct cut edges whose bytes were copied in the last call.
         bytes_moved: bytes copied, by purpose.
         launches_executed: launches run since construction.
@@ -137,7 +152,11 @@ class PlacedExecutor:
         graph_copies: str = "link",
         priority_class: str = "normal",
         weight_cache: dict | None = None,
+        static_inputs: str = "place",
     ) -> None:
+        if static_inputs not in STATIC_INPUTS:
+            raise TesseraError(f"static_inputs={static_inputs!r}: use one of {STATIC_INPUTS}")
+        self.static_inputs = static_inputs
         self.program = program
         self.devices = list(devices)
         bad = sorted({d for d in placement.values() if not 0 <= d < len(self.devices)})
@@ -151,7 +170,8 @@ class PlacedExecutor:
         self.domains = [keys.index(k) for k in keys]
         self.dag = dag
         self.state_homes: dict[str, int] = {}
-        self.schedule: Schedule = build_schedule(program, dag, placement, home, self.domains)
+        self.schedule: Schedule = build_schedule(program, dag, placement, home, self.domains,
+                                                 static_inputs=static_inputs)
         self.transfers: Counter[str] = Counter()
         self.bytes_moved: Counter[str] = Counter()
         self.launches_executed = 0
@@ -223,7 +243,7 @@ class PlacedExecutor:
                                f"home device {self.devices[self.home].name}")
         self.state_homes = {n: d for n, d in homes.items() if self.domains[d] != self.domains[self.home]}
         self.schedule = build_schedule(self.program, self.dag, self.schedule.placement, self.home, self.domains,
-                                       self.state_homes)
+                                       self.state_homes, self.static_inputs)
         self._derive_from_schedule()
         self._graphs = None  # captured graphs bake the old copies in
         self.__dict__.pop("_pipeline_plan", None)
@@ -333,14 +353,16 @@ class PlacedExecutor:
 
         Args:
             batches: one input list per micro-batch (graph inputs in order, on the home device, as for :meth:`run`);
-                weights (PARAMETER inputs) must be the same tensors in every micro-batch.
+                weights (PARAMETER inputs) and, with ``static_inputs="place"``, static INPUTs (module buffers) must
+                be the same tensors in every micro-batch: the micro-batches share one placed copy of each, placed
+                (again) before the run's first wave.
             slots: micro-batches in flight at once (each with its own streams and buffers); 1 = no pipelining.
 
         Returns:
             the outputs of each micro-batch, in order, equal to what :meth:`run` returns for its inputs.
 
         Raises:
-            TesseraError: wrong inputs, micro-batches with different weights, or ``slots < 1``.
+            TesseraError: wrong inputs, micro-batches with different weights or static inputs, or ``slots < 1``.
             TransferTimeout: a transfer did not complete within ``timeout_s``.
         """
         from torch_tessera.runtime.pipelining import run_pipelined
@@ -349,19 +371,27 @@ class PlacedExecutor:
 
     def stale_static(self, inputs: Sequence[Any], placed: Mapping[str, tuple]) -> set[str]:
         """Static INPUT buffers with setup copies whose caller tensors in ``inputs`` differ from ``placed`` (their
-        :func:`static_input_keys` at the last placement): moved, modified in place, or never placed."""
+        :func:`static_input_keys` at the last placement): moved, modified in place, never placed, or inference
+        tensors (no version counter: always stale)."""
         if not self._static_at:
             return set()
         now = static_input_keys(self._static_at, inputs)
-        return {b for b in self._static_names if now.get(b) != placed.get(b)}
+        return {b for b in self._static_names
+                if now.get(b) != placed.get(b) or any(v is None for _, v in now.get(b, ()))}
 
-    def _bind_call(self, inputs: Sequence[Any]) -> list[BufferPool]:
+    def _bind_call(self, inputs: Sequence[Any], place: bool = True) -> list[BufferPool]:
         """Fresh pools for one call: weights and static INPUTs placed on their devices (copied at the first call; a
         static INPUT again, into the same storage, when :meth:`stale_static` names it), inputs bound.
 
         A re-placement's copy runs on the executor's streams like the first call's, after the caller's stream
         (:meth:`_join_caller`, which :meth:`run` calls first) and before the launches that read it; every earlier
         call has finished on the host (:meth:`_wait`), so no launch still reads the storage it overwrites.
+
+        Args:
+            inputs: the call's graph inputs, in order.
+            place: place (or place again) weights and static INPUTs. ``False``: the caller did, for these inputs
+                (a pipelined run's micro-batches, placed once before the first wave while no slot reads them: one
+                micro-batch must not copy into a storage another one's launches may be reading).
         """
         program = self.program
         pools = self.make_pools()
@@ -372,22 +402,29 @@ class PlacedExecutor:
             pool = pools[self.input_pool_index(spec.buffer)] if isinstance(spec, TensorArg) else None
             if pool is not None and spec.buffer not in pool:
                 bind_input(pool, spec, value, i)
-        stale = self.stale_static(inputs, self._static_placed)
-        if not self._setup_done or stale:
-            for step in self.schedule.setup:
-                if self._setup_done and step.buffer not in stale:
-                    continue
-                self._place_weight(step, pools)
-                self._weights[step.dst].storages[step.buffer] = pools[step.dst].storages[step.buffer]
-            self._static_placed = static_input_keys(self._static_at, inputs)
-            if self.weight_cache is not None and not self._setup_done:  # other executors' streams read these
-                for d, c in zip(self.devices, self._is_cuda):
-                    if c:
-                        d.synchronize()
-            if stale:
-                log.debug("static inputs placed%s: %s", " again" if self._setup_done else "", sorted(stale))
-            self._setup_done = True
+        if place:
+            self._place_setup(inputs, pools)
         return pools
+
+    def _place_setup(self, inputs: Sequence[Any], pools: list[BufferPool]) -> None:
+        """At the first call, every setup step (weights and static INPUTs onto their devices); later, the steps of
+        the static INPUTs :meth:`stale_static` names; each into ``pools`` and kept in ``_weights``."""
+        stale = self.stale_static(inputs, self._static_placed)
+        if self._setup_done and not stale:
+            return
+        for step in self.schedule.setup:
+            if self._setup_done and step.buffer not in stale:
+                continue
+            self._place_weight(step, pools)
+            self._weights[step.dst].storages[step.buffer] = pools[step.dst].storages[step.buffer]
+        self._static_placed = static_input_keys(self._static_at, inputs)
+        if self.weight_cache is not None and not self._setup_done:  # other executors' streams read these
+            for d, c in zip(self.devices, self._is_cuda):
+                if c:
+                    d.synchronize()
+        if stale:
+            log.debug("static inputs placed%s: %s", " again" if self._setup_done else "", sorted(stale))
+        self._setup_done = True
 
     def _place_weight(self, step: CopyStep, pools: list[BufferPool]) -> None:
         """Run one setup copy (a weight's bytes ``[start, end)`` onto ``step.dst``), or, with a ``weight_cache``,

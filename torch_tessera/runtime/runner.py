@@ -20,6 +20,8 @@ class TesseraRunner:
         program / dag / devices: what it runs, and where.
         executor: the current :class:`PlacedExecutor`.
         plan: the scheduler's plan, when the placement came from one.
+        timeout_s / cuda_graphs / graph_copies / priority_class / static_inputs / weight_cache: passed to each
+            :class:`PlacedExecutor` it makes (read again by :meth:`set_placement`).
     """
 
     def __init__(
@@ -34,6 +36,7 @@ class TesseraRunner:
         cuda_graphs: bool | str = False,
         graph_copies: str = "link",
         priority_class: str = "normal",
+        static_inputs: str = "place",
     ) -> None:
         self.program = program
         self.dag = dag
@@ -43,6 +46,7 @@ class TesseraRunner:
         self.timeout_s = timeout_s
         self.cuda_graphs = cuda_graphs
         self.graph_copies = graph_copies
+        self.static_inputs = static_inputs  # see PlacedExecutor; read again by every set_placement
         self.priority_class = priority_class  # see PlacedExecutor; read again by every set_placement
         self.weight_cache: dict | None = None  # see PlacedExecutor; set by a serving process whose weights are frozen
         self.executor = self._make(placement)
@@ -52,7 +56,7 @@ class TesseraRunner:
         return PlacedExecutor(self.program, self.dag, placement, self.devices, self._kernel_objects,
                               timeout_s=self.timeout_s, memory_estimate=estimate, cuda_graphs=self.cuda_graphs,
                               graph_copies=self.graph_copies, priority_class=self.priority_class,
-                              weight_cache=self.weight_cache)
+                              weight_cache=self.weight_cache, static_inputs=self.static_inputs)
 
     def set_placement(self, placement: Mapping[int, int], plan: Any = None) -> None:
         """Run with another placement from the next call on (weights are re-placed)."""

@@ -13,6 +13,10 @@ from torch_tessera.graph.ranges import StorageHistory, merge_ranges
 from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.lowering.program import BufferKind, KernelProgram, TensorArg
 
+#: how static INPUTs (``KernelProgram.static_inputs``) reach the other devices that read them (see
+#: :func:`build_schedule`): placed once (``"place"``) or copied every call (``"copy"``)
+STATIC_INPUTS = ("place", "copy")
+
 
 @dataclass(frozen=True)
 class LaunchStep:
@@ -93,7 +97,8 @@ def _input_span(program: KernelProgram, name: str) -> tuple[int, int]:
 
 
 def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapping[int, int], home: int = 0,
-                   domains: Sequence[int] | None = None, state_homes: Mapping[str, int] | None = None) -> Schedule:
+                   domains: Sequence[int] | None = None, state_homes: Mapping[str, int] | None = None,
+                   static_inputs: str = "place") -> Schedule:
     """Steps that run ``program`` with each launch on ``placement[launch]``, computing what one device would.
 
     Device ``home`` holds the caller's tensors, except the STATE buffers named in ``state_homes``, which the caller
@@ -107,7 +112,9 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
     byte spans the per-call copy would have had. Measured 2026-11-30 on two H200s, session 7 bench.json of the
     MMDiT, homo-R at 72 SMs: 15.50 ms of kernels and 1.16 ms of copies per call, the per-call copy of the 453,509,120
     bytes of its ``pos_embed`` buffer to GPU 1. The executors place such a step again before a call whose tensor
-    for it has another ``data_ptr()`` or ``_version`` than when it was placed.
+    for it has another ``data_ptr()`` or ``_version`` than when it was placed. With ``static_inputs="copy"`` static
+    INPUTs are per-call ``"input"`` copies like any other input (for callers that write them without bumping
+    ``_version``: through ``.data``, numpy or DLPack aliases, custom kernels).
 
     Args:
         program: the program.
@@ -117,10 +124,15 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
         domains: memory domain of each device (devices in one domain share storages: SM partitions of one GPU);
             default: every device its own. Dependencies within a domain across devices become :class:`SyncStep`.
         state_homes: STATE buffer name -> device index its caller's tensor lives on (default ``home``).
+        static_inputs: ``"place"`` (default: static INPUTs are setup steps of purpose ``"static"``) or ``"copy"``
+            (per-call ``"input"`` copies); :data:`STATIC_INPUTS`.
 
     Raises:
-        ValueError: a launch has no device in ``placement``.
+        ValueError: a launch has no device in ``placement``, or ``static_inputs`` is not one of
+            :data:`STATIC_INPUTS`.
     """
+    if static_inputs not in STATIC_INPUTS:
+        raise ValueError(f"static_inputs={static_inputs!r} is not one of {STATIC_INPUTS}")
     homes = dict(state_homes or {})
     missing = [l.index for l in program.launches if l.index not in placement]
     if missing:
@@ -135,7 +147,8 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
     setup: list[CopyStep] = []
     per_call: list[Step] = []
     input_names = list(dict.fromkeys(a.buffer for a in program.inputs if isinstance(a, TensorArg)))
-    static = set(getattr(program, "static_inputs", ()))  # programs pickled before the field lack it
+    # programs pickled before the field lack it
+    static = set(getattr(program, "static_inputs", ())) if static_inputs == "place" else set()
     unwritten = _input_bytes_read(program, dag, placement, dom, input_names)
     for name in input_names:
         buf = program.buffers[name]

@@ -230,7 +230,10 @@ def _baseline(pb, policy: str, objective: str, t0: float) -> Plan:
     elif policy == "request-dist" and pb.streams and max(pb.streams) > 0:
         # a replicated workload (one request stream per device, :func:`plan_streams`): stream r wholly on device r,
         # one placement that the runtime can execute as it is (each stream's programs on its own device)
-        place = np.asarray(pb.streams, dtype=np.int64)[pb.prog] % pb.D
+        if max(pb.streams) >= pb.D:
+            raise ConfigError(f"request-dist over request streams: {max(pb.streams) + 1} streams for {pb.D} devices "
+                              "(stream r runs wholly on device r)")
+        place = np.asarray(pb.streams, dtype=np.int64)[pb.prog]
         baselines.check_fits(pb, place, policy)
     elif policy == "request-dist":
         place, reps, cyc, lat, mem = baselines.request_dist(pb)
