@@ -271,12 +271,22 @@ def test_streams_report_on_a_saved_gpu_run(capsys):
     spec = importlib.util.spec_from_file_location("streams_report", root / "bench" / "streams_report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
-    assert report.main([str(root / "docs/results/2026-11-30-s8/2/d72s")]) == 0
+    run = root / "docs/results/2026-11-30-s8/2/d72s"
+    assert report.main([str(run)]) == 0
     out = capsys.readouterr().out
-    assert "the homo-* runs alone sum to 354.4: ratio 0.929" in out
-    assert "0.999x request-dist; same placement as request-dist: True" in out
-    assert "| denoise@1 | 0.377 | 16 | 0.2715 | 16.97 | 16.53 |" in out
-    assert "'input': 3256322" in out  # pos_embed no longer copied every call
+    m = json.loads((run / "bench.json").read_text())["measured"]
+    rows, meta = {r["plan"]: r for r in m["rows"]}, m["meta"]
+    homo_sum = 60 * (rows["homo-L"]["output_per_s"] + rows["homo-R"]["output_per_s"])  # images/min, each run alone
+    ratio = rows["request-dist"]["output_per_s"] / (homo_sum / 60)
+    assert f"the homo-* runs alone sum to {homo_sum:,.1f}: ratio {ratio:.3f}" in out
+    same = meta["plans"]["tessera"]["placements"] == meta["plans"]["request-dist"]["placements"]
+    assert same and "same placement as request-dist: True" in out
+    th, alone = meta["runs"]["request-dist"]["concurrent_threads"]["denoise@1"], \
+        meta["runs"]["request-dist"]["seconds"]["denoise@1"]
+    assert f"| denoise@1 | 0.377 | {th['calls']} | {th['seconds']:.4f} | {1e3 * th['seconds'] / th['calls']:.2f} | " \
+           f"{1e3 * alone:.2f} |" in out
+    assert meta["runs"]["homo-R"]["bytes_per_call"]["denoise"]["input"] < 4e6  # pos_embed no longer every call
+    assert f"'input': {meta['runs']['homo-R']['bytes_per_call']['denoise']['input']}" in out
     assert report.main([str(root / "no/such/run")]) == 2
 
 
@@ -289,16 +299,16 @@ def test_request_dist_row_falls_back_to_the_homo_sum_when_its_streams_did_not_ru
     from torch_tessera.measure.rows import _with_homo_sum
 
     s = SimpleNamespace(composition=SimpleNamespace(display=("images/min", 60.0)))
-    runs = {"homo-L": {"seconds": {"denoise": 0.01}}, "homo-R": {"seconds": {"denoise": 0.04}}}
     rows = {"homo-L": {"applies": True, "output_per_s": 100.0, "ttft_s": math.nan, "tpot_s": math.nan},
             "homo-R": {"applies": True, "output_per_s": 30.0, "ttft_s": math.nan, "tpot_s": math.nan}}
     homo = {0: "homo-L", 1: "homo-R"}
     base = {"plan": "request-dist", "applies": True, "price_per_hour": 2.0}
-    ran = _with_homo_sum({**base, "how": "run, programs concurrent", "output_per_s": 120.0}, base, rows, runs, homo, s)
+    ran = _with_homo_sum({**base, "how": "run, programs concurrent", "output_per_s": 120.0}, base, rows, homo, s)
     assert ran["output_per_s"] == 120.0 and ran["derived_output_per_s"] == pytest.approx(130.0)
     assert ran["how"] == "run, programs concurrent (sum of the homo-* runs alone: 7,800 images/min)"
     oom = {"plan": "request-dist", "applies": False, "how": "does not fit (at run time): CUDA out of memory"}
-    row = _with_homo_sum(oom, base, rows, runs, homo, s)
+    row = _with_homo_sum(oom, base, rows, homo, s)
     assert row["applies"] and row["output_per_s"] == pytest.approx(130.0)
     assert row["how"].startswith("derived: sum of homo-* replicas (the streams did not run: does not fit")
-    assert _with_homo_sum(oom, base, rows, {"homo-L": runs["homo-L"]}, homo, s) == oom  # a homo-* run missing
+    failed = {**rows, "homo-R": {"plan": "homo-R", "applies": False, "how": "does not fit (at run time)"}}
+    assert _with_homo_sum(oom, base, failed, homo, s) == oom  # a homo-* run failed: no sum to fall back to

@@ -72,14 +72,12 @@ def _executed(base: dict, r: dict, s: MeasureSettings, frequencies: dict[str, fl
                 cut_edges=r["cut_edges"])
 
 
-def _homo_rows(rows: dict, runs: dict, homo: dict, devices: Sequence[int]) -> list[dict] | None:
+def _homo_rows(rows: dict, homo: dict, devices: Sequence[int]) -> list[dict] | None:
     """The composed ``homo-*`` rows of ``devices`` (their headline throughput: serial, or with calls in flight for a
-    program away from its home device), or ``None`` when one did not run."""
+    program away from its home device), or ``None`` when one did not run (no row, or one that does not apply: an
+    error at run time composes to ``applies=False``)."""
     out = [rows.get(homo[g]) for g in devices]
-    if any(r is None or not r.get("applies") or "error" in runs.get(homo[g], {"error": 1})
-           for g, r in zip(devices, out)):
-        return None
-    return out
+    return None if any(r is None or not r.get("applies") for r in out) else out
 
 
 def _derived_sum(base: dict, homo_rows: list[dict], how: str) -> dict:
@@ -90,20 +88,20 @@ def _derived_sum(base: dict, homo_rows: list[dict], how: str) -> dict:
                 ttft_s=max(r["ttft_s"] for r in homo_rows), tpot_s=max(r["tpot_s"] for r in homo_rows))
 
 
-def _request_dist(base: dict, p: Any, rows: dict, runs: dict, homo: dict) -> dict:
-    homo_rows = _homo_rows(rows, runs, homo, p.replicas)
+def _request_dist(base: dict, p: Any, rows: dict, homo: dict) -> dict:
+    homo_rows = _homo_rows(rows, homo, p.replicas)
     if homo_rows is None:
         return dict(plan=base["plan"], applies=False, how="n/a: a replica's homo-* run is missing")
     return _derived_sum(base, homo_rows, "derived: sum of homo-* replicas")
 
 
-def _with_homo_sum(row: dict, base: dict, rows: dict, runs: dict, homo: dict, s: MeasureSettings) -> dict:
+def _with_homo_sum(row: dict, base: dict, rows: dict, homo: dict, s: MeasureSettings) -> dict:
     """An executed request-dist row (one request stream per device, run at once) with the sum of the ``homo-*``
     rows' throughputs beside it in ``how`` and ``derived_output_per_s`` (each replica timed alone: the number this
     row was before request-dist was executed; the executed streams can beat it where a stream's prefill and decode
     overlap on its device). When the streams could not run (out of memory at run time), the row is that sum, marked
     derived, with the reason."""
-    homo_rows = _homo_rows(rows, runs, homo, sorted(homo))
+    homo_rows = _homo_rows(rows, homo, sorted(homo))
     if homo_rows is None:
         return row
     if row.get("applies") is False:  # the streams did not run: fall back to the derived sum, saying why
@@ -167,9 +165,9 @@ def compose_rows(progs: Sequence[Compiled], plans: dict[str, Any], runs: dict[st
             rows[name] = dict(plan=name, applies=False, how=r["error"]) if "error" in r else \
                 _executed(base, r, s, program_frequencies(p, s))
             if name == "request-dist":
-                rows[name] = _with_homo_sum(rows[name], base, rows, runs, homo, s)
+                rows[name] = _with_homo_sum(rows[name], base, rows, homo, s)
         elif name == "request-dist":
-            rows[name] = _request_dist(base, p, rows, runs, homo)
+            rows[name] = _request_dist(base, p, rows, homo)
         elif name == "pd":
             rows[name] = _pd(base, p, progs, runs, homo, s, specs)
         else:
