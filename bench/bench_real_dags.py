@@ -37,7 +37,7 @@ def main() -> int:
     from tqdm import tqdm
 
     from torch_tessera.backend.workload import model_workload
-    from torch_tessera.runtime.devices import parse_devices
+    from torch_tessera.target.devices import parse_devices
     from torch_tessera.scheduler import plan
 
     pairs = {2: "sim:a100,sim:l40s", 4: "sim:a100,sim:l40s,sim:h100,sim:rtxpro6000"}

@@ -33,7 +33,7 @@ from torch_tessera.measure.execute import (  # noqa: E402
     TAKEOVER_BASELINES,
     concurrent_counts,
 )
-from torch_tessera.runtime.costs import CostTable  # noqa: E402
+from torch_tessera.target.costs import CostTable  # noqa: E402
 from torch_tessera.scheduler.evaluate import fill_drain_seconds  # noqa: E402
 
 DEFAULT = [ROOT / "docs/results/2026-11-30-s5", ROOT / "docs/results/2026-11-30-s7"]

@@ -14,7 +14,7 @@ devices every cut edge has one end on each, so it adds ``h x C`` to the busier d
 ``phi``: the share of each copy's link time that also lands on both devices (copies the runtime does not overlap);
 ``kappa``: seconds per program call whatever the placement (host side, graph launch, the caller's input and output
 copies), which no placement changes, so the planner leaves it out. ``h`` and ``phi`` go into the planner
-(:data:`torch_tessera.runtime.links.HOP_FIGURES`). Least squares on RELATIVE errors (step times range from 1.7 ms
+(:data:`torch_tessera.target.links.HOP_FIGURES`). Least squares on RELATIVE errors (step times range from 1.7 ms
 to 75 ms), over the session-4 runs (``s4/``: every plan's state kept on its owner, as the model assumes); session 3
 (``s3/``: every call copied whole KV caches in and out, a cost since removed from the runtime) is shown, not fitted.
 
@@ -47,7 +47,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = [ROOT / "docs/results/2026-11-29-s3", ROOT / "docs/results/2026-11-29-s4"]
 
-#: The H200 pair's NVLink as the planner models it (``runtime.links.LINK_FIGURES["nvlink4"]``: 450 GB/s x 0.875).
+#: The H200 pair's NVLink as the planner models it (``target.links.LINK_FIGURES["nvlink4"]``: 450 GB/s x 0.875).
 LINK_BW = 450e9 * 0.875
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-LINK_BW = 450e9 * 0.875  # the planner's NVLink figure (runtime.links "nvlink4")
+LINK_BW = 450e9 * 0.875  # the planner's NVLink figure (target.links "nvlink4")
 
 
 def fractional_bound(meta: dict) -> float:

@@ -42,7 +42,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    from torch_tessera.runtime.devices import open_device
+    from torch_tessera.target.devices import open_device
 
     out = {}
     whole = open_device("cuda:0")

@@ -146,7 +146,7 @@ def compare_launches(program, inputs, home_launcher, home: torch.device, alts: l
     before each launch copy the buffers it touches to every alternate device, run it there too and compare, bitwise,
     every buffer it touches (and an extern op's fresh result). Returns per alternate the count of launches compared
     and differing, and the differing launches."""
-    from torch_tessera.runtime.devices import open_device
+    from torch_tessera.target.devices import open_device
     from torch_tessera.runtime.executor import (BufferPool, KernelLauncher, bind_input, fresh_extern_outputs,
                                                 launch_buffers)
     from torch_tessera.lowering.program import ExternLaunch, TensorArg

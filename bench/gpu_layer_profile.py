@@ -155,7 +155,7 @@ def measure_peaks(dev: torch.device, stream) -> dict:
 
 
 def run_config(label: str, device_str: str, repeats: int) -> dict:
-    from torch_tessera.runtime.devices import open_device
+    from torch_tessera.target.devices import open_device
 
     out: dict = {"device": device_str}
     with open_device(device_str) as device:
@@ -192,8 +192,8 @@ def class_totals(rows: list[dict]) -> dict:
 
 def model_error(results: dict) -> dict:
     """Calibrate the roofline on the whole GPU's ops; predict every other configuration's ops; report the error."""
-    from torch_tessera.runtime.costmodel import KernelClass, LaunchFeatures, calibrate
-    from torch_tessera.runtime.devices import DeviceSpec, DeviceKind
+    from torch_tessera.target.costmodel import KernelClass, LaunchFeatures, calibrate
+    from torch_tessera.target.devices import DeviceSpec, DeviceKind
 
     def spec_of(cfg: dict) -> DeviceSpec:
         s = dict(cfg["spec"])
@@ -237,8 +237,8 @@ def model_error(results: dict) -> dict:
 
 
 def measure_link_table() -> list[dict]:
-    from torch_tessera.runtime.devices import open_device
-    from torch_tessera.runtime.links import link_table_rows, measure_links
+    from torch_tessera.target.devices import open_device
+    from torch_tessera.target.links import link_table_rows, measure_links
 
     with open_device("cuda:0") as d0, open_device("cuda:1") as d1:
         return link_table_rows(measure_links([d0, d1], repeats=8, progress=False))
@@ -249,7 +249,7 @@ def triton_on_green_context(gpu: int = 1) -> dict:
     import triton
     import triton.language as tl
 
-    from torch_tessera.runtime.devices import open_device
+    from torch_tessera.target.devices import open_device
 
     @triton.jit
     def add_one(x_ptr, n, BLOCK: tl.constexpr):

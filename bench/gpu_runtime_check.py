@@ -103,7 +103,7 @@ PREFLIGHT_CASES = ((0, 0, 8192), (0, 0, 262144), (0, 0, 4 << 20), (3, 3, 1500), 
 def push_preflight(devices: str) -> dict:
     """Push bytes from every device's stream to every other GPU's memory, eagerly and replayed from a CUDA graph
     captured on that stream; check each byte (and that nothing outside the range changed)."""
-    from torch_tessera.runtime.devices import open_device, parse_devices
+    from torch_tessera.target.devices import open_device, parse_devices
     from torch_tessera.runtime.push import peer_access, push_copy
 
     devs = [open_device(s) for s in parse_devices(devices)]

@@ -105,7 +105,7 @@ def whole_identical(specs: Sequence[Any]) -> tuple[bool, str]:
     that a kernel costs the same wherever it is placed and a placement's extra time is the cost of its hops.
 
     Args:
-        specs: :class:`~torch_tessera.runtime.devices.DeviceSpec`-like objects (``name``, ``is_gpu``, ``model``,
+        specs: :class:`~torch_tessera.target.devices.DeviceSpec`-like objects (``name``, ``is_gpu``, ``model``,
             ``sm_count``, ``total_sms``, ``requested_sms``, ``throttle_sms``, ``memory_budget``).
 
     Returns:

@@ -103,10 +103,10 @@ def lowered(model: str, cache: Path | None) -> list[tuple[str, object, object, f
 def workload(model: str, sms: int, progs) -> tuple[object, object]:
     """The scheduler's workload on ``cuda:0,cuda:1@<sms>sm`` (emulated H200s) with each device's column scaled to
     the measured total, and the topology (with the per-hop charge)."""
-    from torch_tessera.runtime.costmodel import estimate_costs
-    from torch_tessera.runtime.costs import CostTable
-    from torch_tessera.runtime.devices import parse_devices
-    from torch_tessera.runtime.links import build_topology
+    from torch_tessera.target.costmodel import estimate_costs
+    from torch_tessera.target.costs import CostTable
+    from torch_tessera.target.devices import parse_devices
+    from torch_tessera.target.links import build_topology
     from torch_tessera.scheduler import Workload, WorkloadProgram
 
     specs = parse_devices(f"cuda:0,cuda:1@{sms}sm", assume_gpu="h200")

@@ -48,7 +48,7 @@ class Compiled:
     def __init__(self, name: str) -> None:
         from torch_tessera.backend import tessera_backend
         from torch_tessera.models import build_model
-        from torch_tessera.runtime.devices import parse_devices
+        from torch_tessera.target.devices import parse_devices
 
         module, inputs = build_model(name, "tiny")
         target = torch.device("cuda", int(DEVICES[0].split(":")[1].split("@")[0])) if ON_CUDA else "cpu"

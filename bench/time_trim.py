@@ -62,12 +62,12 @@ def main(argv: list[str]) -> None:
         if tuple(mw.topology.devices) != tuple(devices.split(",")) or getattr(mw.topology, "hop_overhead",
                                                                                  None) is None:
             # lowered once, costed on these devices (and with the per-hop charge a pickle from before it lacks)
-            from torch_tessera.runtime.devices import parse_devices
+            from torch_tessera.target.devices import parse_devices
 
             mw = mw.on_devices(parse_devices(devices))
     else:
         from torch_tessera.backend.workload import model_workload
-        from torch_tessera.runtime.devices import parse_devices
+        from torch_tessera.target.devices import parse_devices
 
         kw = {"prefill_tokens": int(argv[argv.index("--prefill-tokens") + 1])} if "--prefill-tokens" in argv else {}
         mw = model_workload(model, parse_devices(devices), size="full", **kw)

@@ -22,8 +22,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from torch_tessera.runtime.costs import Topology
-from torch_tessera.runtime.devices import DeviceSpec
+from torch_tessera.target.costs import Topology
+from torch_tessera.target.devices import DeviceSpec
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from torch_tessera.backend.workload import model_workload
-from torch_tessera.runtime.devices import parse_devices
+from torch_tessera.target.devices import parse_devices
 
 
 def test_llm_workload_has_prefill_and_decode_and_recosts_on_other_devices():
@@ -47,7 +47,7 @@ def _attention_reads(program, name):
     """Attention launches reading buffer ``name``, directly or through one intermediate launch's output (a GQA
     ``repeat_kv`` copy of the cache is fused into an attention-named kernel by some Inductor versions, not others)."""
     from torch_tessera.lowering.capture import launch_writes
-    from torch_tessera.runtime.costmodel import KernelClass, classify
+    from torch_tessera.target.costmodel import KernelClass, classify
 
     attention = [l for l in program.launches if classify(l) is KernelClass.ATTENTION]
     direct = [l for l in attention if name in _reads(l)]
@@ -101,7 +101,7 @@ def test_decode_reads_a_context_sized_kv_cache_marked_state_and_prefill_hands_it
 def test_predicted_decode_cost_grows_with_the_context():
     from torch_tessera.backend.workload import _cached_build_fn
     from torch_tessera.lowering.fake import lower_without_weights
-    from torch_tessera.runtime.costmodel import KernelClass, estimate_costs, launch_features
+    from torch_tessera.target.costmodel import KernelClass, estimate_costs, launch_features
 
     specs = parse_devices("sim:a100,sim:l40s")
     attention_bytes, seconds = [], []

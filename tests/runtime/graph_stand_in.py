@@ -21,7 +21,7 @@ from torch_tessera.lowering.program import ScalarArg, TensorArg, TritonLaunch
 from torch_tessera.runtime import executor as executor_mod
 from torch_tessera.runtime import graphs as graphs_mod
 from torch_tessera.runtime import placed as placed_mod
-from torch_tessera.runtime.devices import CpuStream
+from torch_tessera.target.devices import CpuStream
 from torch_tessera.runtime.push import push_copy
 
 

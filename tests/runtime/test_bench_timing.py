@@ -104,7 +104,7 @@ def test_whole_identical_devices(pt):
 
 
 def test_whole_identical_on_parsed_device_strings(pt):
-    from torch_tessera.runtime.devices import parse_devices
+    from torch_tessera.target.devices import parse_devices
 
     assert not pt.whole_identical(parse_devices("cpu:0,cpu:1"))[0]
     specs = parse_devices("cuda:0,cuda:1@72sm", assume_gpu="h200")

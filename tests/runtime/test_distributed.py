@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import TEST_DEVICE
-from torch_tessera.runtime.costs import Topology
-from torch_tessera.runtime.links import NETWORK_FIGURES, build_topology
+from torch_tessera.target.costs import Topology
+from torch_tessera.target.links import NETWORK_FIGURES, build_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from tests.backend.test_models_equal_eager import StatefulCounter
 from tests.conftest import TEST_DEVICE, RecordingBackend
 from tests.runtime.graph_stand_in import stand_in_graphs  # noqa: F401 - pytest fixture
 from torch_tessera.errors import TransferTimeout
-from torch_tessera.runtime import devices as devices_mod
+from torch_tessera.target import devices as devices_mod
 from torch_tessera.runtime import placed as placed_mod
 
 pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the stand-in graph replaces CUDA graphs on CPU only")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from torch_tessera.lowering.program import BufferKind
-from torch_tessera.runtime.costs import CostTable, Topology
+from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler.synthetic import SynthKernel, _buf, dag_from_kernels
 
 MB = 1_000_000

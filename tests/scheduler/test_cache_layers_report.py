@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import random_costs, random_dag, ref_cycle, topo
-from torch_tessera.runtime.costs import CostTable
+from torch_tessera.target.costs import CostTable
 from torch_tessera.scheduler import Plan, Workload, plan, solve
 from torch_tessera.scheduler.gantt import timeline, write_gantt
 from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag

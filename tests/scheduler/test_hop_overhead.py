@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import all_placements, random_costs, random_dag
-from torch_tessera.runtime.costs import CostTable, Topology
+from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler import plan
 from torch_tessera.scheduler.cache import plan_key
 from torch_tessera.scheduler.evaluate import cycle_seconds, fill_drain_seconds
@@ -148,7 +148,7 @@ def _flat(pb, p) -> np.ndarray:
 
 
 def test_topology_figures():
-    from torch_tessera.runtime.links import HOP_FIGURES, build_topology
+    from torch_tessera.target.links import HOP_FIGURES, build_topology
 
     h200 = build_topology(["sim:h200", "sim:h200"])
     assert h200.hop_overhead[0, 1] == pytest.approx(52e-6) and h200.copy_exposure[0, 1] == pytest.approx(0.6)
@@ -187,7 +187,7 @@ def test_measured_bench_plans_with_the_charge_and_one_micro_batch():
     """``tessera bench --measure`` plans every plan with the topology's charge, one micro-batch (each call pays each
     cut once, as fitted), and tessera is never behind a placement baseline under that model."""
     from torch_tessera.measure.execute import PLAN_MICRO_BATCHES, make_plans
-    from torch_tessera.runtime.links import build_topology
+    from torch_tessera.target.links import build_topology
     from torch_tessera.scheduler import Plan, Workload
     from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag
 

@@ -80,7 +80,7 @@ def test_latency_with_memory_budget():
 def test_hand_worked_pair():
     """Two independent kernels, each 4x faster on a different device, tiny link: the optimum splits them
     (cycle = 1 ms); alone on either device the cycle would be 5 ms."""
-    from torch_tessera.runtime.costs import CostTable
+    from torch_tessera.target.costs import CostTable
 
     dag = random_dag(2, 0)
     dag.graph.remove_edges_from(list(dag.graph.edges))

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import MB, random_costs, random_dag, topo
 from torch_tessera.lowering.program import BufferKind
-from torch_tessera.runtime.costs import CostTable
+from torch_tessera.target.costs import CostTable
 from torch_tessera.scheduler import Workload, WorkloadProgram, plan
 from torch_tessera.scheduler.evaluate import cycle_seconds
 from torch_tessera.scheduler.problem import as_workload, compile_problem

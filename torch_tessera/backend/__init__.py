@@ -78,7 +78,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Te
 def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
     """analyse PTX -> build the DAG -> place -> the multi-device runner."""
     from torch_tessera.backend.pipeline import analyze, place
-    from torch_tessera.runtime.devices import open_device
+    from torch_tessera.target.devices import open_device
     from torch_tessera.runtime.runner import TesseraRunner
 
     program = captured.program

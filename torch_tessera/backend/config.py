@@ -30,7 +30,7 @@ class TesseraConfig:
         dump_dir: when set, every stage writes its artifacts there (``program_<n>.json``, one ``.py`` per kernel,
             each MILP the scheduler solves as ``milp_<n>.mps``, the plan as ``plan_<policy>_<n>.json``).
         devices: devices to run on, e.g. ``("cuda:0", "cuda:0@72sm")`` or ``"cpu:0,cpu:1"`` (see
-            :func:`torch_tessera.runtime.devices.parse_device`). The first must hold the model's tensors. Empty: run
+            :func:`torch_tessera.target.devices.parse_device`). The first must hold the model's tensors. Empty: run
             the program on the model's device with the single-device executor.
         policy: how launches are placed on ``devices``: ``"throughput"`` (default: the scheduler's pipelined MILP),
             ``"latency"`` (critical path), a baseline (``"homo-L"``, ``"homo-R"``, ``"af"``, ``"layer"``), ``"home"``

@@ -11,8 +11,8 @@ from typing import Any, Mapping, Sequence
 from torch_tessera.graph import DependencyGraph, build_dependency_graph
 from torch_tessera.lowering.program import KernelProgram
 from torch_tessera.ptx import analyze_program
-from torch_tessera.runtime.costs import CostTable, Topology
-from torch_tessera.runtime.devices import DeviceSpec
+from torch_tessera.target.costs import CostTable, Topology
+from torch_tessera.target.devices import DeviceSpec
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,8 @@ def estimate(program: KernelProgram, specs: Sequence[DeviceSpec],
              hosts: Sequence[str] | None = None) -> tuple[CostTable, Topology]:
     """Kernel times on each device (roofline cost model) and the links between the devices (modelled; pairs on
     different ``hosts``, one name per device, are linked by the network)."""
-    from torch_tessera.runtime.costmodel import estimate_costs
-    from torch_tessera.runtime.links import build_topology
+    from torch_tessera.target.costmodel import estimate_costs
+    from torch_tessera.target.links import build_topology
 
     return estimate_costs(program, list(specs)), build_topology(list(specs), hosts=hosts)
 

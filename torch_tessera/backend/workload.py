@@ -30,8 +30,8 @@ import torch
 
 from torch_tessera.backend.pipeline import analyze, estimate
 from torch_tessera.lowering.fake import lower_without_weights
-from torch_tessera.runtime.costs import Topology
-from torch_tessera.runtime.devices import DeviceSpec
+from torch_tessera.target.costs import Topology
+from torch_tessera.target.devices import DeviceSpec
 from torch_tessera.static_cache import has_kv_cache
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,8 @@ class ModelWorkload:
         from torch_tessera.scheduler import Workload
 
         progs = self.workload.programs
-        from torch_tessera.runtime.costmodel import estimate_costs
-        from torch_tessera.runtime.links import build_topology
+        from torch_tessera.target.costmodel import estimate_costs
+        from torch_tessera.target.links import build_topology
 
         tables = [estimate_costs(p, list(specs)) for p in self.programs]
         topo = build_topology(list(specs))

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     from torch_tessera.benchmark import check_plans, checkable, plan_names, rows_as_dicts, simulate_plans
     from torch_tessera.models import get_model
-    from torch_tessera.runtime.devices import parse_devices
+    from torch_tessera.target.devices import parse_devices
 
     get_model(args.model)  # unknown names fail here, listing the registry
     if args.measure:

@@ -16,8 +16,8 @@ import math
 from typing import Sequence
 
 from torch_tessera.errors import DeviceUnavailableError
-from torch_tessera.runtime import catalog, prices
-from torch_tessera.runtime.devices import EMULATION_PROFILES, DeviceSpec, detect_gpus, open_device, parse_device, \
+from torch_tessera.target import catalog, prices
+from torch_tessera.target.devices import EMULATION_PROFILES, DeviceSpec, detect_gpus, open_device, parse_device, \
     parse_devices, parse_size
 
 HELP = "list detected GPUs, requested partitions and profiles, the simulated catalog, measured links"
@@ -80,7 +80,7 @@ def _sources_table() -> str:
 
 
 def _hop_table() -> str:
-    from torch_tessera.runtime.links import HOP_FIGURES
+    from torch_tessera.target.links import HOP_FIGURES
 
     rows = [[kind, f.overhead_s * 1e6, f.exposure, f.source] for kind, f in HOP_FIGURES.items()]
     return format_table(("pair kind", "us per cut edge per run", "share of copy time", "source"), rows)
@@ -93,7 +93,7 @@ def _profiles_table() -> str:
 
 
 def _links(specs: list[DeviceSpec], sizes: list[int]) -> str:
-    from torch_tessera.runtime.links import link_table_rows, measure_links
+    from torch_tessera.target.links import link_table_rows, measure_links
 
     with contextlib.ExitStack() as stack:
         devices = [stack.enter_context(open_device(s)) for s in specs]
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if args.sources:
         print("\nCatalog figures and their sources")
         print(_sources_table())
-        print("\nPer-hop charge of a cut edge on the two devices it joins, by pair kind (runtime.links.HOP_FIGURES)")
+        print("\nPer-hop charge of a cut edge on the two devices it joins, by pair kind (target.links.HOP_FIGURES)")
         print(_hop_table())
     if args.measure_links:
         names = {d.name for d in requested}

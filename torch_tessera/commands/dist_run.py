@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--devices names {len(devices)} devices for {world} ranks; give one per rank")
     ctx = None
     try:
-        from torch_tessera.runtime.devices import parse_device
+        from torch_tessera.target.devices import parse_device
 
         spec = parse_device(devices[rank])
         ctx = init_distributed("cpu" if spec.kind.value == "cpu" else f"cuda:{spec.index}", args.timeout)
@@ -136,7 +136,7 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
 
     from torch_tessera.backend.recording import RecordingBackend
     from torch_tessera.models import build_module, get_model
-    from torch_tessera.runtime.devices import parse_device
+    from torch_tessera.target.devices import parse_device
     from torch_tessera.runtime.distributed import DistributedExecutor, agree_on_plan
     from torch_tessera.runtime.schedule import cut_edge_count
 

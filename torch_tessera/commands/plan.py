@@ -17,7 +17,7 @@ from typing import Mapping
 
 from torch_tessera.errors import ConfigError, InfeasiblePlanError, TesseraError
 from torch_tessera.graph.types import DependencyGraph
-from torch_tessera.runtime.costs import CostTable, Topology
+from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler import NotApplicableError, Plan, Workload, available_baselines, plan
 from torch_tessera.scheduler.gantt import write_gantt
 from torch_tessera.scheduler.report import compare
@@ -99,7 +99,7 @@ def _synthetic_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
 def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
     """Lower ``args.model`` without weights (prefill and decode graphs for LLMs) and cost it on ``args.devices``."""
     from torch_tessera.backend.workload import model_workload
-    from torch_tessera.runtime.devices import parse_devices
+    from torch_tessera.target.devices import parse_devices
 
     name = MODEL_ALIASES.get(args.model, args.model)
     specs = parse_devices(args.devices, assume_gpu="h200")

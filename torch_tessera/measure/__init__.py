@@ -11,7 +11,7 @@ Stages (:func:`~torch_tessera.measure.pipeline.measure_plans`), one module each:
    then switched with ``runner.set_placement``. State is reset before every call (KV counters, or the saved SSM
    state), so every call computes the same output as its eager reference.
 2. **Profile** (:mod:`.profile`). Every launch of each program on each device
-   (:func:`~torch_tessera.runtime.profiler.profile_program`: CUDA events on the device's stream, ``perf_counter``
+   (:func:`~torch_tessera.target.profiler.profile_program`: CUDA events on the device's stream, ``perf_counter``
    on CPU virtual devices), in a private pool filled by one run of the program in order. This is the MEASURED cost
    table; the scheduler's workload runs each program as often per step as the :class:`.Composition` says.
 3. **Plan** (:mod:`.execute`) every baseline and tessera (:func:`torch_tessera.scheduler.plan`) from these costs and

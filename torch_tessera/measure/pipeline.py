@@ -29,7 +29,7 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
         ConfigError: bad settings. DeviceUnavailableError: a device string that is not available here.
     """
     from torch_tessera.benchmark import plan_names
-    from torch_tessera.runtime.devices import parse_run_devices
+    from torch_tessera.target.devices import parse_run_devices
     from torch_tessera.scheduler import Plan
 
     specs, on_cuda, home = parse_run_devices(s.devices, "--measure")

@@ -29,14 +29,14 @@ def profile_on_device(prog: Compiled, g: int, s: MeasureSettings) -> Any:
     drift but stay bounded (the recurrence decays), and no launch's time depends on them.
 
     Returns:
-        a :class:`~torch_tessera.runtime.profiler.ProfileColumn` (seconds per launch, program order).
+        a :class:`~torch_tessera.target.profiler.ProfileColumn` (seconds per launch, program order).
     """
     from torch.utils._pytree import tree_flatten
 
     from torch_tessera.lowering.program import BufferKind, ExternLaunch, TensorArg
     from torch_tessera.runtime.executor import BufferPool, bind_input, fresh_extern_outputs
     from torch_tessera.runtime.placed import _stream_ctx
-    from torch_tessera.runtime.profiler import ProfileCache, profile_program
+    from torch_tessera.target.profiler import ProfileCache, profile_program
 
     runner = prog.runner
     program = runner.program
@@ -82,8 +82,8 @@ def profile_on_device(prog: Compiled, g: int, s: MeasureSettings) -> Any:
                                  rotate=restore, cache=ProfileCache(s.profile_cache), progress=False)
         if tdev.type == "cuda":
             # one-by-one times include the host's launch latency; calibrate them to the whole program replayed
-            # back to back as one CUDA graph on this device (see runtime.profiler.calibrate_to_total)
-            from torch_tessera.runtime.profiler import calibrate_to_total, time_graph_replay
+            # back to back as one CUDA graph on this device (see target.profiler.calibrate_to_total)
+            from torch_tessera.target.profiler import calibrate_to_total, time_graph_replay
 
             stream = dev.new_stream()  # run_launch reads this variable: capture needs a non-default stream
 
@@ -120,8 +120,8 @@ def measured_workload(progs: Sequence[Compiled], s: MeasureSettings, progress: A
     Returns:
         ``(workload, topology, cost_tables)`` where ``cost_tables`` maps program name -> measured ``CostTable``.
     """
-    from torch_tessera.runtime.links import build_topology, measure_links
-    from torch_tessera.runtime.profiler import to_cost_table
+    from torch_tessera.target.links import build_topology, measure_links
+    from torch_tessera.target.profiler import to_cost_table
     from torch_tessera.scheduler import Workload
     from torch_tessera.scheduler.types import WorkloadProgram
 

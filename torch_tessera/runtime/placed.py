@@ -93,7 +93,7 @@ class PlacedExecutor:
         program: the kernel program.
         dag: its dependency DAG (from :func:`torch_tessera.graph.build_dependency_graph`).
         placement: launch index -> index into ``devices``.
-        devices: runtime devices (:func:`torch_tessera.runtime.devices.open_device`); ``devices[home]`` must be where
+        devices: runtime devices (:func:`torch_tessera.target.devices.open_device`); ``devices[home]`` must be where
             the caller's tensors live.
         kernel_objects: live kernel objects from lowering, usable on the home device.
         home: index of the caller's device.

@@ -21,7 +21,7 @@ import numpy as np
 
 from torch_tessera.errors import ConfigError, InfeasiblePlanError
 from torch_tessera.graph.types import DependencyGraph
-from torch_tessera.runtime.costs import CostTable, Topology
+from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler import baselines, cache
 from torch_tessera.scheduler.blocks import aggregate
 from torch_tessera.scheduler.build import make_plan

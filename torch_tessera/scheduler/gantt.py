@@ -17,7 +17,7 @@ from typing import Mapping
 import numpy as np
 
 from torch_tessera.graph.types import DependencyGraph
-from torch_tessera.runtime.costs import CostTable, Topology
+from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler.problem import as_workload, compile_problem
 from torch_tessera.scheduler.types import Plan, Workload
 

@@ -17,7 +17,7 @@ import numpy as np
 from torch_tessera.errors import ConfigError, InfeasiblePlanError
 from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.lowering.program import BufferKind
-from torch_tessera.runtime.costs import CostTable, Topology
+from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler.types import Workload, WorkloadProgram
 
 log = logging.getLogger(__name__)

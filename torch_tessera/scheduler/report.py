@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from torch_tessera.scheduler.types import Plan
+if TYPE_CHECKING:  # types.Plan.summary() calls into this module
+    from torch_tessera.scheduler.types import Plan
 
 
 def fmt_seconds(s: float) -> str:
@@ -80,11 +81,11 @@ def compare(plans: Mapping[str, Plan | Exception], reference: str | None = None)
         plans: name -> plan, or the exception that made it n/a (``NotApplicableError``, ``InfeasiblePlanError``).
         reference: name whose throughput the ``speed-up`` column divides by (default: the first plan).
     """
-    ok = {k: v for k, v in plans.items() if isinstance(v, Plan)}
+    ok = {k: v for k, v in plans.items() if not isinstance(v, BaseException)}
     ref = ok.get(reference) if reference else next(iter(ok.values()), None)
     rows, why = [], []
     for name, p in plans.items():
-        if not isinstance(p, Plan):
+        if isinstance(p, BaseException):
             rows.append([name, "n/a", "", "", "", "", "", "", "see below"])
             why.append(f"{name}: {str(p).split('. Fix')[0]}")  # whole, under the table (a cell would cut it)
             continue

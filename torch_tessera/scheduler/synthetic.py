@@ -20,7 +20,7 @@ import torch
 
 from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.lowering.program import Buffer, BufferKind
-from torch_tessera.runtime.costs import CostTable, Topology
+from torch_tessera.target.costs import CostTable, Topology
 
 Range = tuple[str, int, int]
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from torch_tessera.errors import NotApplicableError  # noqa: F401  (re-exported)
 from torch_tessera.graph.types import DependencyGraph
-from torch_tessera.runtime.costs import CostTable
+from torch_tessera.target.costs import CostTable
 
 #: Objective names: ``cycle`` is the steady-state pipeline cycle time per workload step (throughput policies),
 #: ``latency`` the time one request takes (sum over programs of frequency x makespan).
@@ -176,7 +176,7 @@ class Plan:
         weights: per device, names of the PARAMETER buffers placed there.
         replicas: devices that each run a full replica (``request-dist``); empty otherwise.
         hop_seconds: per device, the part of ``device_seconds`` its cut edges charge it (per-hop overhead and
-            exposed copy time, :attr:`~torch_tessera.runtime.costs.Topology.hop_overhead`); empty when none.
+            exposed copy time, :attr:`~torch_tessera.target.costs.Topology.hop_overhead`); empty when none.
         solver: how it was found.
     """
 

@@ -141,7 +141,7 @@ class CompiledModel:
     def __init__(self, s: EngineSettings) -> None:
         from torch_tessera.measure import Compiled, compile_program
         from torch_tessera.models import build_module
-        from torch_tessera.runtime.devices import parse_run_devices
+        from torch_tessera.target.devices import parse_run_devices
         from torch_tessera.serving.row_cache import RowCacheLM
 
         specs, on_cuda, self.home = parse_run_devices(s.devices, "the compiled engine")

@@ -1,7 +1,7 @@
 import os, pickle, sys, time
 import numpy as np
 sys.path.insert(0, "/work/wt-sched")
-from torch_tessera.runtime.devices import parse_devices
+from torch_tessera.target.devices import parse_devices
 from torch_tessera.scheduler.problem import compile_problem
 from torch_tessera.scheduler.blocks import aggregate, block_cycle, tie_layers
 D2 = "sim:a100,sim:l40s"

@@ -42,9 +42,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from torch_tessera.runtime import catalog
-from torch_tessera.runtime.costs import Topology
-from torch_tessera.runtime.devices import Device, DeviceKind, DeviceSpec, parse_device
+from torch_tessera.target import catalog
+from torch_tessera.target.costs import Topology
+from torch_tessera.target.devices import Device, DeviceKind, DeviceSpec, parse_device
 
 log = logging.getLogger(__name__)
 

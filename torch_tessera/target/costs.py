@@ -54,12 +54,12 @@ class Topology:
         memory: bytes each device may use for this model (weights, state, activations).
         source: where the link figures come from.
         hosts: host name of every device (empty: all on one host). Pairs on different hosts are linked by the
-            network (see :func:`torch_tessera.runtime.links.build_topology`), which the bandwidth and latency already
+            network (see :func:`torch_tessera.target.links.build_topology`), which the bandwidth and latency already
             reflect; this field says why.
         hop_overhead: ``[D, D]`` seconds each edge cut ``src -> dst`` costs on the timelines of BOTH devices it joins,
             per program run (per micro-batch): the event, copy node and cross-device wait of one hop and the overlap
             it breaks, which perfect micro-batch overlap would hide but the runtime does not (``None``: zeros; the
-            figures and their source are in :mod:`torch_tessera.runtime.links`, ``HOP_FIGURES``).
+            figures and their source are in :mod:`torch_tessera.target.links`, ``HOP_FIGURES``).
         copy_exposure: ``[D, D]`` share (0..1) of each copy's link time (``bytes / bandwidth``) that also lands on
             both devices' timelines (copies on the dependency chain are not fully overlapped; ``None``: zeros).
         overhead_source: where ``hop_overhead`` and ``copy_exposure`` come from.

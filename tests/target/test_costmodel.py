@@ -12,12 +12,12 @@ from torch_tessera.errors import DeviceUnavailableError
 from torch_tessera.lowering.program import (
     Buffer, BufferKind, ExternLaunch, KernelProgram, KernelSource, Provenance, ScalarArg, TensorArg, TritonLaunch,
 )
-from torch_tessera.runtime.costmodel import (
+from torch_tessera.target.costmodel import (
     DEFAULT_EFFICIENCY, Efficiency, KernelClass, RooflineModel, calibrate, classify, estimate_costs,
     launch_features,
 )
-from torch_tessera.runtime.devices import parse_device
-from torch_tessera.runtime.links import LinkMeasurement, build_topology
+from torch_tessera.target.devices import parse_device
+from torch_tessera.target.links import LinkMeasurement, build_topology
 
 
 def view(buf, size, dtype=torch.bfloat16, stride=None, offset=0):

@@ -12,8 +12,8 @@ from torch_tessera.errors import DeviceUnavailableError
 from torch_tessera.lowering.program import (
     Buffer, BufferKind, ExternLaunch, KernelProgram, KernelSource, Provenance, ScalarArg, TensorArg, TritonLaunch,
 )
-from torch_tessera.runtime.devices import parse_device
-from torch_tessera.runtime.profiler import (
+from torch_tessera.target.devices import parse_device
+from torch_tessera.target.profiler import (
     ProfileCache, PerfCounterTimer, cache_dir, launch_key, profile_program, to_cost_table,
 )
 
@@ -184,7 +184,7 @@ def test_gpu_spec_without_device_needs_a_timer_and_sims_are_refused(cpu0):
 def test_calibrate_to_total_removes_a_constant_per_launch_overhead():
     import numpy as np
 
-    from torch_tessera.runtime.profiler import ProfileColumn, calibrate_to_total
+    from torch_tessera.target.profiler import ProfileColumn, calibrate_to_total
 
     gpu = np.array([2e-6, 5e-6, 40e-6, 300e-6, 3e-6])
     overhead = 25e-6  # what timing each launch alone adds (host launch latency while the GPU waits)
@@ -198,7 +198,7 @@ def test_calibrate_to_total_keeps_the_floor_and_the_total():
     import numpy as np
     import pytest
 
-    from torch_tessera.runtime.profiler import ProfileColumn, calibrate_to_total
+    from torch_tessera.target.profiler import ProfileColumn, calibrate_to_total
 
     col = ProfileColumn("cuda:0", (0, 1, 2), np.array([10e-6, 11e-6, 500e-6]), "measured")
     cal = calibrate_to_total(col, 200e-6, floor_s=2e-6)

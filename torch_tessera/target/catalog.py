@@ -105,7 +105,7 @@ class CatalogEntry:
         mem_bandwidth: DRAM bandwidth, bytes/s.
         memory_bytes: DRAM capacity, bytes.
         sm_count: number of SMs enabled.
-        interconnect: GPU-to-GPU link family, a key of :data:`torch_tessera.runtime.links.LINK_FIGURES`
+        interconnect: GPU-to-GPU link family, a key of :data:`torch_tessera.target.links.LINK_FIGURES`
             (``"nvlink3"``, ``"nvlink4"``, ``"nvlink5"``, ``"pcie4"``, ``"pcie5"``).
         peer_access: whether two of these in one host can use CUDA peer copies.
         aliases: other spellings accepted after ``sim:`` and substrings matched in detected GPU names.

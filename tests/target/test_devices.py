@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from torch_tessera.errors import DeviceUnavailableError, TesseraError
-from torch_tessera.runtime import catalog, green, prices
-from torch_tessera.runtime.devices import (
+from torch_tessera.target import catalog, green, prices
+from torch_tessera.target.devices import (
     DeviceKind,
     EMULATION_PROFILES,
     CpuStream,
@@ -20,7 +20,7 @@ from torch_tessera.runtime.devices import (
     parse_size,
     partition_bandwidth,
 )
-from torch_tessera.runtime.links import LINK_FIGURES
+from torch_tessera.target.links import LINK_FIGURES
 
 H200_BF16 = 1979e12 / 2  # H200 datasheet: 1,979 TFLOPS bf16 *with sparsity*
 H200_SMS = 132
@@ -41,7 +41,7 @@ def test_whole_gpu_has_datasheet_figures():
 
 
 def test_partition_takes_the_measured_share_where_measured_and_the_sm_share_elsewhere():
-    from torch_tessera.runtime.devices import MEASURED_PARTITION_SHARE
+    from torch_tessera.target.devices import MEASURED_PARTITION_SHARE
 
     d = h200("cuda:1@24sm")
     assert d.kind is DeviceKind.PARTITION and d.index == 1

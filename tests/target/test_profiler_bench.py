@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_tessera.runtime.costmodel import DEFAULT_EFFICIENCY, Efficiency, KernelClass, LaunchFeatures, RooflineModel
-from torch_tessera.runtime.devices import parse_device
+from torch_tessera.target.costmodel import DEFAULT_EFFICIENCY, Efficiency, KernelClass, LaunchFeatures, RooflineModel
+from torch_tessera.target.devices import parse_device
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_layer_profile.py"
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from torch_tessera.lowering import lower
-from torch_tessera.runtime.costmodel import KernelClass, estimate_costs, launch_features
-from torch_tessera.runtime.devices import open_device
+from torch_tessera.target.costmodel import KernelClass, estimate_costs, launch_features
+from torch_tessera.target.devices import open_device
 from torch_tessera.runtime.executor import BufferPool, KernelLauncher
-from torch_tessera.runtime.profiler import ProfileCache, profile_program, to_cost_table
+from torch_tessera.target.profiler import ProfileCache, profile_program, to_cost_table
 
 
 class Block(torch.nn.Module):

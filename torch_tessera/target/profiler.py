@@ -29,9 +29,9 @@ import numpy as np
 import torch
 
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, Launch, TensorArg, to_jsonable
-from torch_tessera.runtime.costs import CostTable
+from torch_tessera.target.costs import CostTable
 from torch_tessera.errors import DeviceUnavailableError
-from torch_tessera.runtime.devices import Device, DeviceKind, DeviceSpec
+from torch_tessera.target.devices import Device, DeviceKind, DeviceSpec
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import argparse
 import torch
 
 from torch_tessera.commands import devices as command
-from torch_tessera.runtime import catalog
+from torch_tessera.target import catalog
 
 
 def run(capsys, *argv):
@@ -47,7 +47,7 @@ def test_sources_cover_every_figure(capsys):
     section, hops = out.split("Catalog figures and their sources")[1].split("Per-hop charge of a cut edge")
     rows = [l for l in section.splitlines()[3:] if l.strip()]
     assert len(rows) == 5 * len(catalog.CATALOG)
-    from torch_tessera.runtime.links import HOP_FIGURES
+    from torch_tessera.target.links import HOP_FIGURES
 
     assert len([l for l in hops.splitlines()[3:] if l.strip()]) == len(HOP_FIGURES)
 

@@ -38,7 +38,7 @@ from typing import Sequence
 import torch
 
 from torch_tessera.errors import DeviceUnavailableError
-from torch_tessera.runtime import catalog, green, prices
+from torch_tessera.target import catalog, green, prices
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class DeviceSpec:
         peak_fp32_flops: non-tensor fp32 peak, FLOP/s.
         mem_bandwidth: DRAM bandwidth available to the device, bytes/s.
         memory_bytes: bytes the device may use (the budget when one is set, else the capacity).
-        price_per_hour: in :data:`torch_tessera.runtime.prices.UNIT`.
+        price_per_hour: in :data:`torch_tessera.target.prices.UNIT`.
         price_source: where the price comes from (or the assumption behind it).
         price_date: ISO date of the price.
         figures_source: where the peaks come from.
@@ -305,7 +305,7 @@ def _gpu_spec(name: str, kind: DeviceKind, index: int | None, hw: _Hardware, req
     bf16 = e.peak_bf16_flops.value if e else nan
     fp32 = e.peak_fp32_flops.value if e else nan
     bw = e.mem_bandwidth.value if e else nan
-    src = f"datasheet: {e.name} (runtime/catalog.py)" if e else f"unknown model {hw.model!r}: no peaks, profile it"
+    src = f"datasheet: {e.name} (target/catalog.py)" if e else f"unknown model {hw.model!r}: no peaks, profile it"
     price = prices.price_of(e.key) if e else prices.price_of(hw.model)
     sms, requested = hw.total_sms, None
     if req.sms is not None:

@@ -7,9 +7,9 @@ import time
 import pytest
 import torch
 
-from torch_tessera.runtime import green
-from torch_tessera.runtime.devices import open_device, parse_device
-from torch_tessera.runtime.links import measure_links
+from torch_tessera.target import green
+from torch_tessera.target.devices import open_device, parse_device
+from torch_tessera.target.links import measure_links
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 green_ok = pytest.mark.skipif(

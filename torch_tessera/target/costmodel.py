@@ -30,8 +30,8 @@ import torch
 
 from torch_tessera.errors import DeviceUnavailableError
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, Launch, TensorArg, TritonLaunch
-from torch_tessera.runtime.costs import CostTable
-from torch_tessera.runtime.devices import DeviceSpec, parse_device
+from torch_tessera.target.costs import CostTable
+from torch_tessera.target.devices import DeviceSpec, parse_device
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ class RooflineModel:
         peak = device.peak_bf16_flops if f.tensor_core else device.peak_fp32_flops
         if not (peak > 0 and device.mem_bandwidth > 0):
             raise DeviceUnavailableError(f"{device.name} ({device.model}) has no datasheet peaks: profile it instead "
-                                         "of modelling it, or add it to runtime/catalog.py")
+                                         "of modelling it, or add it to target/catalog.py")
         e = self.efficiency[f.kernel_class]
         return self.overhead_s + max(f.flops / (peak * e.compute), f.nbytes / (device.mem_bandwidth * e.memory))
 
