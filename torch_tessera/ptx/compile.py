@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from torch_tessera import knobs
 from torch_tessera.lowering.program import KernelSource
 from torch_tessera.ptx import _triton_compat as compat
 from torch_tessera.ptx.types import CompiledPTX, PTXCompileError
@@ -36,8 +37,7 @@ _PTX_PARAM_WIDTH = {"i1": 8, "i8": 8, "u8": 8, "i16": 16, "u16": 16, "i32": 32, 
 
 def cache_dir() -> Path:
     """Directory of the PTX cache: ``$TESSERA_CACHE_DIR/ptx``, default ``~/.cache/torch_tessera/ptx``."""
-    root = os.environ.get("TESSERA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "torch_tessera")
-    return Path(root) / "ptx"
+    return knobs.cache_dir("ptx")
 
 
 def runtime_params(source: KernelSource) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from torch_tessera import knobs
 from torch_tessera.scheduler.problem import Problem
 from torch_tessera.scheduler.types import Plan
 
@@ -32,8 +33,8 @@ SCHEMA = 4
 
 
 def default_dir() -> Path:
-    root = os.environ.get("TESSERA_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "torch_tessera") / "plans"
+    """The plan cache directory: ``$TESSERA_CACHE_DIR/plans`` (:mod:`torch_tessera.knobs`)."""
+    return knobs.cache_dir("plans")
 
 
 def structural_hash(pb: Problem) -> str:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, Launch, TensorArg, to_jsonable
+from torch_tessera import knobs
 from torch_tessera.target.costs import CostTable
 from torch_tessera.errors import DeviceUnavailableError
 from torch_tessera.target.devices import Device, DeviceKind, DeviceSpec
@@ -69,8 +70,7 @@ class CudaEventTimer:
 
 def cache_dir(override: str | os.PathLike | None = None) -> Path:
     """Where profiles are cached: ``override``, else ``$TESSERA_CACHE_DIR``, else ``~/.cache/torch_tessera``."""
-    root = override or os.environ.get("TESSERA_CACHE_DIR") or Path.home() / ".cache" / "torch_tessera"
-    return Path(root) / "profiles"
+    return (Path(override) if override else knobs.cache_dir()) / "profiles"
 
 
 def _signature(obj: object) -> object:
