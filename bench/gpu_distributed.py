@@ -143,7 +143,7 @@ _BACKEND = "gloo"
 
 
 def placements(dag, n: int) -> dict:
-    attn = {v for v, d in dag.graph.nodes(data=True) if d.get("op_class") == "attention"}
+    attn = {k.index for k in dag.nodes() if k.op_class == "attention"}
     return {"home": {i: 0 for i in range(n)}, "af": {i: int(i in attn) for i in range(n)}}
 
 

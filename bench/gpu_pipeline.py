@@ -92,7 +92,7 @@ def build(args, device):
 def placements(dag, n_layers: int, split: float, names) -> dict:
     """The named placements (launch index -> device index) of the module docstring."""
     nodes = sorted(dag.graph.nodes)
-    layer = {v: dag.graph.nodes[v].get("layer") for v in nodes}
+    layer = {v: dag.node(v).layer for v in nodes}
     first_on_1 = round(n_layers * split)
     out = {}
     for name in names:
@@ -104,7 +104,7 @@ def placements(dag, n_layers: int, split: float, names) -> dict:
             cut = min((v for v in nodes if layer[v] is not None and layer[v] >= first_on_1), default=nodes[-1] + 1)
             out[name] = {v: int(layer[v] >= first_on_1) if layer[v] is not None else int(v >= cut) for v in nodes}
         elif name == "af":
-            out[name] = {v: int(dag.graph.nodes[v].get("op_class") == "attention") for v in nodes}
+            out[name] = {v: int(dag.node(v).op_class == "attention") for v in nodes}
         else:
             raise SystemExit(f"unknown plan {name!r}; choose from dev0, dev1, layer, af")
     return out

@@ -272,7 +272,7 @@ def main() -> int:
         ro = torch.compile(model, mode="reduce-overhead", dynamic=False)
         for _ in range(3):
             ro(ids)
-        attn = {v for v, d in dag.graph.nodes(data=True) if d["op_class"] == "attention"}
+        attn = {k.index for k in dag.nodes() if k.op_class == "attention"}
         placements = {
             "home": {i: 0 for i in range(n)},
             "attention-on-1": {i: (1 if i in attn else 0) for i in range(n)},

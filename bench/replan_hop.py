@@ -84,7 +84,7 @@ def lowered(model: str, cache: Path | None) -> list[tuple[str, object, object, f
 
     out = []
     for name, build, freq in WORKLOADS[model][0]:
-        path = cache / f"{model}-{name}.pkl" if cache else None
+        path = cache / f"{model}-{name}.dag2.pkl" if cache else None  # dag2: DAG nodes hold KernelNode records
         if path is not None and path.exists():
             program, dag = pickle.loads(path.read_bytes())
         else:

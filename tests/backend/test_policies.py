@@ -31,6 +31,6 @@ def test_policy_plan_runs_and_equals_eager(policy):
     if policy == "homo-R":
         assert set(placement.values()) == {1} and runner.executor.cut_edges_transferred == 0
     if policy == "af":
-        attention = {n for n, d in runner.dag.graph.nodes(data=True) if d["op_class"] == "attention"}
+        attention = {k.index for k in runner.dag.nodes() if k.op_class == "attention"}
         assert attention and len({placement[n] for n in attention}) == 1
         assert {placement[n] for n in placement if n not in attention} != {placement[next(iter(attention))]}

@@ -82,8 +82,8 @@ def test_decode_reads_a_context_sized_kv_cache_marked_state_and_prefill_hands_it
             assert readers, f"no attention launch reads b_kv_{kind}_{i}"
     # The kernels writing the cache count as attention (the attention side owns the cache under ``af``).
     ddag = mw.workload.programs[1].dag
-    writers = [k for k in ddag.graph.nodes if any(b.startswith("b_kv_key_") for b in ddag.graph.nodes[k]["writes"])]
-    assert writers and all(ddag.graph.nodes[k]["op_class"] == "attention" for k in writers)
+    writers = [k for k in ddag.nodes() if any(b.startswith("b_kv_key_") for b in k.writes)]
+    assert writers and all(k.op_class == "attention" for k in writers)
     # The prompt's K/V are handed over from the prefill's owner to the decode's owner: one STATE edge per cache
     # buffer, carrying the prompt's rows (at least PROMPT positions, at most the prefill's whole cache).
     pb = compile_problem(mw.workload, mw.topology)

@@ -62,7 +62,7 @@ def test_in_place_update_chains_writers():
     e = edges(dg)
     assert e[(0, 1)]["kinds"] == {"RAW", "WAW"} and e[(0, 1)]["bytes"] == 128
     assert e[(1, 2)]["kinds"] == {"RAW"} and (0, 2) not in e
-    assert dg.graph.nodes[1]["reads"] == {"x", "y"} and dg.graph.nodes[1]["writes"] == {"y"}
+    assert dg.node(1).reads == {"x", "y"} and dg.node(1).writes == {"y"}
     assert nx.is_directed_acyclic_graph(dg.graph)
 
 
@@ -121,7 +121,7 @@ def test_a_write_known_only_by_its_envelope_is_read_modify_write():
     ]
     dg = build_dependency_graph(program(bufs, launches), {"read_one": READ_ONE})
     e = edges(dg)
-    assert "m" in dg.graph.nodes[1]["reads"]
+    assert "m" in dg.node(1).reads
     assert "RAW" in e[(0, 1)]["kinds"] and "RAW" in e[(1, 2)]["kinds"]
 
 
@@ -134,10 +134,10 @@ def test_extern_schema_reads_and_writes():
         ExternLaunch(2, "aten::relu.default", (view("c", 0, (4, 4)),), {}, (), (view("d", 0, (4, 4)),)),
     ]
     dg = build_dependency_graph(program(bufs, launches), {})
-    n = dg.graph.nodes
-    assert n[0]["reads"] == {"a", "b"} and n[0]["writes"] == {"c"}  # out= is write-only
-    assert n[1]["reads"] == {"a", "c"} and n[1]["writes"] == {"c"}  # self(a!) of an in-place op is read-write
-    assert n[2]["reads"] == {"c"} and n[2]["writes"] == {"d"}  # a fresh output
+    n = dg.nodes()
+    assert n[0].reads == {"a", "b"} and n[0].writes == {"c"}  # out= is write-only
+    assert n[1].reads == {"a", "c"} and n[1].writes == {"c"}  # self(a!) of an in-place op is read-write
+    assert n[2].reads == {"c"} and n[2].writes == {"d"}  # a fresh output
     e = edges(dg)
     assert e[(0, 1)]["kinds"] == {"RAW", "WAW"} and e[(1, 2)]["kinds"] == {"RAW"}
 
@@ -147,10 +147,10 @@ def test_unsure_launches_are_marked():
     launches = [triton(0, "ptr_table", in_ptr0=view("t", 0, (8,)), out_ptr0=view("y", 0, (8,))),
                 triton(1, "unknown_kernel", in_ptr0=view("y", 0, (8,)), out_ptr0=view("t", 0, (8,)))]
     acc = {"ptr_table": access("ptr_table", indirect=True, in_ptr0="read", out_ptr0="write")}
-    n = build_dependency_graph(program(bufs, launches), acc).graph.nodes
-    assert n[0]["unsure"] and "no parameter" in n[0]["unsure_reason"]
-    assert n[1]["unsure"] and "no PTX access summary" in n[1]["unsure_reason"]
-    assert n[1]["writes"] == {"t"}  # Inductor's out_ptr role is the fallback
+    n = build_dependency_graph(program(bufs, launches), acc).nodes()
+    assert n[0].unsure and "no parameter" in n[0].unsure_reason
+    assert n[1].unsure and "no PTX access summary" in n[1].unsure_reason
+    assert n[1].writes == {"t"}  # Inductor's out_ptr role is the fallback
 
 
 def test_op_classes_from_provenance():
@@ -184,3 +184,30 @@ def test_scatter_write_does_not_hide_earlier_writers():
     e = edges(build_dependency_graph(program(bufs, launches), {"read_one": READ_ONE, "scatter": scatter}))
     assert "RAW" in e[(0, 1)]["kinds"] and e[(0, 1)]["bytes"] == 64  # the fill reaches the scatter's device
     assert e[(1, 2)]["bytes"] == 64
+
+
+def test_each_node_is_one_frozen_record_with_derived_reads_and_writes():
+    import dataclasses
+    import pickle
+
+    import pytest
+
+    from torch_tessera.graph.types import NODE_KEY, KernelNode
+
+    bufs = buffers(x=(BufferKind.INPUT, 32), y=(BufferKind.TEMP, 32), z=(BufferKind.TEMP, 32))
+    whole = lambda n: view(n, 0, (32,))
+    launches = [triton(0, "read_one", in_ptr0=whole("x"), out_ptr0=whole("y")),
+                triton(1, "read_one", in_ptr0=whole("y"), out_ptr0=whole("z"))]
+    dg = build_dependency_graph(program(bufs, launches), {"read_one": READ_ONE})
+    assert all(set(d) == {NODE_KEY} for _, d in dg.graph.nodes(data=True))  # nothing stored beside the record
+    k = dg.node(1)
+    assert isinstance(k, KernelNode) and k.index == 1 and k.name == "read_one" and k.kind == "triton"
+    assert k.read_ranges == (("y", 0, 128),) and k.write_ranges == (("z", 0, 128),)
+    assert k.reads == {"y"} and k.writes == {"z"} and k.touched_bytes == 256
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        k.name = "other"
+    assert [n.index for n in dg.nodes()] == [0, 1]
+    with pytest.raises(KeyError, match="launch 7 is not a kernel node"):
+        dg.node(7)
+    back = pickle.loads(pickle.dumps(dg))
+    assert back.nodes() == dg.nodes() and back.node(1).writes == {"z"}

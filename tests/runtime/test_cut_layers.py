@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.graph.types import DependencyGraph, KernelNode, add_kernel
 from torch_tessera.runtime.schedule import cut_edge_count, cut_edges_per_layer, launch_layers
 
 
@@ -13,7 +13,7 @@ def _dag() -> DependencyGraph:
     one ordering-only edge (WAR) and one RAW edge without bytes, which never count as cuts."""
     g = nx.DiGraph()
     for n, layer in enumerate([None, 0, 0, None, 1, 1, None]):
-        g.add_node(n, layer=layer)
+        add_kernel(g, KernelNode(n, f"k{n}", layer=layer))
     raw = {"kinds": frozenset({"RAW"}), "ranges": (("b", 0, 8),), "bytes": 8}
     for u in range(6):
         g.add_edge(u, u + 1, **raw)
@@ -38,7 +38,7 @@ def test_cuts_counted_by_consumer_layer():
 
 def test_program_without_layers():
     g = nx.DiGraph()
-    g.add_node(0, layer=None)
-    g.add_node(1, layer=None)
+    add_kernel(g, KernelNode(0, "k0"))
+    add_kernel(g, KernelNode(1, "k1"))
     g.add_edge(0, 1, kinds=frozenset({"RAW"}), ranges=(("b", 0, 4),), bytes=4)
     assert cut_edges_per_layer(DependencyGraph(g, {}), {0: 0, 1: 1}) == {None: 1}

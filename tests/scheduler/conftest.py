@@ -89,7 +89,7 @@ def ref_weights(dag, place: dict[int, int], D: int) -> np.ndarray:
     out = np.zeros(D)
     for name, b in dag.buffers.items():
         if b.kind == BufferKind.PARAMETER:
-            on = {place[k] for k in dag.graph.nodes if name in dag.graph.nodes[k]["reads"]}
+            on = {place[k.index] for k in dag.nodes() if name in k.reads}
             for g in on:
                 out[g] += b.nbytes
     return out

@@ -49,7 +49,7 @@ def test_request_dist_adds_throughput_and_replicates_memory(model):
 def test_af_splits_attention_and_picks_better_orientation(model):
     dag, costs, tp = model
     p = plan(dag, costs, tp, policy="af")
-    attn = {k for k, d in dag.graph.nodes(data=True) if d["op_class"] == "attention"}
+    attn = {k.index for k in dag.nodes() if k.op_class == "attention"}
     devs_attn = {p.placement[k] for k in attn}
     devs_rest = {p.placement[k] for k in dag.graph.nodes if k not in attn}
     assert len(devs_attn) == 1 and len(devs_rest) == 1 and devs_attn != devs_rest
@@ -64,9 +64,9 @@ def test_layer_is_contiguous_and_balanced(model):
     dag, costs, tp = model
     p = plan(dag, costs, tp, policy="layer")
     per_layer = {}
-    for k, d in dag.graph.nodes(data=True):
-        if d["layer"] is not None:
-            per_layer.setdefault(d["layer"], set()).add(p.placement[k])
+    for k in dag.nodes():
+        if k.layer is not None:
+            per_layer.setdefault(k.layer, set()).add(p.placement[k.index])
     assert all(len(v) == 1 for v in per_layer.values())
     seq = [per_layer[l].pop() for l in sorted(per_layer)]
     assert seq == sorted(seq) or seq == sorted(seq, reverse=True)  # contiguous ranges

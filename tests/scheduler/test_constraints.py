@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from conftest import MB, random_costs, random_dag, topo
 from torch_tessera.errors import ConfigError, InfeasiblePlanError
+from torch_tessera.graph.types import add_kernel
 from torch_tessera.lowering.program import BufferKind
 from torch_tessera.scheduler import plan
 from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag
@@ -65,9 +67,10 @@ def test_pins_are_respected_and_conflicts_raise():
 def test_conflicting_pins_on_one_state_owner():
     dag = transformer_dag(layers=1, tokens=8, context=64)
     costs = roofline_costs(dag, ("big", "small"))
-    writer = next(k for k in dag.graph.nodes if "kv.0" in dag.graph.nodes[k]["writes"])
-    reader = next(k for k in dag.graph.nodes if dag.graph.nodes[k]["name"] == "attention")
-    dag.graph.nodes[reader]["writes"] = dag.graph.nodes[reader]["writes"] | {"kv.0"}  # a second writer of kv.0
+    writer = next(k.index for k in dag.nodes() if "kv.0" in k.writes)
+    reader = next(k for k in dag.nodes() if k.name == "attention")
+    add_kernel(dag.graph, replace(reader, write_ranges=reader.write_ranges + (("kv.0", 0, 8),)))  # a second writer
+    reader = reader.index
     with pytest.raises(InfeasiblePlanError, match="must share a device"):
         plan(dag, costs, nvlink_topology(("big", "small")), pins={writer: 0, reader: 1}, cache_dir=False)
 
@@ -78,24 +81,23 @@ def test_unsure_kernels_stay_with_a_neighbour():
     costs = roofline_costs(dag, devs, seed=4)
     for policy in ("throughput", "latency", "af", "layer"):
         p = plan(dag, costs, nvlink_topology(devs), policy=policy, cache_dir=False)
-        for k, d in dag.graph.nodes(data=True):
-            if d["unsure"]:
-                nbrs = set(dag.graph.predecessors(k)) | set(dag.graph.successors(k))
-                assert any(p.placement[j] == p.placement[k] for j in nbrs), (policy, k)
+        for k in (n.index for n in dag.nodes() if n.unsure):
+            nbrs = set(dag.graph.predecessors(k)) | set(dag.graph.successors(k))
+            assert any(p.placement[j] == p.placement[k] for j in nbrs), (policy, k)
 
 
 def test_state_writers_share_the_owner_device():
     dag = transformer_dag(layers=2, tokens=64, context=256)
-    for k in dag.graph.nodes:  # make attention also write its cache (as an in-place append would)
-        if dag.graph.nodes[k]["name"] == "attention":
-            dag.graph.nodes[k]["writes"] = dag.graph.nodes[k]["writes"] | {f"kv.{dag.graph.nodes[k]['layer']}"}
+    for k in dag.nodes():  # make attention also write its cache (as an in-place append would)
+        if k.name == "attention":
+            add_kernel(dag.graph, replace(k, write_ranges=k.write_ranges + ((f"kv.{k.layer}", 0, 8),)))
     devs = ("big", "small")
     costs = roofline_costs(dag, devs)
     for policy in ("throughput", "latency", "af"):
         p = plan(dag, costs, nvlink_topology(devs), policy=policy, cache_dir=False)
         for name, b in dag.buffers.items():
             if b.kind == BufferKind.STATE:
-                owners = {p.placement[k] for k in dag.graph.nodes if name in dag.graph.nodes[k]["writes"]}
+                owners = {p.placement[k.index] for k in dag.nodes() if name in k.writes}
                 assert len(owners) == 1, (policy, name, owners)
 
 

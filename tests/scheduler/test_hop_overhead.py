@@ -416,8 +416,7 @@ def _fork_join(branch_ms: float):
     dag = dag_from_kernels(ks, buffers)
     ms = {"a": 10.0, "b": branch_ms, "c": branch_ms, "d": 10.0}
     nodes = sorted(dag.graph.nodes)
-    names = {k: dag.graph.nodes[k]["name"] if "name" in dag.graph.nodes[k] else ks[i].name
-             for i, k in enumerate(nodes)}
+    names = {k: dag.node(k).name for k in nodes}
     cost = np.array([[ms[names[k]] * 1e-3] * 2 for k in nodes])
     return dag, CostTable(("d0", "d1"), tuple(nodes), cost)
 

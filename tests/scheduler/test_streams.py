@@ -33,7 +33,7 @@ def _stateful_dag():
 def _two_devices_costs(dag, slow: float = 3.0) -> CostTable:
     """d1 is ``slow`` times slower than d0 on every kernel but attention, where they are equal."""
     nodes = sorted(dag.graph.nodes)
-    c = np.array([[1e-3, 1e-3 if dag.graph.nodes[k]["op_class"] == "attention" else slow * 1e-3] for k in nodes])
+    c = np.array([[1e-3, 1e-3 if dag.node(k).op_class == "attention" else slow * 1e-3] for k in nodes])
     return CostTable(("d0", "d1"), tuple(nodes), c)
 
 

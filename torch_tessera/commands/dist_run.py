@@ -90,7 +90,7 @@ def _placement(args: argparse.Namespace, runner: Any, specs: list, hosts: tuple[
 
     program, dag = runner.program, runner.dag
     if args.policy == "attention":
-        attn = {v for v, d in dag.graph.nodes(data=True) if d.get("op_class") == "attention"}
+        attn = {k.index for k in dag.nodes() if k.op_class == "attention"}
         return {launch.index: int(launch.index in attn) for launch in program.launches}
     if args.policy in ("home", "random"):
         placement, _ = place(program, dag, specs, args.policy, seed=args.seed)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Mapping
 
 from torch_tessera.graph.build import LaunchAccess, build, launch_access
-from torch_tessera.graph.types import OP_CLASSES, DependencyGraph
+from torch_tessera.graph.types import OP_CLASSES, DependencyGraph, KernelNode, add_kernel
 from torch_tessera.lowering.program import KernelProgram
 from torch_tessera.ptx.types import KernelAccess
 
-__all__ = ["DependencyGraph", "LaunchAccess", "OP_CLASSES", "build_dependency_graph", "launch_access"]
+__all__ = ["DependencyGraph", "KernelNode", "LaunchAccess", "OP_CLASSES", "add_kernel", "build_dependency_graph",
+           "launch_access"]
 
 
 def build_dependency_graph(program: KernelProgram, accesses: Mapping[str, KernelAccess]) -> DependencyGraph:
@@ -26,6 +27,6 @@ def build_dependency_graph(program: KernelProgram, accesses: Mapping[str, Kernel
         accesses: access summary per kernel name (from :func:`torch_tessera.ptx.analyze_program`).
 
     Returns:
-        The DAG with the attributes documented on :class:`DependencyGraph`.
+        The DAG; each node's :class:`KernelNode` is ``dag.node(index)``.
     """
     return build(program, accesses)

@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_flatten
 
 from torch_tessera.graph.op_class import op_class
 from torch_tessera.graph.ranges import StorageHistory, merge_ranges, view_byte_ranges
-from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.graph.types import NODE_KEY, DependencyGraph, KernelNode, add_kernel
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, TensorArg, TritonLaunch
 from torch_tessera.ptx.types import KernelAccess
 
@@ -157,10 +157,10 @@ def build(program: KernelProgram, accesses: Mapping[str, KernelAccess]) -> Depen
         acc = triton_access(launch, accesses.get(launch.kernel)) if isinstance(launch, TritonLaunch) \
             else extern_access(launch)
         v = launch.index
-        g.add_node(v, name=launch.kernel if isinstance(launch, TritonLaunch) else launch.op, kind=launch.kind,
-                   op_class=op_class(launch), layer=launch.provenance.layer, reads=frozenset(acc.reads),
-                   writes=frozenset(acc.writes), read_ranges=_flat(acc.reads), write_ranges=_flat(acc.writes),
-                   unsure=acc.unsure, unsure_reason=acc.unsure_reason)
+        add_kernel(g, KernelNode(index=v, name=launch.kernel if isinstance(launch, TritonLaunch) else launch.op,
+                                 kind=launch.kind, op_class=op_class(launch), layer=launch.provenance.layer,
+                                 read_ranges=_flat(acc.reads), write_ranges=_flat(acc.writes), unsure=acc.unsure,
+                                 unsure_reason=acc.unsure_reason))
         for buffer, ranges in acc.reads.items():
             h = history(buffer)
             for start, end in ranges:
@@ -176,7 +176,7 @@ def build(program: KernelProgram, accesses: Mapping[str, KernelAccess]) -> Depen
                     _add_edge(g, u, v, "WAR")
     counts = {k: sum(k in d["kinds"] for *_, d in g.edges(data=True)) for k in ("RAW", "WAR", "WAW")}
     log.info("dependency graph: %d launches, %d edges (%s), %d unsure", g.number_of_nodes(), g.number_of_edges(),
-             ", ".join(f"{n} {k}" for k, n in counts.items()), sum(d["unsure"] for _, d in g.nodes(data=True)))
+             ", ".join(f"{n} {k}" for k, n in counts.items()), sum(d[NODE_KEY].unsure for _, d in g.nodes(data=True)))
     return DependencyGraph(graph=g, buffers=dict(program.buffers))
 
 

@@ -352,8 +352,8 @@ class DistributedExecutor:
         self.timeout_s = ctx.timeout_s
         self.step_hook = step_hook
         self.schedule: Schedule = build_schedule(program, dag, placement, home, static_inputs=static_inputs)
-        self._names = {n: d["name"] for n, d in dag.graph.nodes(data=True)}
-        self._writes = {n: {b for b, _, _ in d["write_ranges"]} for n, d in dag.graph.nodes(data=True)}
+        self._names = {k.index: k.name for k in dag.nodes()}
+        self._writes = {k.index: set(k.writes) for k in dag.nodes()}
         self._cuda = ctx.device.type == "cuda"
         self.launcher = KernelLauncher(program, kernel_objects, ctx.device)
         self._fresh = fresh_extern_outputs(program)

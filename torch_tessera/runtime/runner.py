@@ -90,7 +90,7 @@ def pinned_groups(dag: DependencyGraph) -> dict[int, int]:
     """Launches the access analysis is unsure of, each mapped to the neighbour whose device it must share."""
     out: dict[int, int] = {}
     for n in sorted(dag.graph.nodes):
-        if dag.graph.nodes[n].get("unsure"):
+        if dag.node(n).unsure:
             preds = sorted(dag.graph.predecessors(n))
             out[n] = out.get(preds[-1], preds[-1]) if preds else -1
     return out

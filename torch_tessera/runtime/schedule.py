@@ -141,9 +141,9 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
     n_dev = max(list(placement.values()) + [home] + list(homes.values())) + 1
     dom = list(domains) if domains is not None else list(range(max(n_dev, home + 1)))
     readers: dict[str, set[int]] = {}
-    for n, d in g.nodes(data=True):
-        for b in d["reads"]:
-            readers.setdefault(b, set()).add(placement[n])
+    for k in dag.nodes():
+        for b in k.reads:
+            readers.setdefault(b, set()).add(placement[k.index])
     setup: list[CopyStep] = []
     per_call: list[Step] = []
     input_names = list(dict.fromkeys(a.buffer for a in program.inputs if isinstance(a, TensorArg)))
@@ -199,17 +199,16 @@ def _input_bytes_read(program: KernelProgram, dag: DependencyGraph, placement: M
     program wrote them: the graph input's own bytes a device needs. Bytes written earlier in the call reach a
     reader through its RAW edge (a cut copy) or are already there, so copying them in as well would move them
     twice (a KV cache read after the launch that updates it: the whole cache in as input, then again as the cut)."""
-    g = dag.graph
     wanted = set(names)
     written: dict[str, list[tuple[int, int]]] = {}
     out: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for launch in program.launches:
-        node = g.nodes[launch.index]
+        node = dag.node(launch.index)
         d = dom[placement[launch.index]]
-        for b, s, e in node["read_ranges"]:
+        for b, s, e in node.read_ranges:
             if b in wanted:
                 out.setdefault((b, d), []).extend(_subtract((s, e), written.get(b, [])))
-        for b, s, e in node["write_ranges"]:
+        for b, s, e in node.write_ranges:
             if b in wanted:
                 written[b] = merge_ranges(written.get(b, []) + [(s, e)])
     return {k: merge_ranges(v) for k, v in out.items()}
@@ -238,7 +237,7 @@ def _gathers(program: KernelProgram, dag: DependencyGraph, placement: Mapping[in
     lives (``state_homes``, default ``home``)."""
     histories: dict[str, StorageHistory] = {}
     for launch in program.launches:
-        for b, s, e in dag.graph.nodes[launch.index]["write_ranges"]:
+        for b, s, e in dag.node(launch.index).write_ranges:
             h = histories.setdefault(b, StorageHistory(program.buffers[b].nbytes))
             h.write(s, e, launch.index)
     wanted: dict[tuple[str, int], list[tuple[int, int]]] = {}
@@ -270,12 +269,11 @@ def state_owners(program: KernelProgram, dag: DependencyGraph, placement: Mappin
     launch copies it in or gathers it back."""
     first_writer: dict[str, int] = {}
     first_reader: dict[str, int] = {}
-    g = dag.graph
     for launch in program.launches:
-        node = g.nodes[launch.index]
-        for b in node["writes"]:
+        node = dag.node(launch.index)
+        for b in node.writes:
             first_writer.setdefault(b, placement[launch.index])
-        for b in node["reads"]:
+        for b in node.reads:
             first_reader.setdefault(b, placement[launch.index])
     out: dict[str, int] = {}
     for a in program.inputs:
@@ -300,7 +298,6 @@ def copy_hazards(schedule: Schedule, dag: DependencyGraph, domains: Sequence[int
     (seen 2026-11-29 on two H200s: a random placement replayed as one graph gave cosine 0.84 until these waits).
     Buffer-name granularity (conservative).
     """
-    g = dag.graph
     steps = schedule.steps
     touched_before: dict[int, set[str]] = {}  # domain -> buffers touched by launches so far
     out: dict[int, tuple[bool, bool]] = {}
@@ -308,15 +305,15 @@ def copy_hazards(schedule: Schedule, dag: DependencyGraph, domains: Sequence[int
     for st in steps:
         if isinstance(st, LaunchStep):
             dm = domains[st.device]
-            for b in g.nodes[st.launch]["writes"]:
+            for b in dag.node(st.launch).writes:
                 writes_after.setdefault(dm, {}).setdefault(b, 0)
                 writes_after[dm][b] += 1
     for i, st in enumerate(steps):
         if isinstance(st, LaunchStep):
             dm = domains[st.device]
-            node = g.nodes[st.launch]
-            touched_before.setdefault(dm, set()).update(node["reads"], node["writes"])
-            for b in node["writes"]:
+            node = dag.node(st.launch)
+            touched_before.setdefault(dm, set()).update(node.reads, node.writes)
+            for b in node.writes:
                 writes_after[dm][b] -= 1
         elif isinstance(st, CopyStep):
             out[i] = (st.buffer in touched_before.get(domains[st.dst], ()),
@@ -337,7 +334,7 @@ def launch_layers(dag: DependencyGraph) -> dict[int, int | None]:
     (Inductor fuses a layer's residual add with the next layer's norm) the layer of the nearest labelled launch
     before it; ``None`` before the first labelled launch and after the last (embedding, final norm, head)."""
     nodes = sorted(dag.graph.nodes)
-    labelled = [n for n in nodes if dag.graph.nodes[n].get("layer") is not None]
+    labelled = [n for n in nodes if dag.node(n).layer is not None]
     out: dict[int, int | None] = {n: None for n in nodes}
     if not labelled:
         return out
@@ -345,7 +342,7 @@ def launch_layers(dag: DependencyGraph) -> dict[int, int | None]:
     for n in nodes:
         if n < labelled[0] or n > labelled[-1]:
             continue
-        layer = dag.graph.nodes[n].get("layer")
+        layer = dag.node(n).layer
         current = layer if layer is not None else current
         out[n] = current
     return out

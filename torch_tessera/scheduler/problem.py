@@ -227,16 +227,14 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
     index: dict[tuple[int, int], int] = {}
     local: list[dict[int, int]] = []  # per program: launch index -> global kernel index
     for pi, p in enumerate(wl.programs):  # comprehensions, not appends: this runs over every launch of every call
-        attrs = dict(p.dag.graph.nodes(data=True))
-        nodes = sorted(attrs)
+        records = p.dag.nodes()
+        nodes = [r.index for r in records]
         costs.append(_cost_matrix(p, devices, nodes))
         local.append({k: len(prog) + i for i, k in enumerate(nodes)})
         index.update({(pi, k): i for k, i in local[-1].items()})
         prog += [pi] * len(nodes)
         launch += nodes
-        rows = [(a.get("name", str(k)), a.get("op_class", "other"), a.get("layer"), frozenset(a.get("reads", ())),
-                 frozenset(a.get("writes", ())), bool(a.get("unsure", False)))
-                for k, a in zip(nodes, map(attrs.get, nodes))]
+        rows = [(r.name, r.op_class, r.layer, r.reads, r.writes, r.unsure) for r in records]
         for out, col in zip((names, ocls, layers, reads, writes, unsure), zip(*rows) if rows else [()] * 6):
             out += col
     n = len(prog)

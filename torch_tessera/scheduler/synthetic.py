@@ -18,7 +18,7 @@ import networkx as nx
 import numpy as np
 import torch
 
-from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.graph.types import DependencyGraph, KernelNode, add_kernel
 from torch_tessera.lowering.program import Buffer, BufferKind
 from torch_tessera.target.costs import CostTable, Topology
 
@@ -52,6 +52,10 @@ class SynthKernel:
         return sum(e - s for _, s, e in self.reads) + sum(e - s for _, s, e in self.writes)
 
 
+def _sorted(ranges: Sequence[Range]) -> tuple[Range, ...]:
+    return tuple(sorted((b, int(s), int(e)) for b, s, e in ranges))
+
+
 def _overlap(a: Range, b: Range) -> int:
     return max(0, min(a[2], b[2]) - max(a[1], b[1])) if a[0] == b[0] else 0
 
@@ -60,16 +64,17 @@ def dag_from_kernels(kernels: Sequence[SynthKernel], buffers: dict[str, Buffer])
     """Build the dependency DAG of a kernel list by tracking byte ranges per buffer, in program order.
 
     RAW edges carry the overlap of the consumer's reads with the producer's writes (bytes); WAR and WAW edges only
-    order. Node attributes follow :class:`DependencyGraph`; ``flop`` and ``moved_bytes`` are added for costing.
+    order. Each node holds its :class:`~torch_tessera.graph.types.KernelNode`, and ``flop`` beside it for costing.
     """
     g = nx.DiGraph()
     writers: dict[str, list[tuple[int, Range]]] = {}
     readers: dict[str, list[tuple[int, Range]]] = {}
     for i, k in enumerate(kernels):
-        g.add_node(i, name=k.name, kind="triton" if k.op_class != "gemm" else "extern", op_class=k.op_class,
-                   layer=k.layer, reads=frozenset(r[0] for r in k.reads), writes=frozenset(w[0] for w in k.writes),
-                   unsure=k.unsure, unsure_reason="synthetic" if k.unsure else "", flop=k.flop,
-                   moved_bytes=k.moved_bytes)
+        add_kernel(g, KernelNode(index=i, name=k.name, kind="triton" if k.op_class != "gemm" else "extern",
+                                 op_class=k.op_class, layer=k.layer, read_ranges=_sorted(k.reads),
+                                 write_ranges=_sorted(k.writes), unsure=k.unsure,
+                                 unsure_reason="synthetic" if k.unsure else ""))
+        g.nodes[i]["flop"] = k.flop
         for r in k.reads:
             for j, w in writers.get(r[0], []):
                 n = _overlap(r, w)
@@ -219,7 +224,7 @@ def roofline_costs(dag: DependencyGraph, devices: Sequence[str], noise: float = 
     """Roofline time of every kernel on every device (seconds), times a seeded ``1 +- noise`` factor per kernel name.
 
     Args:
-        dag: a DAG built by this module (nodes carry ``flop`` and ``moved_bytes``).
+        dag: a DAG built by this module (nodes carry ``flop``; bytes moved are the node's ranges).
         devices: keys of ``peaks`` (default :data:`DEVICE_PEAKS`), one per device.
         noise: relative half-width of the uniform noise factor.
         seed: noise seed.
@@ -230,14 +235,14 @@ def roofline_costs(dag: DependencyGraph, devices: Sequence[str], noise: float = 
     nodes = sorted(dag.graph.nodes)
     sec = np.empty((len(nodes), len(devices)))
     for i, n in enumerate(nodes):
-        d = dag.graph.nodes[n]
+        flop, moved = dag.graph.nodes[n].get("flop", 0.0), dag.node(n).touched_bytes
         for j, dev in enumerate(devices):
             flops, bw, launch = peaks[dev]
-            sec[i, j] = max(d.get("flop", 0.0) / flops, d.get("moved_bytes", 0) / bw) + launch
+            sec[i, j] = max(flop / flops, moved / bw) + launch
     # one factor per (kernel name, device): repeated layers cost the same, as profiles keyed by kernel and shape do
-    names = sorted({dag.graph.nodes[n]["name"] for n in nodes})
+    names = sorted({dag.node(n).name for n in nodes})
     factor = dict(zip(names, rng.uniform(1 - noise, 1 + noise, size=(len(names), len(devices)))))
-    sec *= np.array([factor[dag.graph.nodes[n]["name"]] for n in nodes])
+    sec *= np.array([factor[dag.node(n).name] for n in nodes])
     return CostTable(devices=tuple(devices), kernels=tuple(nodes), seconds=sec, source=f"synthetic roofline seed {seed}")
 
 
