@@ -10,8 +10,8 @@ Contract of a :class:`PipelinedSchedule` (what :func:`check_schedule` enforces):
   micro-batch once (one pipeline step); the runtime fences between replays.
 * An edge ``(u, v)`` of micro-batch ``m`` with both launches on one device is covered by the issue order (``u``
   before ``v`` on the stream).
-* An edge across devices is covered by a :class:`WaitStep` on ``v``'s device, issued before ``v``, for micro-batch
-  ``m``, that NAMES the edge, and whose event is recorded (:class:`RecordStep`) after ``u`` ran (happens-before
+* An edge across devices is covered by a :class:`WaitStep` on ``v``'s device, issued before ``v``, that NAMES the
+  edge (in ``edges`` when the wait is micro-batch ``m``'s, else in ``other_edges``), and whose event is recorded (:class:`RecordStep`) after ``u`` ran (happens-before
   through streams and earlier waits).
 * A RAW edge carrying bytes between devices of different memory domains also needs a :class:`TransferStep` of that
   edge and micro-batch, after ``u`` and before ``v``. Between devices of one memory domain (SM partitions of one GPU)
@@ -95,12 +95,15 @@ class WaitStep:
         event_id: the :class:`RecordStep` waited for.
         edges: the DAG edges ``(producer, consumer)`` (RAW, WAR or WAW) this wait covers: each producer ran before
             the event, each consumer is issued after the wait on this stream.
+        other_edges: edges of OTHER micro-batches this wait covers too, as ``(producer, consumer, micro_batch)``
+            (their producer ran before the event: a later micro-batch's consumer after an earlier one's wait).
     """
 
     device: int
     micro_batch: int
     event_id: int
     edges: tuple[tuple[int, int], ...] = ()
+    other_edges: tuple[tuple[int, int, int], ...] = ()
 
 
 Step = RunStep | TransferStep | RecordStep | WaitStep
@@ -234,6 +237,8 @@ def check_schedule(schedule: PipelinedSchedule, dag: DependencyGraph) -> None:
             elif isinstance(s, WaitStep):
                 for u, v in s.edges:
                     waits_by_edge.setdefault((u, v, s.micro_batch), []).append((d, i))
+                for u, v, m in s.other_edges:
+                    waits_by_edge.setdefault((u, v, m), []).append((d, i))
             elif isinstance(s, TransferStep) and s.purpose == "cut" and s.edge is not None:
                 transfers[(s.edge[0], s.edge[1], s.micro_batch)] = (d, i, s)
     for n in dag.graph.nodes:
@@ -248,14 +253,18 @@ def check_schedule(schedule: PipelinedSchedule, dag: DependencyGraph) -> None:
     def hb(a: tuple[int, int], b: tuple[int, int]) -> bool:
         return clocks[b[0]][b[1], a[0]] >= a[1]
 
+    for u, v, data in dag.graph.edges(data=True):  # the issue order on one device first
+        for m in range(M):
+            ru, rv = run_at[(u, m)], run_at[(v, m)]
+            if ru[0] == rv[0] and ru[1] > rv[1]:
+                raise ScheduleError(f"{'/'.join(sorted(data['kinds']))} edge ({u}, {v}) of micro-batch {m}: both on "
+                                    f"device {ru[0]}, but launch {v} is issued before launch {u}",
+                                    edge=(u, v), micro_batch=m)
     for u, v, data in dag.graph.edges(data=True):
         kinds = "/".join(sorted(data["kinds"]))
         for m in range(M):
             ru, rv = run_at[(u, m)], run_at[(v, m)]
             if ru[0] == rv[0]:
-                if ru[1] > rv[1]:
-                    raise ScheduleError(f"{kinds} edge ({u}, {v}) of micro-batch {m}: both on device {ru[0]}, but "
-                                        f"launch {v} is issued before launch {u}", edge=(u, v), micro_batch=m)
                 continue
             named = [w for w in waits_by_edge.get((u, v, m), []) if w[0] == rv[0] and w[1] < rv[1]]
             if not named:
