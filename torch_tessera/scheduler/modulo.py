@@ -99,129 +99,156 @@ def build_pipelined_schedule(dag: DependencyGraph, placement: Mapping[int, int] 
     place = placement_map(dag, placement)
     D = devices or (len(topology.devices) if topology is not None else max(place.values(), default=0) + 1)
     dom = tuple(domains) if domains is not None else tuple(range(D))
-    order = _list_schedule(dag, place, micro_batches, launch_seconds(dag, place, costs), topology, dom,
-                           wait_seconds, priority, D)
-    streams = _emit(dag, place, order, dom, D)
+    adj = _Adjacency(dag, place, dom)
+    secs = launch_seconds(dag, place, costs)
+    order = _list_schedule(adj, micro_batches, [secs[v] for v in adj.nodes], topology, wait_seconds, priority, D)
+    streams = _emit(adj, order, D, micro_batches)
     cut = tuple(sorted((u, v) for u, v in dag.graph.edges if place[u] != place[v]))
     return PipelinedSchedule(D, micro_batches, streams, place, dom, cut, source=f"modulo:{priority}")
 
 
-def _edge_kinds(dag: DependencyGraph, place: Mapping[int, int], dom: Sequence[int]):
-    """Per launch: ``[(consumer, transfer bytes or -1)]``: -1 for an edge on one device, 0 for a wait only, else the
-    bytes a cross-domain RAW edge moves."""
-    g = dag.graph
-    succ: dict[int, list[tuple[int, int]]] = {n: [] for n in g.nodes}
-    for u, v, d in g.edges(data=True):
-        if place[u] == place[v]:
-            succ[u].append((v, -1))
-        elif dom[place[u]] != dom[place[v]] and "RAW" in d["kinds"] and d["ranges"]:
-            succ[u].append((v, sum(e - s for _, s, e in d["ranges"])))
-        else:
-            succ[u].append((v, 0))
-    return succ
+class _Adjacency:
+    """The DAG as integer lists in sorted launch order, with each edge's kind under the placement (internal).
+
+    ``succ[i]``: ``(j, bytes)`` with -1 for an edge on one device, 0 for a wait only, else the bytes a
+    cross-domain RAW edge moves; ``pred[i]``: ``j`` of the edges into ``i`` on other devices, ascending."""
+
+    def __init__(self, dag: DependencyGraph, place: Mapping[int, int], dom: Sequence[int]):
+        self.nodes = sorted(dag.graph.nodes)
+        idx = {n: i for i, n in enumerate(self.nodes)}
+        self.dev = [place[n] for n in self.nodes]
+        n = len(self.nodes)
+        self.succ: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.pred: list[list[int]] = [[] for _ in range(n)]
+        self.indeg = [0] * n
+        self.moves: list[list[tuple[int, tuple, int]]] = [[] for _ in range(n)]  # (j, ranges, bytes) to transfer
+        for u, v, d in dag.graph.edges(data=True):
+            i, j = idx[u], idx[v]
+            self.indeg[j] += 1
+            du, dv = self.dev[i], self.dev[j]
+            if du == dv:
+                self.succ[i].append((j, -1))
+                continue
+            self.pred[j].append(i)
+            if dom[du] != dom[dv] and "RAW" in d["kinds"] and d["ranges"]:
+                ranges = tuple(tuple(r) for r in d["ranges"])
+                nb = sum(e - s for _, s, e in ranges)
+                self.succ[i].append((j, nb))
+                self.moves[i].append((j, ranges, nb))
+            else:
+                self.succ[i].append((j, 0))
+        for lst in self.pred:
+            lst.sort()
+        for lst in self.moves:
+            lst.sort()
 
 
-def _list_schedule(dag, place, M, dur, topology, dom, wait_s, priority, D) -> list[tuple[int, int]]:
-    """``(micro_batch, launch)`` in the order the predicted timeline issues them (each device's issue order is its
-    subsequence; every producer precedes its consumers)."""
-    g = dag.graph
-    succ = _edge_kinds(dag, place, dom)
-    rank = _upward_rank(dag, dur) if priority == "critical-path" else None
-    pending = {(m, n): g.in_degree(n) for m in range(M) for n in g.nodes}
-    ready_at: dict[tuple[int, int], float] = {}
+def _list_schedule(adj: _Adjacency, M, dur, topology, wait_s, priority, D) -> list[int]:
+    """Ops ``m * n + i`` (micro-batch ``m``, launch ``adj.nodes[i]``) in the order the predicted timeline issues
+    them (each device's issue order is its subsequence; every producer precedes its consumers)."""
+    n = len(adj.nodes)
+    rank = _upward_rank(adj, dur) if priority == "critical-path" else None
+    pending = adj.indeg * M
+    ready_at = [0.0] * (n * M)
     waiting: list[list] = [[] for _ in range(D)]  # (ready time, prio, op)
     avail: list[list] = [[] for _ in range(D)]  # (prio, ready time, op)
     free = [0.0] * D
+    link = {}
 
-    def prio(m: int, n: int) -> tuple:
-        return (m, n) if rank is None else (-rank[n], m, n)
+    def prio(op: int) -> tuple:
+        return (op,) if rank is None else (-rank[op % n], op)
 
-    for m in range(M):
-        for n in g.nodes:
-            if pending[(m, n)] == 0:
-                ready_at[(m, n)] = 0.0
-                heapq.heappush(waiting[place[n]], (0.0, prio(m, n), (m, n)))
-    order: list[tuple[int, int]] = []
-    total = M * g.number_of_nodes()
-    while len(order) < total:
-        best, best_t = -1, float("inf")
-        for d in range(D):
-            t = free[d] if avail[d] else (max(free[d], waiting[d][0][0]) if waiting[d] else float("inf"))
+    for op in range(n * M):
+        if pending[op] == 0:
+            heapq.heappush(waiting[adj.dev[op % n]], (0.0, prio(op), op))
+    order: list[int] = []
+    inf = float("inf")
+    while len(order) < n * M:
+        d, best_t = -1, inf
+        for e in range(D):
+            t = free[e] if avail[e] else (max(free[e], waiting[e][0][0]) if waiting[e] else inf)
             if t < best_t:
-                best, best_t = d, t
-        d = best
-        while waiting[d] and waiting[d][0][0] <= best_t:
-            r, p, op = heapq.heappop(waiting[d])
-            heapq.heappush(avail[d], (p, r, op))
-        _, r, (m, n) = heapq.heappop(avail[d])
-        finish = max(free[d], r) + dur[n]
+                d, best_t = e, t
+        wq, aq = waiting[d], avail[d]
+        while wq and wq[0][0] <= best_t:
+            r, p, op = heapq.heappop(wq)
+            heapq.heappush(aq, (p, r, op))
+        _, r, op = heapq.heappop(aq)
+        i, base = op % n, op - op % n
+        finish = max(free[d], r) + dur[i]
         t = finish
-        for v, nbytes in succ[n]:
+        for j, nbytes in adj.succ[i]:
             if nbytes > 0:
-                t += transfer_seconds(topology, d, place[v], nbytes)
-            arrive = finish if nbytes < 0 else (t if nbytes > 0 else finish) + wait_s
-            key = (m, v)
-            ready_at[key] = max(ready_at.get(key, 0.0), arrive)
-            pending[key] -= 1
-            if pending[key] == 0:
-                heapq.heappush(waiting[place[v]], (ready_at[key], prio(m, v), key))
+                key = (d, adj.dev[j], nbytes)
+                if key not in link:
+                    link[key] = transfer_seconds(topology, d, adj.dev[j], nbytes)
+                t += link[key]
+                arrive = t + wait_s
+            else:
+                arrive = finish if nbytes < 0 else finish + wait_s
+            k = base + j
+            if arrive > ready_at[k]:
+                ready_at[k] = arrive
+            pending[k] -= 1
+            if pending[k] == 0:
+                heapq.heappush(waiting[adj.dev[j]], (ready_at[k], prio(k), k))
         free[d] = t
-        order.append((m, n))
+        order.append(op)
     return order
 
 
-def _upward_rank(dag: DependencyGraph, dur: Mapping[int, float]) -> dict[int, float]:
+def _upward_rank(adj: _Adjacency, dur: Sequence[float]) -> list[float]:
     """Longest path (seconds of launches) from each launch to the end of the program."""
-    g = dag.graph
-    rank: dict[int, float] = {}
-    for n in sorted(g.nodes, reverse=True):
-        rank[n] = dur[n] + max((rank[v] for v in g.successors(n)), default=0.0)
+    rank = [0.0] * len(adj.nodes)
+    for i in range(len(adj.nodes) - 1, -1, -1):
+        rank[i] = dur[i] + max((rank[j] for j, _ in adj.succ[i]), default=0.0)
     return rank
 
 
-def _emit(dag, place, order, dom, D) -> tuple[tuple, ...]:
+def _emit(adj: _Adjacency, order: Sequence[int], D: int, M: int) -> tuple[tuple, ...]:
     """The streams of ``order``: runs, transfers after producers, records, and the waits vector clocks need."""
-    g = dag.graph
+    n = len(adj.nodes)
+    nodes, dev = adj.nodes, adj.dev
     streams: list[list] = [[] for _ in range(D)]
     know = [[-1] * D for _ in range(D)]  # know[d][e]: last position on e's stream known done on d's stream
     wait_know: list[list[list[int]]] = [[[] for _ in range(D)] for _ in range(D)]  # [d][e] -> know[e] after wait k
     wait_refs: list[list[tuple[int, list, list]]] = [[] for _ in range(D)]  # [d] -> (micro-batch, edges, others)
-    record: dict[tuple[int, int], tuple[int, int, list[int]]] = {}  # (m, u) -> (event, position, clock)
-    next_event = 0
-    for m, v in order:
-        d = place[v]
+    record: dict[int, tuple[int, int, list[int]]] = {}  # op -> (event, position, clock)
+    has_cross = [any(nb >= 0 for _, nb in adj.succ[i]) for i in range(n)]
+    for op in order:
+        m, i = divmod(op, n)
+        d = dev[i]
         st = streams[d]
-        for u in sorted(g.predecessors(v)):
-            du = place[u]
-            if du == d:
-                continue
-            ev, pos, clock = record[(m, u)]
-            if know[d][du] >= pos:  # an earlier wait already covers it: name the edge there
+        v = nodes[i]
+        kd = know[d]
+        for j in adj.pred[i]:
+            du = dev[j]
+            ev, pos, clock = record[m * n + j]
+            u = nodes[j]
+            if kd[du] >= pos:  # an earlier wait already covers it: name the edge there
                 k = bisect.bisect_left(wait_know[d][du], pos)
                 wm, edges, others = wait_refs[d][k]
-                (edges if wm == m else others).append((u, v) if wm == m else (u, v, m))
+                if wm == m:
+                    edges.append((u, v))
+                else:
+                    others.append((u, v, m))
                 continue
             edges, others = [(u, v)], []
             st.append(("wait", m, ev, edges, others))
-            know[d] = [max(a, b) for a, b in zip(know[d], clock)]
-            know[d][d] = len(st) - 1
+            kd = know[d] = [a if a > b else b for a, b in zip(kd, clock)]
+            kd[d] = len(st) - 1
             wait_refs[d].append((m, edges, others))
             for e in range(D):
-                wait_know[d][e].append(know[d][e])
+                wait_know[d][e].append(kd[e])
         st.append(RunStep(d, m, v))
-        know[d][d] = len(st) - 1
-        cross = [w for w in g.successors(v) if place[w] != d]
-        if not cross:
+        kd[d] = len(st) - 1
+        if not has_cross[i]:
             continue
-        for w in sorted(cross):
-            data = g.edges[v, w]
-            if dom[place[w]] != dom[d] and "RAW" in data["kinds"] and data["ranges"]:
-                ranges = tuple(tuple(r) for r in data["ranges"])
-                st.append(TransferStep(d, place[w], m, (v, w), ranges, sum(e - s for _, s, e in ranges)))
-        st.append(RecordStep(d, m, next_event))
-        know[d][d] = len(st) - 1
-        record[(m, v)] = (next_event, len(st) - 1, list(know[d]))
-        next_event += 1
+        for j, ranges, nb in adj.moves[i]:
+            st.append(TransferStep(d, dev[j], m, (v, nodes[j]), ranges, nb))
+        st.append(RecordStep(d, m, op))
+        kd[d] = len(st) - 1
+        record[op] = (op, len(st) - 1, list(kd))
     used = {s[2] for st in streams for s in st if isinstance(s, tuple)}
     return tuple(tuple(WaitStep(d, s[1], s[2], tuple(s[3]), tuple(s[4])) if isinstance(s, tuple) else s for s in st
                        if not (isinstance(s, RecordStep) and s.event_id not in used))
