@@ -35,6 +35,7 @@ from torch_tessera.runtime.realize import (
     run_schedule,
     wait_events,
 )
+from torch_tessera.runtime.replay import ScheduleReplay
 from torch_tessera.runtime.schedule import (
     STATIC_INPUTS,
     CopyStep,
@@ -250,6 +251,7 @@ class PlacedExecutor:
         hazards = copy_hazards(self.schedule, self.dag, self.domains)
         self.machine.copy_waits = {id(self.schedule.steps[i]): h for i, h in hazards.items()}  # see copy_hazards
         self.items = lower(self.schedule.steps, eager_runners(self.machine))
+        self._replays: dict = {}  # (id(schedule), check, host_order) -> ScheduleReplay
         self.pipeline = pipelining.InProcessPipeline(self)
 
     @property
@@ -347,8 +349,10 @@ class PlacedExecutor:
         temporaries as :attr:`free_after` says and records into :attr:`trace` when that is a list."""
         return CallContext(pools, streams, lane=lane, batch=batch, free_after=self.free_after, trace=self.trace)
 
-    def run_pipelined(self, batches: Sequence[Sequence[Any]], slots: int = 2) -> list[list]:
-        """Run independent micro-batches through the program concurrently; see :mod:`torch_tessera.runtime.pipelining`.
+    def run_pipelined(self, batches: Sequence[Sequence[Any]], slots: int = 2, schedule: Any = None) -> list[list]:
+        """Run independent micro-batches through the program concurrently; see :mod:`torch_tessera.runtime.pipelining`
+        (``slots`` in flight, waves) or, with ``schedule``, :mod:`torch_tessera.runtime.replay` (exactly that
+        explicit pipelined schedule, checked before its first run).
 
         Args:
             batches: one input list per micro-batch (graph inputs in order, on the home device, as for :meth:`run`);
@@ -356,15 +360,30 @@ class PlacedExecutor:
                 be the same tensors in every micro-batch: the micro-batches share one placed copy of each, placed
                 (again) before the run's first wave.
             slots: micro-batches in flight at once (each with its own streams and buffers); 1 = no pipelining.
+                Ignored with ``schedule``.
+            schedule: a :class:`~torch_tessera.scheduler.pipeline_schedule.PipelinedSchedule` of this placement
+                (``len(batches)`` a multiple of its micro-batches), or ``None``.
 
         Returns:
             the outputs of each micro-batch, in order, equal to what :meth:`run` returns for its inputs.
 
         Raises:
             TesseraError: wrong inputs, micro-batches with different weights or static inputs, or ``slots < 1``.
-            TransferTimeout: a transfer did not complete within ``timeout_s``.
+            ScheduleError: ``schedule`` does not cover every RAW/WAR/WAW edge (names the edge and micro-batch).
+            TransferTimeout: a transfer (or a wait of ``schedule``) did not complete within ``timeout_s``.
         """
+        if schedule is not None:
+            return self.replay(schedule).run(batches)
         return pipelining.run_pipelined(self.pipeline, batches, slots)
+
+    def replay(self, schedule: Any, check: bool = True, host_order: str = "round-robin") -> ScheduleReplay:
+        """The :class:`~torch_tessera.runtime.replay.ScheduleReplay` of ``schedule`` on this executor (checked and
+        lowered once per schedule; see there for ``check`` and ``host_order``)."""
+        key = (id(schedule), check, host_order)
+        cached = self._replays.get(key)
+        if cached is None or cached.schedule is not schedule:
+            cached = self._replays[key] = ScheduleReplay(self, schedule, check, host_order)
+        return cached
 
     def stale_static(self, inputs: Sequence[Any], placed: Mapping[str, tuple]) -> set[str]:
         """Static INPUT buffers with setup copies whose caller tensors in ``inputs`` differ from ``placed`` (their
