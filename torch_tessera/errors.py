@@ -86,3 +86,19 @@ class PeerFailureError(TransferTimeout):
 class RendezvousError(TesseraError):
     """The processes of a multi-process run could not meet (a rank never started, a wrong address or port), or they
     built different programs or placements. The message names the ranks and the fix."""
+
+
+class ScheduleError(TesseraError):
+    """A pipelined schedule (:class:`torch_tessera.scheduler.pipeline_schedule.PipelinedSchedule`) is refused before
+    it runs: a RAW/WAR/WAW edge between launches is not covered by a wait (or, on one device, by the issue order), a
+    cut has no transfer, a wait names an event nobody records, or the waits deadlock. The message names the edge,
+    the micro-batch and the devices.
+
+    Attributes:
+        edge: the DAG edge ``(producer, consumer)`` at fault, ``None`` when the fault is not one edge's.
+        micro_batch: the micro-batch at fault, ``None`` when it is not one micro-batch's.
+    """
+
+    def __init__(self, message: str, *, edge: tuple[int, int] | None = None, micro_batch: int | None = None) -> None:
+        super().__init__(message)
+        self.edge, self.micro_batch = edge, micro_batch

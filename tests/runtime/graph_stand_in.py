@@ -108,7 +108,7 @@ def stand_in_graphs(monkeypatch):
         _Graph.capturing.calls.append(replay_extern)
         return result
 
-    def capture_copy(executor, step, pools, streams, copy_stream, push=False):
+    def capture_copy(machine, step, pools, streams, copy_stream, push=False):
         src = pools[step.src].storages[step.buffer][step.start:step.end]
         dst = pools[step.dst].storages[step.buffer][step.start:step.end]
 
@@ -126,10 +126,9 @@ def stand_in_graphs(monkeypatch):
 
     def init(self, *a, cuda_graphs=False, **k):
         orig_init(self, *a, **k)
-        self.cuda_graphs = bool(cuda_graphs)
-        self.graph_mode = "segments" if cuda_graphs == "segments" else "whole"
+        self.set_cuda_graphs(cuda_graphs)
 
-    monkeypatch.setattr(graphs_mod, "_capture_copy", capture_copy)
+    monkeypatch.setattr(graphs_mod, "capture_copy", capture_copy)
     monkeypatch.setattr(executor_mod.KernelLauncher, "launch", launch)
     monkeypatch.setattr(placed_mod.PlacedExecutor, "__init__", init)
     monkeypatch.setattr(torch.cuda, "CUDAGraph", _Graph)

@@ -16,7 +16,7 @@ from tests.conftest import TEST_DEVICE, RecordingBackend
 from tests.runtime.graph_stand_in import stand_in_graphs  # noqa: F401 - pytest fixture
 from torch_tessera.errors import TransferTimeout
 from torch_tessera.target import devices as devices_mod
-from torch_tessera.runtime import placed as placed_mod
+from torch_tessera.runtime import realize as realize_mod
 
 pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the stand-in graph replaces CUDA graphs on CPU only")
 
@@ -49,7 +49,7 @@ def test_module_buffers_are_read_in_place_not_copied_in(stand_in_graphs, options
             torch.testing.assert_close(compiled(x), model.lin(x) * model.table + 1, msg=lambda m: f"call {call}: {m}")
     ex = backend.executors[0].executor
     assert ex.program.static_inputs == ("table",)
-    state = ex._graphs
+    state = ex.graphs.entry()
     copied = {ex.program.inputs[k].buffer for k, _ in state.copy_list}
     assert copied == {"x"}, f"copied into static storage every call: {sorted(copied)}"
     assert (ex.calls, ex.captures) == (4, 1)
@@ -68,7 +68,7 @@ def test_graph_of_the_home_device_alone_does_not_wait_on_the_host(stand_in_graph
     with torch.no_grad():
         x = torch.randn(4, 16)
         torch.testing.assert_close(compiled(x), ref(x))
-        state = backend.executors[0].executor._graphs
+        state = backend.executors[0].executor.graphs.entry()
         assert state.on_caller_stream and not state.host_wait and not state.copies
         # a replay that never completes: a graph without transfers has nothing to time out on, and returns
         monkeypatch.setattr(devices_mod.CpuEvent, "query", lambda self: False)
@@ -86,9 +86,9 @@ def test_graph_with_transfers_that_never_completes_names_them(stand_in_graphs, m
         torch.testing.assert_close(compiled(x), ref(x))
         torch.testing.assert_close(compiled(x), ref(x))  # a replay that completes
         ex = backend.executors[0].executor
-        assert ex._graphs.host_wait and ex._graphs.copies
+        assert ex.graphs.entry().host_wait and ex.graphs.entry().copies
         monkeypatch.setattr(devices_mod.CpuEvent, "query", lambda self: False)
-        monkeypatch.setattr(placed_mod, "SPIN_S", 0.0)
+        monkeypatch.setattr(realize_mod, "SPIN_S", 0.0)
         with pytest.raises(TransferTimeout, match=r"did not complete within 0.05 s; it holds \d+ transfers \(edges"):
             compiled(x)
 
@@ -105,7 +105,7 @@ def test_graph_copies_option_reaches_the_executor(stand_in_graphs, graph_copies)
             x = torch.randn(4, 16)
             torch.testing.assert_close(compiled(x), ref(x), msg=lambda m: f"call {call}: {m}")
     ex = backend.executors[0].executor
-    assert ex.graph_copies == graph_copies and ex._graphs.whole is not None and ex._graphs.copies
-    assert not ex._graphs.pushes  # CPU devices: "push" falls back to the ordinary copies
-    per_call = len(ex._graphs.copies)
+    assert ex.graph_copies == graph_copies and ex.graphs.entry().whole is not None and ex.graphs.entry().copies
+    assert not ex.graphs.entry().pushes  # CPU devices: "push" falls back to the ordinary copies
+    per_call = len(ex.graphs.entry().copies)
     assert sum(n for purpose, n in ex.transfers.items() if purpose != "weights") == 3 * per_call

@@ -96,8 +96,8 @@ def test_copies_on_the_producer_stream_keep_every_ordering_of_the_copy_streams(m
         runner.set_placement(random_placement(runner.dag, 2, seed))
         ex = runner.executor
         steps = ex.schedule.steps
-        link = _record(ex.schedule, ex._copy_waits, len(ex.devices), on_producer=False)
-        producer = _record(ex.schedule, ex._copy_waits, len(ex.devices), on_producer=True)
+        link = _record(ex.schedule, ex.copy_waits, len(ex.devices), on_producer=False)
+        producer = _record(ex.schedule, ex.copy_waits, len(ex.devices), on_producer=True)
         for i, step in enumerate(steps):
             if not isinstance(step, CopyStep):
                 continue
@@ -128,10 +128,10 @@ def test_push_and_link_copies_mixed_keep_the_hazard_orderings(model_name):
         steps = ex.schedule.steps
         copies = [i for i, s in enumerate(steps) if isinstance(s, CopyStep)]
         pushed = {i for i in copies if rng.random() < 0.5}
-        cap = _record(ex.schedule, ex._copy_waits, len(ex.devices), on_producer=pushed)
+        cap = _record(ex.schedule, ex.copy_waits, len(ex.devices), on_producer=pushed)
         for i in copies:
             step = steps[i]
-            wait_dst, src_waits = ex._copy_waits[id(step)]
+            wait_dst, src_waits = ex.copy_waits[id(step)]
             src_before = [s for s in steps[:i] if isinstance(s, LaunchStep) and s.device == step.src]
             dst_before = [s for s in steps[:i] if isinstance(s, LaunchStep) and s.device == step.dst]
             src_after = [s for s in steps[i + 1:] if isinstance(s, LaunchStep) and s.device == step.src]

@@ -28,6 +28,7 @@ from tests.conftest import TEST_DEVICE
 from tests.runtime.graph_stand_in import stand_in_graphs  # noqa: F401 - pytest fixture
 from torch_tessera.runtime import graphs as graphs_mod
 from torch_tessera.runtime.executor import BufferPool
+from torch_tessera.runtime.realize import CallContext
 
 pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="models torch.cuda's allocator on CPU only")
 
@@ -105,11 +106,11 @@ class _Gpu:
 def test_other_gpus_pools_stay_owned_while_the_graph_lives(stand_in_graphs, allocator, home):
     """After the capture, each other GPU's private pool still has a use on THAT GPU (held by the graph's keep-alive
     list), so the next capture's ``empty_cache()`` cannot free memory this graph replays into."""
-    executor = SimpleNamespace(devices=[_Gpu(0), _Gpu(1)], home=home, domains=[0, 1])
+    machine = SimpleNamespace(devices=[_Gpu(0), _Gpu(1)], domains=[0, 1])
     allocator.current = home
     streams = [allocator.Stream(), allocator.Stream()]
     pools = [BufferPool(torch.device("cpu")), BufferPool(torch.device("cpu"))]
-    captured = graphs_mod._capture_whole(executor, [], pools, streams, lane=None)
+    captured = graphs_mod.capture_whole(machine, [], CallContext(pools, streams), home, copy_streams={})
     assert captured is not None, "the capture fell back to one graph per segment"
     graph, keep_alive = captured
     other = 1 - home

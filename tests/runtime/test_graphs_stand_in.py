@@ -44,7 +44,7 @@ def test_state_is_updated_once_per_call_with_graphs(stand_in_graphs, options, mo
             torch.testing.assert_close(model.state, ref.state, msg=lambda m: f"state after call {call}: {m}")
     ex = backend.executors[0].executor
     assert (ex.calls, ex.captures) == (4, 1)
-    assert (ex._graphs.whole is not None) == (mode == "whole")
+    assert (ex.graphs.entry().whole is not None) == (mode == "whole")
     assert ex.launches_executed == 4 * len(ex.program.launches)  # capturing records launches, it runs none
 
 

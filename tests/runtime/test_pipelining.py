@@ -164,12 +164,11 @@ def test_issue_is_interleaved_chunk_by_chunk():
     n = len(runner.program.launches)
     runner.set_placement({i: i % 2 for i in range(n)})
     ex = runner.executor
-    order = []
-    launch = ex._launch
-    ex._launch = lambda step, pools, lane=None: (order.append((lane.slot, step.launch)), launch(step, pools, lane))
+    ex.trace = []  # every step run, as (kind, step, micro-batch); micro-batch m runs on slot m here
     batches = [_substitute(template, inputs, (torch.randn(8, 32),)) for _ in range(2)]
     with torch.no_grad():
         ex.run_pipelined(batches, slots=2)
+    order = [(batch, step.launch) for kind, step, batch in ex.trace if kind == "launch"]
     chunks = schedule_chunks(ex.schedule.steps)
     assert len(chunks) > 2
     want = []
@@ -212,7 +211,7 @@ def test_priority_classes_put_the_urgent_program_ahead_of_the_background_one():
     from torch_tessera.backend.config import TesseraConfig
     from torch_tessera.errors import ConfigError, TesseraError
     from torch_tessera.measure.execute import program_priorities
-    from torch_tessera.runtime.pipelining import _lanes, single_priority
+    from torch_tessera.runtime.pipelining import single_priority
 
     for slots in (1, 2, 4, 8):
         urgent, background = slot_priorities(slots, -5, "urgent"), slot_priorities(slots, -5, "background")
@@ -231,7 +230,7 @@ def test_priority_classes_put_the_urgent_program_ahead_of_the_background_one():
     runner.priority_class = "urgent"
     runner.set_placement({i: i % 2 for i in range(len(runner.program.launches))})
     assert runner.executor.priority_class == "urgent"
-    assert [lane.priority for lane in _lanes(runner.executor, 2)] == [-2, -1]  # CPU: CUDA's range assumed
+    assert [lane.priority for lane in runner.executor.pipeline.lanes(2)] == [-2, -1]  # CPU: CUDA's range assumed
     runner.priority_class = "loud"
     with pytest.raises(TesseraError, match="priority_class"):
         runner.set_placement({i: 0 for i in range(len(runner.program.launches))})
@@ -277,9 +276,10 @@ def test_shared_memory_domain_frees_after_the_last_use_on_any_device():
     n = len(runner.program.launches)
     placement = {i: i % 2 for i in range(n)}
     ex = PlacedExecutor(runner.program, runner.dag, placement, runner.devices, runner._kernel_objects)
-    ex.domains = [0, 0]  # as if cpu:0 and cpu:1 were partitions of one device
+    ex.domains[:] = [0, 0]  # as if cpu:0 and cpu:1 were partitions of one device
     ex.schedule = build_schedule(runner.program, runner.dag, placement, 0, ex.domains)
-    ex._weights = ex.make_pools()
+    ex.placed_pools = ex.make_pools()
+    ex.derive_from_schedule()
     freed = []
     free = BufferPool.free
     BufferPool.free = lambda self, name: (freed.append(name), free(self, name))[1]
@@ -304,7 +304,7 @@ def test_graph_slots_logic_with_a_stand_in_graph(stand_in_graphs):
     n = len(runner.program.launches)
     for placement in ({i: i % 2 for i in range(n)}, random_placement(runner.dag, 2, 11), {i: 1 for i in range(n)}):
         ex = PlacedExecutor(runner.program, runner.dag, placement, runner.devices, runner._kernel_objects)
-        ex.cuda_graphs = True
+        ex.set_cuda_graphs(True)
         for call in range(2):
             xs = [(torch.randn(8, 32),) for _ in range(5)]
             with torch.no_grad():

@@ -454,7 +454,7 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
     """
     import threading
 
-    from torch_tessera.runtime import placed
+    from torch_tessera.runtime import realize
 
     import contextlib
 
@@ -496,7 +496,7 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(e)
 
-    spin, placed.SPIN_S = placed.SPIN_S, 0.0  # busy-polling one thread's completion would hold the other's GIL
+    spin, realize.SPIN_S = realize.SPIN_S, 0.0  # busy-polling one thread's completion would hold the other's GIL
     try:
         threads = [threading.Thread(target=worker, args=(prog,), daemon=True) for prog in progs]
         for t in threads:
@@ -509,7 +509,7 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
         _devices_sync(progs[0].runner)
         wall = time.perf_counter() - t0
     finally:
-        placed.SPIN_S = spin
+        realize.SPIN_S = spin
     if errors:
         raise errors[0]
     if threads_out is not None:

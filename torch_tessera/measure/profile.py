@@ -35,7 +35,7 @@ def profile_on_device(prog: Compiled, g: int, s: MeasureSettings) -> Any:
 
     from torch_tessera.lowering.program import BufferKind, ExternLaunch, TensorArg
     from torch_tessera.runtime.executor import BufferPool, bind_input, fresh_extern_outputs
-    from torch_tessera.runtime.placed import _stream_ctx
+    from torch_tessera.runtime.streams import stream_ctx as _stream_ctx
     from torch_tessera.target.profiler import ProfileCache, profile_program
 
     runner = prog.runner

@@ -1,7 +1,8 @@
 """Micro-batch pipelining for the process-per-device runtime: several micro-batches in flight on every rank.
 
 The same design as the in-process :mod:`torch_tessera.runtime.pipelining`, seen from one rank
-(:meth:`DistributedExecutor.run_pipelined <torch_tessera.runtime.distributed.DistributedExecutor.run_pipelined>`):
+(:class:`DistPipeline`, driven by :func:`torch_tessera.runtime.pipelining.run_pipelined`, the one driver of pipelined
+runs):
 
 1. **Slots.** Slot ``k`` (a :class:`~torch_tessera.runtime.pipelining.Lane` over this rank's device) has its own
    compute stream at the slot's priority (slot 0 most urgent, :func:`~torch_tessera.runtime.pipelining.slot_priorities`)
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -41,9 +43,28 @@ import torch
 import torch.distributed as dist
 
 from torch_tessera.errors import RendezvousError, TesseraError
-from torch_tessera.runtime.pipelining import Lane, Wave, _check_shared_weights, make_lanes, plan_waves
+from torch_tessera.runtime.pipelining import Wave, check_shared_weights, issue_round_robin, plan_waves
+from torch_tessera.runtime.streams import Lane, make_lanes
 
 log = logging.getLogger(__name__)
+
+
+def probe_group(group: Any, device: torch.device, timeout_s: float) -> None:
+    """One small ``all_reduce`` on ``group`` (``None``: the default group), polled for at most ``timeout_s`` seconds.
+
+    With NCCL this creates the group's communicator eagerly, so that a broken setup fails here, bounded, and the
+    first point-to-point operation on the group is not a ``batch_isend_irecv`` (which NCCL requires of every rank).
+
+    Raises:
+        RuntimeError: the all_reduce did not complete in time.
+    """
+    work = dist.all_reduce(torch.ones(1, device=device), group=group, async_op=True)
+    deadline = time.monotonic() + timeout_s
+    while not work.is_completed():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the first all_reduce on a new process group did not complete within {timeout_s:g} s")
+        time.sleep(1e-3)
+    work.wait()
 
 
 @dataclass(frozen=True)
@@ -56,113 +77,136 @@ class _RankDevice:
         return torch.cuda.Stream(self.torch_device, priority=priority)
 
 
-def run_pipelined(executor: Any, batches: Sequence[Sequence[Any]] | None, slots: int) -> list[list] | None:
-    """Run ``batches`` through ``executor`` (a ``DistributedExecutor``), ``slots`` micro-batches in flight.
+class DistPipeline:
+    """A ``DistributedExecutor``'s side of :func:`~torch_tessera.runtime.pipelining.run_pipelined` (its public
+    interface: ``program``, ``ctx``, ``rank``, ``home``, ``calls``, ``stats``, ``static_inputs``, ``new_call``,
+    ``setup``, ``chunk_items``, ``issue``, ``finish``, ``outputs``, ``check_completed``).
 
-    See the module docstring for the design and ``DistributedExecutor.run_pipelined`` for the arguments. After the
-    run, ``executor.stats.batch_cut_edges_sent`` / ``batch_cut_edges_received`` hold the cut edges of each micro-batch
-    on this rank, and ``executor.calls`` counts every micro-batch.
+    After a run, ``executor.stats.batch_cut_edges_sent`` / ``batch_cut_edges_received`` hold the cut edges of each
+    micro-batch on this rank, and ``executor.calls`` counts every micro-batch.
     """
-    if slots < 1:
-        raise TesseraError(f"slots must be at least 1, got {slots}")
-    batches = None if batches is None else [list(b) for b in batches]
-    if batches:
-        for m, b in enumerate(batches):
-            if len(b) != len(executor.program.inputs):
-                raise TesseraError(f"micro-batch {m}: program expects {len(executor.program.inputs)} inputs, "
-                                   f"got {len(b)}")
-        static = getattr(executor, "static_inputs", "place") == "place"  # sent once, shared by the micro-batches
-        _check_shared_weights(executor.program, batches, static=static)
-    n, waves = _agree(executor, batches, slots)
-    if n == 0:
-        return [] if executor.rank == executor.home else None
-    lanes, groups = _lanes(executor, slots), _groups(executor, slots)
-    device = [_RankDevice(executor.ctx.device)]
-    for lane in lanes:
-        lane.join(device)
-    inputs = (lambda m: None) if batches is None else (lambda m: batches[m])  # noqa: E731
-    with _on(lanes[0]):
-        executor.setup(executor.new_call(inputs(0), executor.calls))
-    outputs: list[list] = [[] for _ in range(n)]
-    done: list = []
-    for wave in waves:
-        if wave.barrier:
-            _drain(executor, done, lanes)
+
+    def __init__(self, executor: Any) -> None:
+        self.executor = executor
+        self.batches: list | None = None
+
+    def check(self, batches: Sequence[Sequence[Any]] | None) -> list | None:
+        ex = self.executor
+        batches = None if batches is None else [list(b) for b in batches]
+        if batches:
+            for m, b in enumerate(batches):
+                if len(b) != len(ex.program.inputs):
+                    raise TesseraError(f"micro-batch {m}: program expects {len(ex.program.inputs)} inputs, "
+                                       f"got {len(b)}")
+            check_shared_weights(ex.program, batches, static=ex.static_inputs == "place")
+        return batches
+
+    def waves(self, batches: list | None, slots: int) -> tuple[int, list[Wave]]:
+        """Every rank's (number of micro-batches, slots); the home rank's waves. Raises on every rank if they
+        differ."""
+        ex = self.executor
+        home = ex.rank == ex.home
+        if home and batches is None:
+            raise TesseraError(f"rank {ex.rank} is home: it needs every micro-batch's inputs")
+        waves = plan_waves(ex.program, batches, slots) if home else None
+        mine = (None if batches is None else len(batches), slots, waves)
+        every: list = [None] * ex.ctx.world_size
+        try:
+            dist.all_gather_object(every, mine, group=ex.ctx.control)
+        except RuntimeError as e:
+            raise RendezvousError(f"rank {ex.rank}: the ranks could not exchange the micro-batch plan of a pipelined "
+                                  f"run ({e}); check the other ranks' logs") from e
+        n, want, waves = every[ex.home]
+        bad = [r for r, (count, s, _) in enumerate(every) if s != want or count not in (None, n)]
+        if bad:
+            raise TesseraError(
+                f"pipelined run: ranks {bad} disagree with home rank {ex.home} on the micro-batches or slots "
+                f"(each rank's (micro-batches, slots): {[(c, s) for c, s, _ in every]}); every rank must call "
+                f"run_pipelined with the same slots and as many micro-batches (or None where allowed)")
+        self.slots = slots
+        return n, waves
+
+    def lanes(self, slots: int) -> list[Lane]:
+        cache = self.executor.__dict__.setdefault("pipeline_lanes", {})
+        if slots not in cache:
+            cache[slots] = make_lanes([_RankDevice(self.executor.ctx.device)], slots)
+        return cache[slots]
+
+    def groups(self, slots: int) -> list[Any]:
+        """The process group of each slot: the default group for slot 0, one new group per further slot (made once,
+        in slot order, by every rank: ``new_group`` is collective)."""
+        ex = self.executor
+        groups = ex.__dict__.setdefault("slot_groups", [None])
+        ctx = ex.ctx
+        backstop = datetime.timedelta(seconds=max(2 * ctx.timeout_s, ctx.timeout_s + 30))
+        while len(groups) < slots:
+            try:
+                group = dist.new_group(backend=ctx.backend, timeout=backstop)
+                if ctx.backend == "nccl":
+                    probe_group(group, ctx.device, ctx.timeout_s)
+            except RuntimeError as e:
+                raise RendezvousError(f"rank {ex.rank}: could not make the process group of pipeline slot "
+                                      f"{len(groups)} ({e}); check the other ranks' logs") from e
+            groups.append(group)
+            log.info("rank %d: process group for pipeline slot %d made", ex.rank, len(groups) - 1)
+        return groups[:slots]
+
+    def begin(self, batches: list | None, lanes: Sequence[Lane]) -> None:
+        ex = self.executor
+        self.batches = batches
+        self.slot_groups = self.groups(self.slots)
+        device = [_RankDevice(ex.ctx.device)]
+        for lane in lanes:
+            lane.join(device)
+        with _on(lanes[0]):
+            ex.setup(ex.new_call(self._inputs(0), ex.calls))
+
+    def _inputs(self, m: int) -> list | None:
+        return None if self.batches is None else self.batches[m]
+
+    def issue_wave(self, wave: Wave, batches: list | None, lanes: Sequence[Lane]) -> list:
+        """Issue one wave chunk by chunk, round-robin over its micro-batches, each on its slot's stream and group;
+        then wait for its messages and take the outputs (home rank)."""
+        ex = self.executor
         flights = []
         for k, m in enumerate(wave.batches):
             with _on(lanes[k]):
-                flights.append(executor.new_call(inputs(m), executor.calls + m, batch=m, slot=k, group=groups[k]))
-        for chunk in executor.chunk_items():
-            for k, call in enumerate(flights):
-                with _on(lanes[k]):
-                    executor.issue(call, chunk)
-        for k, call in enumerate(flights):
-            with _on(lanes[k]):
-                executor.finish(call, final=False)
-                if executor.rank == executor.home:
-                    outputs[call.batch] = executor.outputs(call)
-        done += flights
-    _drain(executor, done, lanes)
-    done.sort(key=lambda c: c.batch)
-    stats = executor.stats
-    stats.batch_cut_edges_sent = [c.sent for c in done]
-    stats.batch_cut_edges_received = [c.received for c in done]
-    stats.cut_edges_sent = set().union(*stats.batch_cut_edges_sent)
-    stats.cut_edges_received = set().union(*stats.batch_cut_edges_received)
-    executor.calls += n
-    return outputs if executor.rank == executor.home else None
+                call = ex.new_call(self._inputs(m), ex.calls + m, batch=m, slot=k, group=self.slot_groups[k])
+            flights.append((call, lanes[k]))
 
+        def issue(flight: tuple, chunk: Sequence[int]) -> None:
+            with _on(flight[1]):
+                ex.issue(flight[0], chunk)
 
-def _agree(executor: Any, batches: list | None, slots: int) -> tuple[int, list[Wave]]:
-    """Every rank's (number of micro-batches, slots); the home rank's waves. Raises on every rank if they differ."""
-    ctx = executor.ctx
-    home = executor.rank == executor.home
-    if home and batches is None:
-        raise TesseraError(f"rank {executor.rank} is home: it needs every micro-batch's inputs")
-    waves = plan_waves(executor.program, batches, slots) if home else None
-    mine = (None if batches is None else len(batches), slots, waves)
-    every: list = [None] * ctx.world_size
-    try:
-        dist.all_gather_object(every, mine, group=ctx.control)
-    except RuntimeError as e:
-        raise RendezvousError(f"rank {executor.rank}: the ranks could not exchange the micro-batch plan of a pipelined "
-                              f"run ({e}); check the other ranks' logs") from e
-    n, want, waves = every[executor.home]
-    bad = [r for r, (count, s, _) in enumerate(every) if s != want or count not in (None, n)]
-    if bad:
-        raise TesseraError(
-            f"pipelined run: ranks {bad} disagree with home rank {executor.home} on the micro-batches or slots "
-            f"(each rank's (micro-batches, slots): {[(c, s) for c, s, _ in every]}); every rank must call "
-            f"run_pipelined with the same slots and as many micro-batches (or None where allowed)")
-    return n, waves
+        issue_round_robin(ex.chunk_items(), flights, issue)
+        for call, lane in flights:
+            with _on(lane):
+                ex.finish(call, final=False)
+                if ex.rank == ex.home:
+                    call.outputs = ex.outputs(call)
+        return [call for call, _ in flights]
 
+    def drain(self, calls: Sequence[Any], lanes: Sequence[Lane]) -> None:
+        """Everything issued so far has finished: messages polled to completion (bounded), slot streams
+        synchronised."""
+        self.executor.check_completed(calls)
+        for lane in lanes:
+            for s in lane.cuda_streams():
+                s.synchronize()
 
-def _lanes(executor: Any, slots: int) -> list[Lane]:
-    cache = executor.__dict__.setdefault("_lanes", {})
-    if slots not in cache:
-        cache[slots] = make_lanes([_RankDevice(executor.ctx.device)], slots)
-    return cache[slots]
-
-
-def _groups(executor: Any, slots: int) -> list[Any]:
-    """The process group of each slot: the default group for slot 0, one new group per further slot (made once, in
-    slot order, by every rank: ``new_group`` is collective)."""
-    groups = executor.__dict__.setdefault("_slot_groups", [None])
-    ctx = executor.ctx
-    backstop = datetime.timedelta(seconds=max(2 * ctx.timeout_s, ctx.timeout_s + 30))
-    while len(groups) < slots:
-        try:
-            group = dist.new_group(backend=ctx.backend, timeout=backstop)
-            if ctx.backend == "nccl":
-                from torch_tessera.runtime.distributed import probe_group
-
-                probe_group(group, ctx.device, ctx.timeout_s)
-        except RuntimeError as e:
-            raise RendezvousError(f"rank {executor.rank}: could not make the process group of pipeline slot "
-                                  f"{len(groups)} ({e}); check the other ranks' logs") from e
-        groups.append(group)
-        log.info("rank %d: process group for pipeline slot %d made", executor.rank, len(groups) - 1)
-    return groups[:slots]
+    def finish(self, calls: Sequence[Any], n: int) -> list[list] | None:
+        ex = self.executor
+        home = ex.rank == ex.home
+        if n == 0:
+            return [] if home else None
+        calls = sorted(calls, key=lambda c: c.batch)
+        stats = ex.stats
+        stats.batch_cut_edges_sent = [c.sent for c in calls]
+        stats.batch_cut_edges_received = [c.received for c in calls]
+        stats.cut_edges_sent = set().union(*stats.batch_cut_edges_sent)
+        stats.cut_edges_received = set().union(*stats.batch_cut_edges_received)
+        ex.calls += n
+        return [c.outputs for c in calls] if home else None
 
 
 def _on(lane: Lane) -> Any:
@@ -171,11 +215,3 @@ def _on(lane: Lane) -> Any:
 
     stream = lane.streams[0]
     return torch.cuda.stream(stream) if isinstance(stream, torch.cuda.Stream) else contextlib.nullcontext()
-
-
-def _drain(executor: Any, calls: list, lanes: Sequence[Lane]) -> None:
-    """Everything issued so far has finished: messages polled to completion (bounded), slot streams synchronised."""
-    executor.check_completed(calls)
-    for lane in lanes:
-        for s in lane.cuda_streams():
-            s.synchronize()

@@ -47,7 +47,10 @@ from torch_tessera.runtime.executor import (
     fresh_extern_outputs,
     launch_buffers,
 )
-from torch_tessera.runtime.placed import POISON, input_positions, static_input_keys
+from torch_tessera.runtime import pipelining
+from torch_tessera.runtime.dist_pipelining import DistPipeline, probe_group
+from torch_tessera.runtime.inputs import input_positions, static_input_keys
+from torch_tessera.runtime.realize import POISON, ExecItem, Runner, run_schedule
 from torch_tessera.runtime.schedule import STATIC_INPUTS, CopyStep, LaunchStep, Schedule, Step, build_schedule
 
 log = logging.getLogger(__name__)
@@ -134,24 +137,6 @@ def init_distributed(device: str | torch.device | None = None, timeout_s: float 
         ) from e
     log.info("rank %d/%d joined (%s on %s, host %s)", rank, world, backend, dev, hosts[rank])
     return DistContext(rank, world, backend, dev, float(timeout_s), control, tuple(hosts))
-
-
-def probe_group(group: Any, device: torch.device, timeout_s: float) -> None:
-    """One small ``all_reduce`` on ``group`` (``None``: the default group), polled for at most ``timeout_s`` seconds.
-
-    With NCCL this creates the group's communicator eagerly, so that a broken setup fails here, bounded, and the
-    first point-to-point operation on the group is not a ``batch_isend_irecv`` (which NCCL requires of every rank).
-
-    Raises:
-        RuntimeError: the all_reduce did not complete in time.
-    """
-    work = dist.all_reduce(torch.ones(1, device=device), group=group, async_op=True)
-    deadline = time.monotonic() + timeout_s
-    while not work.is_completed():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the first all_reduce on a new process group did not complete within {timeout_s:g} s")
-        time.sleep(1e-3)
-    work.wait()
 
 
 def plan_fingerprint(program: KernelProgram, placement: Mapping[int, int]) -> str:
@@ -254,10 +239,19 @@ class _Call:
     sent: set = field(default_factory=set)
     received: set = field(default_factory=set)
     static_keys: dict = field(default_factory=dict)
+    outputs: Any = None  # a pipelined micro-batch's outputs (home rank)
+    release: Any = None  # (call, item index) -> None: frees the temporaries whose last use on this rank it was
 
     def where(self) -> str:
         """Words for the error message: which micro-batch, if any."""
         return "" if self.batch is None else f" in micro-batch {self.batch} (pipeline slot {self.slot})"
+
+    def note(self, kind: str, step: Any) -> None:
+        """Tracing hook of :class:`~torch_tessera.runtime.realize.Runner` (unused on a rank)."""
+
+    def release_after(self, index: int) -> None:
+        if self.release is not None:
+            self.release(self, index)
 
 
 @dataclass
@@ -358,6 +352,9 @@ class DistributedExecutor:
         self.launcher = KernelLauncher(program, kernel_objects, ctx.device)
         self._fresh = fresh_extern_outputs(program)
         self._items, self._item_pos = self._my_items(self.schedule.steps)
+        launch, post = RankLaunchRunner(self), RankPostRunner(self)
+        self.exec_items = [ExecItem(launch if isinstance(it, LaunchStep) else post, it, i)
+                           for i, it in enumerate(self._items)]
         self._free_after = self._last_uses()
         self._weights = BufferPool(ctx.device)  # weights and static INPUTs received at setup
         self._setup_done = weights == "local"
@@ -398,9 +395,7 @@ class DistributedExecutor:
         (:func:`~torch_tessera.runtime.pipelining.schedule_chunks`: the copies a device segment needs, then the
         segment); every rank gets the same number of chunks, some empty."""
         if not hasattr(self, "_chunks"):
-            from torch_tessera.runtime.pipelining import schedule_chunks
-
-            bounds = schedule_chunks(self.schedule.steps)
+            bounds = pipelining.schedule_chunks(self.schedule.steps)
             self._chunks = [[k for k, p in enumerate(self._item_pos) if s <= p < e] for s, e in bounds]
             if sum(map(len, self._chunks)) != len(self._items):
                 raise TesseraError(f"rank {self.rank}: the schedule's chunks do not cover its items; a bug")
@@ -494,9 +489,7 @@ class DistributedExecutor:
                 (raised on every rank).
             RendezvousError: the ranks could not exchange the micro-batch plan.
         """
-        from torch_tessera.runtime.dist_pipelining import run_pipelined
-
-        return run_pipelined(self, batches, slots)
+        return pipelining.run_pipelined(DistPipeline(self), batches, slots)
 
     # -- the pieces of a call (also driven micro-batch by micro-batch by dist_pipelining) -------------------------
     def new_call(self, inputs: Sequence[Any] | None, index: int, **where: Any) -> _Call:
@@ -565,20 +558,16 @@ class DistributedExecutor:
                 "DistributedExecutor")
 
     def issue(self, call: _Call, items: Sequence[int]) -> None:
-        """Issue this rank's items ``items`` (indices, in order) for ``call``: launches, and its end of each
-        transfer; temporaries are freed after their last use here."""
-        for i in items:
-            item = self._items[i]
-            if isinstance(item, LaunchStep):
-                self._hook(call, item)
-                self._launch(item, call)
-            else:
-                for s in item:
-                    self._hook(call, s)
-                self._post(item, call)
-            for b in self._free_after.get(i, ()):
-                self._wait_for(call, b, ("send", "recv"))
-                call.pool.free(b)
+        """Issue this rank's items ``items`` (indices, in order) for ``call`` through the runtime's one loop
+        (:func:`~torch_tessera.runtime.realize.run_schedule`): launches, and its end of each transfer; temporaries
+        are freed after their last use here."""
+        call.release = self._release
+        run_schedule([self.exec_items[i] for i in items], call)
+
+    def _release(self, call: _Call, index: int) -> None:
+        for b in self._free_after.get(index, ()):
+            self._wait_for(call, b, ("send", "recv"))
+            call.pool.free(b)
 
     def finish(self, call: _Call, final: bool) -> None:
         """Wait for every transfer ``call`` still has in flight (``final``: on CUDA too, poll for completion)."""
@@ -790,6 +779,30 @@ class DistributedExecutor:
             f"(timeout_s / --timeout, now {self.timeout_s:g} s)",
             rank=self.rank, peer=peer, edge=step.edge, buffer=step.buffer, batch=call.batch,
         )
+
+
+class RankLaunchRunner(Runner):
+    """One of this rank's launches: after the receives of the buffers it touches and the sends of those it writes
+    have completed (stream-ordered on CUDA, blocking on gloo)."""
+
+    kind = "launch"
+
+    def __call__(self, step: LaunchStep, call: _Call) -> None:
+        ex = self.machine
+        ex._hook(call, step)
+        ex._launch(step, call)
+
+
+class RankPostRunner(Runner):
+    """This rank's end of a run of copies between two launches: one message per peer and direction."""
+
+    kind = "post"
+
+    def __call__(self, steps: tuple[CopyStep, ...], call: _Call) -> None:
+        ex = self.machine
+        for s in steps:
+            ex._hook(call, s)
+        ex._post(steps, call)
 
 
 def _device_ctx(device: torch.device) -> Any:

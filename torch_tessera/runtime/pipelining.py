@@ -1,18 +1,22 @@
 """Micro-batch pipelining: several independent micro-batches in flight through one placed program.
 
-With one call in flight, each device idles while its peer computes and while activations cross the link (the paper's
-ablation: ~50 % of the zero-communication optimum). :func:`run_pipelined` keeps ``slots`` micro-batches in flight:
+With one call in flight, each device idles while its peer computes and while activations cross the link.
+:func:`run_pipelined` keeps ``slots`` micro-batches in flight. It is the one driver of pipelined runs: the in-process
+executor (:class:`InProcessPipeline`) and the process-per-device runtime
+(:class:`~torch_tessera.runtime.dist_pipelining.DistPipeline`) plug into it.
 
-1. **Slots.** Slot ``k`` (a :class:`Lane`) has its own compute stream per device and its own copy stream per link, all
-   at the slot's priority: slot 0 most urgent (:func:`slot_priorities`), so the earlier micro-batch wins when two
-   compete for a device and the slots' compute and transfer phases fall out of step.
+1. **Slots.** Slot ``k`` (a :class:`~torch_tessera.runtime.streams.Lane`) has its own compute stream per device and
+   its own copy stream per link, all at the slot's priority: slot 0 most urgent (:func:`slot_priorities`), so the
+   earlier micro-batch wins when two compete for a device and the slots' compute and transfer phases fall out of
+   step.
 2. **Waves.** Micro-batches are taken ``slots`` at a time, in order; the ``k``-th of a wave runs on slot ``k``. Two
    micro-batches that pass the same state storage (a KV cache both write) never share a wave: the later one starts
    after everything before it has finished (logged).
 3. **Interleaved issue.** The schedule is cut into chunks: the copies and waits a device segment needs, then the
    segment (consecutive launches on one device). Chunk ``c`` is issued for every micro-batch of the wave before chunk
-   ``c + 1``, so while slot 0's activations cross a link, slot 1's launches of the previous stage are already queued
-   on the other device. Events between streams are exactly those of a single call, per slot.
+   ``c + 1`` (:func:`issue_round_robin`), so while slot 0's activations cross a link, slot 1's launches of the
+   previous stage are already queued on the other device. Events between streams are exactly those of a single
+   call, per slot.
 4. **Buffers.** Each micro-batch has its own pools: temporaries and copies of its INPUT buffers on each device, its
    outputs; weights (PARAMETER inputs) and static INPUTs (``KernelProgram.static_inputs``: module buffers), which
    must be the same tensors in every micro-batch, are copied to each device once and shared (a static INPUT again,
@@ -23,8 +27,8 @@ ablation: ~50 % of the zero-communication optimum). :func:`run_pipelined` keeps 
    sharing memory, the last use on any of them), after being marked as in use by the slot's other streams
    (``record_stream``) so that the allocator never hands them out early.
 5. **CUDA graphs** (``cuda_graphs=True``): each slot has its own static pools and its own graphs
-   (:func:`torch_tessera.runtime.graphs.issue_wave_with_graphs`); before a slot is reused its streams wait for all of
-   its previous work (a device-side barrier, no host synchronisation).
+   (:meth:`torch_tessera.runtime.graphs.CUDAGraphWrapper.issue_wave`); before a slot is reused its streams wait for
+   all of its previous work (a device-side barrier, no host synchronisation).
 
 On CPU virtual devices streams are stand-ins and every step runs at once, so the results, the copies and the counts are
 those of the GPU run; the overlap is not.
@@ -32,119 +36,29 @@ those of the GPU run; the overlap is not.
 
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import torch
 
 from torch_tessera.errors import TesseraError
 from torch_tessera.lowering.program import BufferKind, TensorArg
-from torch_tessera.runtime.executor import BufferPool, launch_buffers
+from torch_tessera.runtime.executor import launch_buffers
+from torch_tessera.runtime.realize import CallContext, report_transfers, run_schedule
 from torch_tessera.runtime.schedule import CopyStep, LaunchStep, SyncStep
+from torch_tessera.runtime.streams import (  # noqa: F401 - part of this module's interface
+    CPU_GREATEST_PRIORITY,
+    PRIORITY_CLASSES,
+    Lane,
+    greatest_priority,
+    make_lanes,
+    single_priority,
+    slot_priorities,
+)
 
 log = logging.getLogger(__name__)
-
-#: Most urgent stream priority assumed where CUDA cannot be asked (CPU virtual devices): CUDA's range on recent GPUs.
-CPU_GREATEST_PRIORITY = -5
-
-
-#: Priority classes of a program's streams (``PlacedExecutor.priority_class``): when several programs share the devices
-#: (an LLM's prefill and decode served at the same time), the one on a request's per-token path is ``"urgent"`` and
-#: the bulk one ``"background"``, so a decode kernel waiting behind a prefill GEMM gets the SMs as soon as blocks
-#: retire. The paper's pipelining ablation staggers priorities across micro-batches (96.6 % of the zero-communication
-#: optimum vs about 50 % without pipelining, arXiv 2604.10180 section 5); this carries the idea across programs.
-PRIORITY_CLASSES = ("normal", "urgent", "background")
-
-
-def slot_priorities(slots: int, greatest: int, priority_class: str = "normal") -> list[int]:
-    """Stream priority of each slot (lower is more urgent).
-
-    ``"normal"``: slot 0 the most urgent, each later slot one level less, the last at 0. ``"urgent"``: the same
-    staggering one level more urgent, so no slot is at 0 (where a ``"normal"`` program's last slot and every
-    ``"background"`` stream run). ``"background"``: every slot at 0. All are clipped at ``greatest``.
-
-    Args:
-        slots: number of slots (>= 1).
-        greatest: the most urgent priority the device allows (CUDA: negative, e.g. -5; lower is more urgent).
-        priority_class: one of :data:`PRIORITY_CLASSES`.
-
-    Raises:
-        ValueError: an unknown ``priority_class``.
-    """
-    if priority_class not in PRIORITY_CLASSES:
-        raise ValueError(f"priority_class={priority_class!r}: use one of {PRIORITY_CLASSES}")
-    if priority_class == "background":
-        return [0] * slots
-    shift = 1 if priority_class == "urgent" else 0
-    return [max(greatest, -(slots - 1 - k) - shift) for k in range(slots)]
-
-
-def single_priority(priority_class: str, greatest: int) -> int:
-    """Priority of a program's own (non-pipelined) compute streams: 0, or one level more urgent for ``"urgent"``."""
-    return slot_priorities(1, greatest, priority_class)[0]
-
-
-def greatest_priority(devices: Sequence[Any]) -> int:
-    """The most urgent stream priority the devices allow (CUDA's, or :data:`CPU_GREATEST_PRIORITY` on CPU)."""
-    if any(d.torch_device.type == "cuda" for d in devices):
-        return torch.cuda.Stream.priority_range()[1]
-    return CPU_GREATEST_PRIORITY
-
-
-@dataclass
-class Lane:
-    """One pipeline slot's streams.
-
-    Attributes:
-        slot: slot index (0 = most urgent).
-        priority: the stream priority of all its streams (lower is more urgent).
-        streams: compute stream per device (index as the executor's devices); None on a CPU virtual device.
-        copy_streams: copy stream per link ``(src, dst)``, made at first use.
-    """
-
-    slot: int
-    priority: int
-    devices: list[Any]
-    streams: list[Any]
-    copy_streams: dict[tuple[int, int], Any] = field(default_factory=dict)
-
-    def copy_stream(self, src: int, dst: int) -> Any:
-        """The slot's copy stream for link ``src -> dst`` (on the destination device when it is a GPU)."""
-        key = (src, dst)
-        if key not in self.copy_streams:
-            dev = self.devices[dst] if self.devices[dst].torch_device.type == "cuda" else self.devices[src]
-            self.copy_streams[key] = dev.new_stream(priority=self.priority) if dev.torch_device.type == "cuda" else None
-        return self.copy_streams[key]
-
-    def cuda_streams(self) -> list[Any]:
-        """Every CUDA stream of the slot: compute, then copy."""
-        return [s for s in [*self.streams, *self.copy_streams.values()] if isinstance(s, torch.cuda.Stream)]
-
-    def barrier(self) -> None:
-        """Make every compute stream of the slot wait for all work queued so far on all the slot's streams."""
-        every = self.cuda_streams()
-        for s in self.streams:
-            if isinstance(s, torch.cuda.Stream):
-                for t in every:
-                    if t is not s:
-                        s.wait_stream(t)
-
-    def join(self, devices: Sequence[Any]) -> None:
-        """Every compute stream waits for the caller's current stream on its device (inputs may be in flight)."""
-        for dev, s in zip(devices, self.streams):
-            if isinstance(s, torch.cuda.Stream):
-                caller = torch.cuda.current_stream(dev.torch_device)
-                if s.cuda_stream != caller.cuda_stream:
-                    s.wait_stream(caller)
-
-
-def make_lanes(devices: Sequence[Any], slots: int, priority_class: str = "normal") -> list[Lane]:
-    """``slots`` lanes over ``devices`` with staggered priorities (see :func:`slot_priorities`)."""
-    greatest = greatest_priority(devices)
-    return [Lane(k, p, list(devices), [d.new_stream(priority=p) if d.torch_device.type == "cuda" else None
-                                        for d in devices])
-            for k, p in enumerate(slot_priorities(slots, greatest, priority_class))]
 
 
 @dataclass(frozen=True)
@@ -217,6 +131,69 @@ def _device(item: Any) -> int:
     return item.device
 
 
+def schedule_chunks(steps: Sequence[Any]) -> list[tuple[int, int]]:
+    """Cut ``steps`` into chunks ``[start, end)``: the copies and waits before a device segment, then the segment.
+
+    Args:
+        steps: schedule steps (:class:`LaunchStep` runs on one device form a segment) or CUDA-graph items (each
+            ``Segment`` is one); anything that is not a copy or a wait counts as a launch with a ``device``.
+    """
+    chunks: list[tuple[int, int]] = []
+    start = 0
+    for i, step in enumerate(steps):
+        nxt = steps[i + 1] if i + 1 < len(steps) else None
+        if _is_launch(step) and not (nxt is not None and _is_launch(nxt) and nxt.device == step.device):
+            chunks.append((start, i + 1))
+            start = i + 1
+    if start < len(steps):
+        chunks.append((start, len(steps)))
+    return chunks
+
+
+def _is_launch(item: Any) -> bool:
+    return not isinstance(item, (CopyStep, SyncStep))
+
+
+def issue_round_robin(chunks: Sequence[Any], flights: Sequence[Any], issue: Callable[[Any, Any], None]) -> None:
+    """Issue chunk ``c`` for every flight (micro-batch) before chunk ``c + 1``: ``issue(flight, chunk)``."""
+    for chunk in chunks:
+        for flight in flights:
+            issue(flight, chunk)
+
+
+def run_pipelined(engine: Any, batches: Sequence[Sequence[Any]] | None, slots: int) -> list[list] | None:
+    """Run each micro-batch of ``batches`` through ``engine``, ``slots`` in flight (the module docstring).
+
+    ``engine`` is an :class:`InProcessPipeline` or a ``DistPipeline``: ``check(batches)`` validates and returns the
+    micro-batches, ``waves(batches, slots)`` plans them, ``lanes(slots)`` gives the slots, ``begin(batches, lanes)``
+    places what the micro-batches share, ``issue_wave(wave, batches, lanes)`` issues one wave and returns its
+    flights, ``drain(flights, lanes)`` waits for them and ``finish(flights, n)`` returns the outputs.
+
+    Raises:
+        TesseraError: ``slots < 1`` or what ``engine.check`` refuses.
+        TransferTimeout: a transfer did not complete in time (``engine``'s timeout).
+    """
+    if slots < 1:
+        raise TesseraError(f"slots must be at least 1, got {slots}")
+    batches = engine.check(batches)
+    n, waves = engine.waves(batches, slots)
+    if n == 0:
+        return engine.finish([], 0)
+    lanes = engine.lanes(slots)
+    engine.begin(batches, lanes)
+    done: list = []
+    pending: list = []  # flights issued since the last drain
+    for wave in waves:
+        if wave.barrier:
+            engine.drain(pending, lanes)
+            pending = []
+        flights = engine.issue_wave(wave, batches, lanes)
+        done += flights
+        pending += flights
+    engine.drain(pending, lanes)
+    return engine.finish(done, n)
+
+
 def domain_last_uses(executor: Any) -> dict[int, list[tuple[int, str]]]:
     """Step index after which each temporary of a memory domain is no longer needed by any device of the domain.
 
@@ -241,80 +218,7 @@ def domain_last_uses(executor: Any) -> dict[int, list[tuple[int, str]]]:
     return out
 
 
-@dataclass
-class _Flight:
-    """One micro-batch being issued: its index, slot, pools and the cut edges it copied."""
-
-    batch: int
-    lane: Lane
-    pools: list[BufferPool]
-    edges: set = field(default_factory=set)
-
-
-def run_pipelined(executor: Any, batches: Sequence[Sequence[Any]], slots: int) -> list[list]:
-    """Run each micro-batch of ``batches`` through ``executor`` (a :class:`PlacedExecutor`), ``slots`` in flight.
-
-    See the module docstring for the design. After the call, ``executor.cut_edges_per_batch`` holds the distinct cut
-    edges copied for each micro-batch and ``executor.cut_edges_transferred`` their sum; ``executor.calls`` counts
-    every micro-batch.
-
-    Raises:
-        TesseraError: ``slots < 1``, a micro-batch with the wrong number of inputs, or with other weights (or,
-            with ``static_inputs="place"``, static INPUTs) than the first micro-batch.
-        TransferTimeout: a transfer did not complete within ``executor.timeout_s``.
-    """
-    if slots < 1:
-        raise TesseraError(f"slots must be at least 1, got {slots}")
-    program = executor.program
-    batches = [list(b) for b in batches]
-    for m, b in enumerate(batches):
-        if len(b) != len(program.inputs):
-            raise TesseraError(f"micro-batch {m}: program expects {len(program.inputs)} inputs, got {len(b)}")
-    _check_shared_weights(program, batches, static=getattr(executor, "static_inputs", "place") == "place")
-    if not batches:
-        return []
-    lanes = _lanes(executor, slots)
-    for lane in lanes:
-        lane.join(executor.devices)
-    if not executor._setup_done or executor.stale_static(batches[0], executor._static_placed):
-        # weights and static inputs onto their devices once (a static input again if the caller changed it, or an
-        # inference tensor), before any slot reads them: the previous run ended with every stream waited on, so
-        # nothing reads them now; the micro-batches then bind without placing (``_issue_wave``)
-        executor._join_caller()
-        executor._bind_call(batches[0])
-        executor._wait([], executor.streams)
-        for d in executor.devices:
-            d.synchronize()
-    outputs: list[list] = [[] for _ in batches]
-    edges: list[set] = [set() for _ in batches]
-    events: list[tuple[CopyStep, Any]] = []
-    every_stream = lambda: [s for lane in lanes for s in [*lane.streams, *lane.copy_streams.values()]]  # noqa: E731
-    for wave in plan_waves(program, batches, slots):
-        if wave.barrier:
-            executor._wait(events, every_stream())
-            events = []
-        if executor.cuda_graphs:
-            from torch_tessera.runtime.graphs import issue_wave_with_graphs
-
-            issue_wave_with_graphs(executor, [(m, batches[m]) for m in wave.batches], lanes, outputs, edges, events)
-        else:
-            _issue_wave(executor, [(m, batches[m]) for m in wave.batches], lanes, outputs, edges, events)
-    executor._wait(events, every_stream())
-    executor.cut_edges_per_batch = [len(e) for e in edges]
-    executor.cut_edges_transferred = sum(executor.cut_edges_per_batch)
-    executor.calls += len(batches)
-    return outputs
-
-
-def _lanes(executor: Any, slots: int) -> list[Lane]:
-    cache = executor.__dict__.setdefault("_lanes", {})
-    key = (slots, getattr(executor, "priority_class", "normal"))
-    if key not in cache:
-        cache[key] = make_lanes(executor.devices, slots, key[1])
-    return cache[key]
-
-
-def _check_shared_weights(program: Any, batches: Sequence[Sequence[Any]], static: bool = True) -> None:
+def check_shared_weights(program: Any, batches: Sequence[Sequence[Any]], static: bool = True) -> None:
     """Raise :class:`TesseraError` if a micro-batch passes another tensor than micro-batch 0 for a weight
     (PARAMETER) or, with ``static`` (``static_inputs="place"``), a static INPUT (``program.static_inputs``): the
     micro-batches share one placed copy of each."""
@@ -333,50 +237,99 @@ def _check_shared_weights(program: Any, batches: Sequence[Sequence[Any]], static
                         f"0: pipelined micro-batches share one copy of the {what} inputs; pass the same tensors")
 
 
-def _issue_wave(executor: Any, wave: Sequence[tuple[int, Sequence[Any]]], lanes: Sequence[Lane],
-                outputs: list[list], edges: list[set], events: list) -> None:
-    """Eager issue of one wave: chunk by chunk, round-robin over its micro-batches."""
-    steps = executor.schedule.steps
-    cache = executor.__dict__.setdefault("_pipeline_plan", {})
-    if "chunks" not in cache:
-        cache["chunks"] = schedule_chunks(steps)
-        cache["free_after"] = domain_last_uses(executor)
-    chunks, free_after = cache["chunks"], cache["free_after"]
-    # placed by run_pipelined before the first wave; placing here could overwrite a storage other slots are reading
-    flights = [_Flight(m, lanes[k], executor._bind_call(inputs, place=False)) for k, (m, inputs) in enumerate(wave)]
-    for start, end in chunks:
+class InProcessPipeline:
+    """The in-process executor's side of :func:`run_pipelined` (a
+    :class:`~torch_tessera.runtime.placed.PlacedExecutor`'s public interface only).
+
+    After a run, ``executor.cut_edges_per_batch`` holds the distinct cut edges copied for each micro-batch,
+    ``executor.cut_edges_transferred`` their sum, and ``executor.calls`` counts every micro-batch.
+    """
+
+    def __init__(self, executor: Any) -> None:
+        self.executor = executor
+        self._lanes: dict[tuple[int, str], list[Lane]] = {}
+        steps = executor.schedule.steps
+        self.chunks = [executor.items[s:e] for s, e in schedule_chunks(steps)]
+        self.free_after = domain_last_uses(executor)
+
+    def lanes(self, slots: int) -> list[Lane]:
+        """The ``slots`` lanes of this executor's priority class (made once per slot count)."""
+        ex = self.executor
+        key = (slots, ex.priority_class)
+        if key not in self._lanes:
+            self._lanes[key] = make_lanes(ex.devices, slots, key[1])
+        return self._lanes[key]
+
+    def check(self, batches: Sequence[Sequence[Any]]) -> list[list]:
+        ex = self.executor
+        batches = [list(b) for b in batches]
+        for m, b in enumerate(batches):
+            if len(b) != len(ex.program.inputs):
+                raise TesseraError(f"micro-batch {m}: program expects {len(ex.program.inputs)} inputs, got {len(b)}")
+        check_shared_weights(ex.program, batches, static=ex.static_inputs == "place")
+        return batches
+
+    def waves(self, batches: Sequence[Sequence[Any]], slots: int) -> tuple[int, list[Wave]]:
+        return len(batches), plan_waves(self.executor.program, batches, slots)
+
+    def begin(self, batches: Sequence[Sequence[Any]], lanes: Sequence[Lane]) -> None:
+        """Join the caller's streams; place weights and static inputs once (a static input again if the caller
+        changed it, or an inference tensor), before any slot reads them: the previous run ended with every stream
+        waited on, so nothing reads them now. The micro-batches then bind without placing."""
+        ex = self.executor
+        for lane in lanes:
+            lane.join(ex.devices)
+        if not ex.setup_done or ex.stale_static(batches[0], ex.static_placed):
+            ex.join_caller()
+            ex.bind_call(batches[0])
+            ex.wait([], ex.streams)
+            for d in ex.devices:
+                d.synchronize()
+
+    def issue_wave(self, wave: Wave, batches: Sequence[Sequence[Any]], lanes: Sequence[Lane]) -> list[CallContext]:
+        """Issue one wave; returns one context per micro-batch, its ``outputs`` set."""
+        ex = self.executor
+        if ex.graphs is not None:
+            return ex.graphs.issue_wave([(m, batches[m]) for m in wave.batches], lanes)
+        flights = []
+        for k, m in enumerate(wave.batches):
+            lane = lanes[k]
+            # placed by begin(); placing here could overwrite a storage other slots are reading
+            ctx = ex.call_context(ex.bind_call(batches[m], place=False), lane.streams, lane=lane, batch=m)
+            ctx.free_after = self.free_after
+            ctx.release = functools.partial(release, ex.domains, ctx)
+            flights.append(ctx)
+        issue_round_robin(self.chunks, flights, lambda ctx, chunk: run_schedule(chunk, ctx))
+        for ctx in flights:
+            ctx.outputs = ex.outputs(ctx.pools[ex.home])
+        return flights
+
+    def drain(self, flights: Sequence[CallContext], lanes: Sequence[Lane]) -> None:
+        """Wait for the flights' copies and every stream of the slots."""
+        ex = self.executor
+        ex.wait([e for f in flights for e in f.events],
+                [s for lane in lanes for s in [*lane.streams, *lane.copy_streams.values()]])
         for f in flights:
-            for i in range(start, end):
-                step = steps[i]
-                if isinstance(step, LaunchStep):
-                    executor._launch(step, f.pools, f.lane)
-                elif isinstance(step, SyncStep):
-                    executor._sync(step, f.lane)
-                else:
-                    ev = executor._copy(step, f.pools, f.lane, f.edges)
-                    if ev is not None:
-                        events.append((step, ev))
-                for dev, b in free_after.get(i, ()):
-                    _release(executor, f, dev, b)
-    home = executor.home
-    for f in flights:
-        pool = f.pools[home]
-        for o in executor.program.outputs:
-            if isinstance(o, TensorArg) and o.buffer not in pool:
-                executor._ensure(pool, home, o.buffer)
-        outputs[f.batch] = [pool.view(o) if isinstance(o, TensorArg) else o.value for o in executor.program.outputs]
-        edges[f.batch] = f.edges
+            report_transfers(ex.machine, f)
+
+    def finish(self, flights: Sequence[CallContext], n: int) -> list[list]:
+        ex = self.executor
+        flights = sorted(flights, key=lambda f: f.batch)
+        ex.cut_edges_per_batch = [len(f.edges) for f in flights]
+        ex.cut_edges_transferred = sum(ex.cut_edges_per_batch)
+        ex.calls += n
+        return [f.outputs for f in flights]
 
 
-def _release(executor: Any, flight: _Flight, dev: int, name: str) -> None:
-    """Free a temporary after its last use, marking it in use by every stream of the slot on its memory domain."""
-    pool = flight.pools[dev]
+def release(domains: Sequence[int], ctx: CallContext, dev: int, name: str) -> None:
+    """Free a temporary of micro-batch ``ctx`` after its last use, marking it in use by every stream of the slot
+    on its memory domain (so the allocator does not hand it out while another stream may still use it)."""
+    pool = ctx.pools[dev]
     t = pool.storages.get(name)
     if t is None:
         return
     if t.is_cuda:
-        dom = executor.domains
-        for d, s in enumerate(flight.lane.streams):
-            if dom[d] == dom[dev] and isinstance(s, torch.cuda.Stream):
+        for d, s in enumerate(ctx.lane.streams):
+            if domains[d] == domains[dev] and isinstance(s, torch.cuda.Stream):
                 t.record_stream(s)
     pool.free(name)

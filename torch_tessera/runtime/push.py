@@ -6,11 +6,8 @@ devices, each cut-edge copy of at most :data:`PUSH_MAX_BYTES` between two GPUs w
 memcpy node). Everything else (larger copies, inputs and gathers, CPU devices) keeps the memcpy on the link's copy
 stream.
 
-Measured 2026-11-30 on two H200s (``bench/gpu_hop_variants.py``, ``docs/results/2026-11-30-s5/b/hops/
-hop_variants.md``; a hop = producer kernel, bytes to the other GPU, consumer kernel, 64 hops in one graph), minus the
-same extra node on one GPU: a memcpy node on a copy stream (``"link"``) 9.9 / 10.8 / 20.1 us per hop at 8 KiB /
-256 KiB / 4 MiB, on the producer's stream (``"producer"``) 10.2 / 11.5 / 19.9 us, a push kernel like this one 5.0 /
-5.6 / 15.7 us.
+Per hop between two H200s a push kernel costs about 5 us less than a memcpy node at every measured size
+(8 KiB-4 MiB; docs/BENCHMARKS.md, hop variants).
 
 The kernel copies a byte range ``[0, n)`` between two storages: the body as the widest words (8, 4, 2 or 1 bytes)
 both addresses allow, the bytes before and after it (at most 7 each) bytewise by program 0 (:func:`push_layout`).
@@ -27,6 +24,8 @@ from typing import Any
 
 import torch
 import triton.language as tl
+
+from torch_tessera.runtime.streams import order_copy
 
 #: Largest copy pushed by a kernel (bytes); larger ones keep the memcpy node on the link's copy stream. The push
 #: kernel beat the memcpy by 4.4-5.0 us per hop at every measured size (8 KiB-4 MiB, module docstring); 16 MiB is
@@ -189,7 +188,7 @@ def push_copy(src: torch.Tensor, dst: torch.Tensor) -> PushLayout:
 def push_on_producer(device: Any, src: torch.Tensor, dst: torch.Tensor, src_stream: Any, dst_stream: Any,
                      waits: tuple[bool, bool]) -> None:
     """Issue one copy step as :func:`push_copy` on the producer's stream, ordered by
-    :func:`~torch_tessera.runtime.graphs.order_copy` without a copy stream: after the producer's earlier work (and
+    :func:`~torch_tessera.runtime.streams.order_copy` without a copy stream: after the producer's earlier work (and
     the consumer's, when ``waits`` says so), before the consumer's later work. Used eagerly (the warm-up pass) and
     inside a capture.
 
@@ -200,8 +199,6 @@ def push_on_producer(device: Any, src: torch.Tensor, dst: torch.Tensor, src_stre
         src_stream / dst_stream: the producer's and the consumer's streams.
         waits: ``(wait_for_dst, src_waits_for_copy)`` from :func:`~torch_tessera.runtime.schedule.copy_hazards`.
     """
-    from torch_tessera.runtime.graphs import order_copy
-
     def issue(stream: Any) -> None:
         on_stream = torch.cuda.stream(stream) if isinstance(stream, torch.cuda.Stream) else contextlib.nullcontext()
         with device.guard(), on_stream:

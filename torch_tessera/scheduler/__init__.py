@@ -26,6 +26,7 @@ from torch_tessera.scheduler import baselines, cache
 from torch_tessera.scheduler.blocks import aggregate
 from torch_tessera.scheduler.build import make_plan
 from torch_tessera.scheduler.heuristics import latency_bound, zero_comm_bound
+from torch_tessera.scheduler.pipeline_plan import SCORES, PipelineModel, simulated_seconds, surrogate_topology
 from torch_tessera.scheduler.problem import as_workload, compile_problem
 from torch_tessera.scheduler.solve import LP_PLAN_GAP, TRANSFER_TOLERANCE, solve_latency, solve_throughput
 from torch_tessera.scheduler.types import (CutEdge, NotApplicableError, Plan, SolverInfo, Workload,  # noqa: F401
@@ -41,7 +42,8 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
          memory_budgets: Sequence[int | None] | Mapping[str, int] | None = None,
          pins: Mapping[int | tuple[str, int], int | str] | None = None, time_limit: float = 10.0,
          micro_batches: int = 2, cache_dir: str | os.PathLike | None | bool = None, objective: str | None = None,
-         tie_layers: bool = True, mip_gap: float = 5e-3, dump_dir: str | os.PathLike | None = None) -> Plan:
+         tie_layers: bool = True, mip_gap: float = 5e-3, dump_dir: str | os.PathLike | None = None,
+         score: str = "simulate", pipeline: PipelineModel | None = None) -> Plan:
     """Plan where every kernel runs.
 
     Args:
@@ -67,6 +69,15 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
         dump_dir: when set, every MILP solved for this plan is written there as ``milp_<n>.mps`` (HiGHS' MPS writer)
             and the plan as ``plan_<policy>_<n>.json``, so a solve can be replayed with any MILP solver (the plan
             cache is bypassed then: a cached plan has no MILP to write).
+        score: how throughput plans are scored (:data:`pipeline_plan.SCORES`): ``"simulate"`` (default: the search
+            charges each cut edge one wait, :data:`modulo.WAIT_SECONDS`, instead of the topology's flat per-cut
+            charge, and the solver's plan and every baseline placement are compared by the simulated step of their
+            pipelined schedules, :func:`pipeline_plan.simulated_seconds`) or ``"cycle"`` (the cycle model with the
+            topology's per-cut charge, :attr:`Topology.hop_overhead`, as before the simulator). Every plan records
+            its simulated step in :attr:`Plan.simulated_seconds` with ``"simulate"``.
+        pipeline: domains, bandwidths and wait cost for the simulator (default: domains from the device names,
+            no bandwidth sharing: :meth:`PipelineModel.from_names`); :meth:`PipelineModel.from_specs` models the
+            DRAM bandwidth that partitions of one GPU share.
 
     Returns:
         The :class:`Plan`; ``print(plan)`` shows its summary table.
@@ -74,8 +85,10 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
     Raises:
         InfeasiblePlanError: no placement fits the memory budgets and pins (names the short device and by how much).
         NotApplicableError: a baseline does not apply to this workload.
-        ConfigError: bad arguments (unknown policy, cost tables that do not match the DAG or the devices).
+        ConfigError: bad arguments (unknown policy or score, cost tables that do not match the DAG or the devices).
     """
+    if score not in SCORES:
+        raise ConfigError(f"score must be one of {SCORES}, got {score!r}")
     if dump_dir is not None:
         from torch_tessera.scheduler.milp import DUMP_DIR
 
@@ -83,14 +96,15 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
         try:
             result = plan(dag_or_workload, costs, topology, policy=policy, memory_budgets=memory_budgets, pins=pins,
                           time_limit=time_limit, micro_batches=micro_batches, cache_dir=False,  # solve: dump
-                          objective=objective, tie_layers=tie_layers, mip_gap=mip_gap)
+                          objective=objective, tie_layers=tie_layers, mip_gap=mip_gap, score=score,
+                          pipeline=pipeline)
         finally:
             DUMP_DIR.reset(token)
         _dump_plan(result, policy, os.fspath(dump_dir))
         return result
     with _gc_paused():
         return _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_limit, micro_batches,
-                     cache_dir, objective, tie_layers, mip_gap)
+                     cache_dir, objective, tie_layers, mip_gap, score, pipeline)
 
 
 @contextlib.contextmanager
@@ -112,18 +126,21 @@ def _gc_paused():
 
 
 def _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_limit, micro_batches, cache_dir,
-          objective, tie_layers, mip_gap) -> Plan:
+          objective, tie_layers, mip_gap, score, pipeline) -> Plan:
     """:func:`plan` once the dump directory is handled (same arguments)."""
     t0 = time.perf_counter()
     wl = as_workload(dag_or_workload, costs)
+    model = pipeline if pipeline is not None else PipelineModel.from_names(topology.devices)
     pb = compile_problem(wl, topology, memory_budgets=memory_budgets, pins=pins, micro_batches=micro_batches)
+    sim = _Simulated(wl, topology, model, micro_batches) if score == "simulate" else None
     solved = policy in ("throughput", "latency")
     directory, key = None, None
     if solved and cache_dir is not False:
         directory = cache.default_dir() if cache_dir in (None, True) else cache.Path(cache_dir)
         key = cache.plan_key(pb, policy, {"time_limit": time_limit, "tie_layers": tie_layers,
                                                     "mip_gap": mip_gap, "transfer_tolerance": TRANSFER_TOLERANCE,
-                                                    "lp_plan_gap": LP_PLAN_GAP})
+                                                    "lp_plan_gap": LP_PLAN_GAP, "score": score,
+                                                    "pipeline": repr(model) if sim else None})
         hit = cache.load(directory, key)
         if hit is not None:
             log.info("plan cache hit %s (%s)", key, directory)
@@ -131,13 +148,20 @@ def _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_l
             return replace(hit, solver=replace(s, method=f"cache:{s.method}",
                                                notes=s.notes + (f"cached plan {key}",)))
     if policy == "throughput":
-        sol = _best_of_baselines(pb, solve_throughput(pb, time_limit, tie_layers, mip_gap))
-        result = _from_solution(pb, sol, policy, "cycle", t0)
+        search = pb
+        if sim is not None:  # the search charges a cut edge one wait, not the flat per-cut charge
+            st = surrogate_topology(topology, model)
+            search = replace(pb, hop=st.hop_overhead, expose=st.copy_exposure)
+        sol = _best_of_baselines(search, solve_throughput(search, time_limit, tie_layers, mip_gap), sim)
+        result = _from_solution(pb, sol, policy, "cycle", t0)  # cycle_seconds: the cycle model, comparable
     elif policy == "latency":
         sol = solve_latency(pb, time_limit, tie_layers)
         result = _from_solution(pb, sol, policy, "latency", t0)
     else:
         result = _baseline(pb, policy, objective or "cycle", t0)
+    if sim is not None and not result.replicas:
+        place = np.array([result.placements[pb.programs[p]][k] for p, k in zip(pb.prog.tolist(), pb.launch.tolist())])
+        result = replace(result, simulated_seconds=sim(pb, place))
     if key is not None:
         cache.store(directory, key, result)
     log.info("plan %s: %s", policy, f"{result.predicted_seconds:.6g} s, gap {100 * result.gap:.2f} %")
@@ -160,16 +184,30 @@ def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:
     log.info("wrote plan %s to %s", policy, path)
 
 
-def _best_of_baselines(pb, sol):
+class _Simulated:
+    """Simulated seconds per workload step of placements (``score="simulate"``), cached per placement."""
+
+    def __init__(self, wl, topology, model, micro_batches):
+        self.wl, self.topology, self.model, self.M = wl, topology, model, micro_batches
+        self.seen: dict[bytes, float] = {}
+
+    def __call__(self, pb, place) -> float:
+        key = np.asarray(place, dtype=np.int64).tobytes()
+        if key not in self.seen:
+            self.seen[key] = simulated_seconds(pb, self.wl, place, self.topology, self.model, self.M)
+        return self.seen[key]
+
+
+def _best_of_baselines(pb, sol, sim: "_Simulated | None" = None):
     """The solver's placement, or a baseline's single placement (layer, af, pd, homo-*; for a replicated workload
     also request-dist: stream r on device r) when that scores better.
 
     Every such baseline is a point of the same search space, so the throughput plan must never lose to one; on real
     model DAGs the counts relaxation's realisation can land above them (seen on Llama-3.1-8B, 2026-11-29), and this
     makes them warm starts that bound the result. They are scored by the same model as the solver's plan
-    (:func:`evaluate.cycle_many`: with each cut edge's per-hop charge on its devices), so a plan the corrected model
-    says is slower than a baseline is never returned. Candidates that break a memory budget or a pin are skipped. The
-    solver's lower bound is kept.
+    (:func:`evaluate.cycle_many`: with each cut edge's per-hop charge on its devices), or with ``sim`` by the
+    simulated step of their pipelined schedules, so a plan the model says is slower than a baseline is never
+    returned. Candidates that break a memory budget or a pin are skipped. The solver's lower bound is kept.
     """
     from dataclasses import replace as dc_replace
 
@@ -189,11 +227,14 @@ def _best_of_baselines(pb, sol):
         names.append("request-dist")
         places.append(np.asarray(pb.streams, dtype=np.int64)[pb.prog] % pb.D)
     stack = np.stack(places)
-    values = cycle_many(pb, stack)
     fits = fits_many(pb, stack)
     pinned = pb.pinned[pb.group]  # baselines ignore pins: a candidate that breaks one is not a warm start
     fits &= ((pinned < 0)[None] | (stack == pinned[None])).all(1)
     fits[0] = True
+    if sim is None:
+        values = cycle_many(pb, stack)
+    else:
+        values = np.array([sim(pb, p) if f else np.inf for p, f in zip(stack, fits)])
     best = 0
     for i in [names.index(nm) for nm in ["layer", "af", "pd", "request-dist"] + [f"homo-{g}" for g in range(pb.D)]
               if nm in names]:
@@ -201,11 +242,13 @@ def _best_of_baselines(pb, sol):
             best = i
     if best == 0:
         return sol
-    log.info("throughput: the %s placement beats the solver's (%.6g s vs %.6g s); using it", names[best],
-             values[best], values[0])
-    return dc_replace(sol, place=stack[best], value=float(values[best]),
+    log.info("throughput: the %s placement beats the solver's (%.6g s vs %.6g s%s); using it", names[best],
+             values[best], values[0], ", simulated" if sim is not None else "")
+    value = float(cycle_many(pb, stack[best:best + 1])[0])
+    return dc_replace(sol, place=stack[best], value=value,
                       method=f"{sol.method}+{names[best]}-warm-start",
-                      notes=list(sol.notes) + [f"the {names[best]} placement scored better than the solver's"])
+                      notes=list(sol.notes) + [f"the {names[best]} placement scored better than the solver's"
+                                               + (" (simulated)" if sim is not None else "")])
 
 
 def _from_solution(pb, sol, policy: str, objective: str, t0: float) -> Plan:

@@ -90,6 +90,14 @@ EXACT_BINARIES_PER_SECOND = 400.0
 #: (442-712 binaries).
 CHARGED_EXACT_BINARIES = 800
 
+#: Share of ``time_limit`` each MILP may take: the counts MILP (on a DAG without repeated layers, the exact placement
+#: MILP) and the untied MILP after the tied path. Planning must stay within 1 s for
+#: DAGs of up to 2,000 kernels on up to 4 devices at the default ``time_limit`` (issue 23); measured on the 2-core
+#: machine (docs/results, pipesched NOTES.md: ``bench/bench_scheduler.py --hop-us 52``), these MILPs ran to the time
+#: limit on 47-201 kernels (3-10 s) and their plans are polished by the local searches afterwards. A larger
+#: ``time_limit`` gives them proportionally more.
+EXACT_MILP_SHARE = 0.04
+
 #: Relative cycle-time increase a throughput plan may take to move fewer bytes (:mod:`.transfers`): the MILP's own
 #: default stopping gap, so the plan stays as close to optimal as the solver promised.
 TRANSFER_TOLERANCE = 5e-3
@@ -218,8 +226,8 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             class_bytes[c] += nbytes * q
     counts_end = t0 + 0.85 * time_limit
     counts_gap, bound, res = mip_gap, 0.0, None
+    counts_end = min(counts_end, time.perf_counter() + EXACT_MILP_SHARE * time_limit)  # bounded like the untied MILP
     if tied:  # the counts MILP is a relaxation whose plan is polished afterwards: stop it at a looser gap
-        counts_end = min(counts_end, time.perf_counter() + 0.5 * time_limit)
         counts_gap = max(2 * mip_gap, COUNTS_GAP)
         # its LP relaxation first: a bound as good as the MILP's root bound on real DAGs, and rounded counts that
         # often realise within LP_PLAN_GAP of it, in a fraction of the MILP's time (Llama-3.1-8B, 4 devices: 0.06 s
@@ -287,7 +295,7 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     elif loose:
         # small enough for the untied MILP: solve it exactly (within the time left), from the incumbent
         exact = build_classes(pb, groups, np.arange(groups.B))
-        left = deadline - time.perf_counter()
+        left = min(deadline - time.perf_counter(), EXACT_MILP_SHARE * time_limit)
         r2, c2 = solve_counts(pb, exact, groups.forbidden, max(1e-3, left),
                               upper=value, mip_gap=mip_gap)
         if r2.status in ("optimal", "time limit"):

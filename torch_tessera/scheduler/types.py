@@ -178,6 +178,9 @@ class Plan:
         hop_seconds: per device, the part of ``device_seconds`` its cut edges charge it (per-hop overhead and
             exposed copy time, :attr:`~torch_tessera.target.costs.Topology.hop_overhead`); empty when none.
         solver: how it was found.
+        simulated_seconds: seconds per workload step the simulator predicts for the plan's pipelined schedules
+            (:func:`torch_tessera.scheduler.pipeline_plan.simulated_seconds`, over ``micro_batches``); ``None`` when
+            not simulated (``score="cycle"``, or request-dist's replicas).
     """
 
     policy: str
@@ -203,6 +206,7 @@ class Plan:
     replicas: tuple[int, ...] = ()
     frequencies: Mapping[str, float] = field(default_factory=dict)
     hop_seconds: tuple[float, ...] = ()
+    simulated_seconds: float | None = None
 
     @property
     def gap(self) -> float:

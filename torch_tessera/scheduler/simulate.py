@@ -1,0 +1,232 @@
+"""Event-driven simulator of a :class:`~torch_tessera.scheduler.pipeline_schedule.PipelinedSchedule`: the predicted
+step time, per-device busy and idle time, and every step's start and end.
+
+Semantics (the schedule's contract): each device's stream runs its steps in order, one at a time.
+
+* A :class:`RunStep` takes its launch's cost on its device (the cost table), stretched while partitions of the same
+  memory domain (SM partitions of one GPU) together ask for more DRAM bandwidth than the GPU has (below).
+* A :class:`TransferStep` takes ``latency + bytes / bandwidth`` of its link on the producer's stream (a push).
+* A :class:`RecordStep` takes no time: its event completes when the steps before it on its stream have.
+* A :class:`WaitStep` starts once its event has completed and the stream is free, and takes ``wait_seconds``.
+
+Bandwidth sharing. A launch of ``c`` seconds moving ``b`` bytes asks for ``b / c`` bytes/s (at most its device's own
+bandwidth). While the launches running in one memory domain ask for more than the domain's bandwidth ``B``, ``B`` is
+shared max-min fairly (water-filling) and each launch progresses at ``granted / asked`` of its solo speed: a
+memory-bound launch stretches, a compute-bound one (small ``b / c``) hardly does. This is the roofline
+``time = max(compute, bytes / bandwidth)`` with the bandwidth a launch gets at each moment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from torch_tessera.errors import ScheduleError
+from torch_tessera.scheduler.modulo import WAIT_SECONDS
+from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, RecordStep, RunStep, TransferStep, WaitStep
+from torch_tessera.target.costs import CostTable, Topology
+
+_EPS = 1e-15
+
+
+@dataclass(frozen=True)
+class MemoryShare:
+    """DRAM bandwidth figures for modelling partitions of one GPU that share its memory.
+
+    Attributes:
+        launch_bytes: bytes each launch moves to and from DRAM (launch index -> bytes).
+        device_bandwidth: ``[D]`` bytes/s each device reaches alone (a partition's own figure).
+        domain_bandwidth: memory domain -> bytes/s the whole domain (one GPU) has.
+    """
+
+    launch_bytes: Mapping[int, float]
+    device_bandwidth: Sequence[float]
+    domain_bandwidth: Mapping[int, float]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What :func:`simulate` predicts for one replay of a schedule (every micro-batch once).
+
+    Attributes:
+        step_seconds: time from the first step's start to the last step's end.
+        micro_batches: micro-batches in the step.
+        busy: ``[D]`` seconds each device runs launches.
+        transfer: ``[D]`` seconds each device's stream spends on transfers.
+        waiting: ``[D]`` seconds each stream spends in waits (the wait cost only; blocked time is idle).
+        idle: ``[D]`` ``step_seconds`` minus the three above.
+        start / end: per device, ``[len(streams[d])]`` seconds of each step's start and end.
+        stretch: ``[D]`` seconds the launches of each device lost to shared bandwidth (0 without sharing).
+    """
+
+    step_seconds: float
+    micro_batches: int
+    busy: np.ndarray
+    transfer: np.ndarray
+    waiting: np.ndarray
+    idle: np.ndarray
+    start: tuple[np.ndarray, ...]
+    end: tuple[np.ndarray, ...]
+    stretch: np.ndarray
+
+    @property
+    def seconds_per_micro_batch(self) -> float:
+        return self.step_seconds / self.micro_batches
+
+
+def step_durations(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topology: Topology | None,
+                   wait_seconds: float) -> list[np.ndarray]:
+    """Solo duration (seconds) of every step, per device; records take 0.
+
+    ``costs`` is a cost table (columns in device order) or an array ``[launches, D]`` indexed by launch index."""
+    out = []
+    for d, st in enumerate(schedule.streams):
+        dur = np.zeros(len(st))
+        for i, s in enumerate(st):
+            if isinstance(s, RunStep):
+                dur[i] = costs.row(s.launch)[d] if isinstance(costs, CostTable) else costs[s.launch, d]
+            elif isinstance(s, TransferStep):
+                same = schedule.domain(s.src) == schedule.domain(s.dst)
+                dur[i] = 0.0 if same or topology is None else topology.transfer_seconds(s.src, s.dst, s.nbytes)
+            elif isinstance(s, WaitStep):
+                dur[i] = wait_seconds
+        out.append(dur)
+    return out
+
+
+def water_fill(demand: np.ndarray, capacity: float) -> np.ndarray:
+    """Max-min fair shares of ``capacity`` among ``demand`` (each share at most its demand)."""
+    if demand.sum() <= capacity:
+        return demand.copy()
+    share = np.zeros_like(demand)
+    left, todo = capacity, list(np.argsort(demand))
+    while todo:
+        fair = left / len(todo)
+        i = todo[0]
+        if demand[i] <= fair:
+            share[i] = demand[i]
+            left -= demand[i]
+            todo.pop(0)
+        else:
+            for j in todo:
+                share[j] = fair
+            break
+    return share
+
+
+def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topology: Topology | None = None, *,
+             wait_seconds: float = WAIT_SECONDS, memory: MemoryShare | None = None) -> SimResult:
+    """Predict one replay of ``schedule`` (see the module docstring for the semantics).
+
+    Args:
+        schedule: the schedule (accepted by :func:`~torch_tessera.scheduler.pipeline_schedule.check_schedule`).
+        costs: seconds of each launch on each device alone.
+        topology: link bandwidth (bytes/s) and latency (s) for transfers; ``None``: transfers take no time.
+        wait_seconds: seconds one wait costs the waiting stream (:data:`~torch_tessera.scheduler.modulo.WAIT_SECONDS`).
+        memory: bandwidth figures for sharing within memory domains; ``None``: no sharing modelled.
+
+    Returns:
+        The :class:`SimResult`.
+
+    Raises:
+        ScheduleError: the waits deadlock (a wait whose event is recorded after a wait that never completes).
+    """
+    D = schedule.devices
+    dur = step_durations(schedule, costs, topology, wait_seconds)
+    streams = schedule.streams
+    demand = _demands(schedule, dur, memory)
+    rec_time: dict[int, float] = {}
+    start = [np.full(len(st), np.nan) for st in streams]
+    end = [np.full(len(st), np.nan) for st in streams]
+    pos = [0] * D
+    left = [0.0] * D  # solo seconds left of the active step
+    active = [False] * D
+    t = 0.0
+    while True:
+        recorded = True
+        while recorded:  # start what can start at t (a record may release a wait of a stream already passed)
+            recorded = False
+            for d in range(D):
+                while not active[d] and pos[d] < len(streams[d]):
+                    s = streams[d][pos[d]]
+                    if isinstance(s, WaitStep) and rec_time.get(s.event_id, np.inf) > t + _EPS:
+                        break
+                    start[d][pos[d]] = t
+                    if isinstance(s, RecordStep):
+                        rec_time[s.event_id] = t
+                        end[d][pos[d]] = t
+                        pos[d] += 1
+                        recorded = True
+                        continue
+                    active[d], left[d] = True, dur[d][pos[d]]
+        run = [d for d in range(D) if active[d]]
+        if not run:
+            if all(pos[d] == len(streams[d]) for d in range(D)):
+                break
+            blocked = [d for d in range(D) if pos[d] < len(streams[d])]
+            raise ScheduleError(f"simulation deadlock: streams {blocked} wait for events never recorded")
+        rate = _rates(schedule, run, pos, demand, memory)
+        dt = min(left[d] / rate[d] if rate[d] > 0 else np.inf for d in run)
+        t += dt
+        for d in run:
+            left[d] -= rate[d] * dt
+            if left[d] <= 1e-9 * dur[d][pos[d]] + 1e-18:
+                end[d][pos[d]] = t
+                active[d] = False
+                pos[d] += 1
+    return _result(schedule, dur, start, end, t)
+
+
+def _demands(schedule: PipelinedSchedule, dur: list[np.ndarray], memory: MemoryShare | None) -> list[np.ndarray]:
+    """Bytes/s each run step asks for (0 for other steps or without ``memory``)."""
+    out = []
+    for d, st in enumerate(schedule.streams):
+        dem = np.zeros(len(st))
+        if memory is not None:
+            cap = float(memory.device_bandwidth[d])
+            for i, s in enumerate(st):
+                if isinstance(s, RunStep) and dur[d][i] > 0:
+                    dem[i] = min(float(memory.launch_bytes.get(s.launch, 0.0)) / dur[d][i], cap)
+        out.append(dem)
+    return out
+
+
+def _rates(schedule, run, pos, demand, memory) -> dict[int, float]:
+    """Progress rate (solo seconds per second) of each active stream's step."""
+    rate = {d: 1.0 for d in run}
+    if memory is None:
+        return rate
+    by_dom: dict[int, list[int]] = {}
+    for d in run:
+        if demand[d][pos[d]] > 0:
+            by_dom.setdefault(schedule.domain(d), []).append(d)
+    for dm, devs in by_dom.items():
+        cap = memory.domain_bandwidth.get(dm)
+        if cap is None or len(devs) < 2:
+            continue
+        dem = np.array([demand[d][pos[d]] for d in devs])
+        share = water_fill(dem, float(cap))
+        for d, a, b in zip(devs, share, dem):
+            rate[d] = float(a / b)
+    return rate
+
+
+def _result(schedule, dur, start, end, t_end) -> SimResult:
+    D = schedule.devices
+    busy, transfer, waiting, stretch = (np.zeros(D) for _ in range(4))
+    for d, st in enumerate(schedule.streams):
+        took = end[d] - start[d]
+        for i, s in enumerate(st):
+            if isinstance(s, RunStep):
+                busy[d] += took[i]
+                stretch[d] += took[i] - dur[d][i]
+            elif isinstance(s, TransferStep):
+                transfer[d] += took[i]
+            elif isinstance(s, WaitStep):
+                waiting[d] += took[i]
+    t0 = min((float(s[0]) for s in start if len(s)), default=0.0)
+    step = t_end - t0
+    return SimResult(step, schedule.micro_batches, busy, transfer, waiting, step - busy - transfer - waiting,
+                     tuple(start), tuple(end), stretch)
