@@ -19,7 +19,7 @@ The model's output with instrumented kernels is compared with eager. Per-launch 
 caught and reported; a CUDA error that poisons the context stops the run and is reported.
 
 Run (one H200, torch 2.11 + triton 3.6 + cuda-python; < 3 minutes):
-    python bench/gpu_ptx_extents.py --out results/ptx_extents
+    python -m bench.gpu_ptx_extents --out results/ptx_extents      # from the repository root (it reads tests/ptx/zoo.py)
 Writes ``ptx_extents.json`` and ``ptx_extents.md`` under ``--out``.
 """
 
@@ -35,7 +35,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import collections
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from torch_tessera.backend.workload import model_workload  # noqa: E402
 from torch_tessera.lowering.program import BufferKind  # noqa: E402
