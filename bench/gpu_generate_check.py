@@ -39,11 +39,10 @@ import time
 import traceback
 from pathlib import Path
 
+import torch
 
-import torch  # noqa: E402
-
-from torch_tessera.backend.recording import RecordingBackend  # noqa: E402
-from torch_tessera.measure.gpu_checks import must_show, must_show_summary, per_layer_cuts  # noqa: E402
+from torch_tessera.backend.recording import RecordingBackend
+from torch_tessera.measure.gpu_checks import must_show, must_show_summary, per_layer_cuts
 
 NEW = 32
 #: ``--sdpa`` choices -> the ``torch.backends.cuda`` switch of each backend (the chosen one alone stays on)

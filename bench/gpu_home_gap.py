@@ -40,12 +40,11 @@ import traceback
 from collections import defaultdict
 from pathlib import Path
 
+import torch
 
-import torch  # noqa: E402
-
-from torch_tessera.backend.recording import RecordingBackend  # noqa: E402
-from torch_tessera.compat.cudagraph_trees import fresh_ro_replay, ro_graph, ro_node_and_inputs  # noqa: E402
-from torch_tessera.measure.gpu_checks import fresh_ours_replay  # noqa: E402
+from torch_tessera.backend.recording import RecordingBackend
+from torch_tessera.compat.cudagraph_trees import fresh_ro_replay, ro_graph, ro_node_and_inputs
+from torch_tessera.measure.gpu_checks import fresh_ours_replay
 
 
 def medians(fn, repeats: int) -> dict:

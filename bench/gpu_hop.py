@@ -14,8 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-
-import torch  # noqa: E402
+import torch
 
 
 def hop_loop(src_stream, dst_stream, copy_stream, src, dst, n, mode):

@@ -36,11 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+from gpu_generate_check import SDPA_BACKENDS, build_llama, use_sdpa
 
-import torch  # noqa: E402
-from gpu_generate_check import SDPA_BACKENDS, build_llama, use_sdpa  # noqa: E402
-
-from torch_tessera.measure.launch_bitwise import compare_launches  # noqa: E402
+from torch_tessera.measure.launch_bitwise import compare_launches
 
 NEW = 8
 

@@ -35,14 +35,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import torch
 
-import torch  # noqa: E402
-
-from torch_tessera.errors import TesseraError  # noqa: E402
-from torch_tessera.lowering.program import ScalarArg, TensorArg, TritonLaunch  # noqa: E402
-from torch_tessera.ptx import access_from_ptx, compile_ptx  # noqa: E402
-from torch_tessera.ptx.instrument import ViewSpan, check_launch, decode_trace, instrument_ptx  # noqa: E402
-from torch_tessera.runtime.executor import KernelLauncher, ProgramExecutor  # noqa: E402
+from torch_tessera.errors import TesseraError
+from torch_tessera.lowering.program import ScalarArg, TensorArg, TritonLaunch
+from torch_tessera.ptx import access_from_ptx, compile_ptx
+from torch_tessera.ptx.instrument import ViewSpan, check_launch, decode_trace, instrument_ptx
+from torch_tessera.runtime.executor import KernelLauncher, ProgramExecutor
 
 #: ctypes type of each scalar Triton signature type, as the PTX ``.param`` holds it.
 CTYPES = {"i1": ctypes.c_uint8, "i8": ctypes.c_int8, "u8": ctypes.c_uint8, "i16": ctypes.c_int16,

@@ -38,10 +38,9 @@ import time
 import traceback
 from pathlib import Path
 
+import torch
 
-import torch  # noqa: E402
-
-from torch_tessera.backend.recording import RecordingBackend  # noqa: E402
+from torch_tessera.backend.recording import RecordingBackend
 
 
 def build(layers: int, seq: int, batch: int):

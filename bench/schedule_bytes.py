@@ -13,12 +13,11 @@ from __future__ import annotations
 import collections
 import sys
 
-
-from torch_tessera.backend.workload import model_workload  # noqa: E402
-from torch_tessera.lowering.program import BufferKind  # noqa: E402
-from torch_tessera.target.devices import parse_devices  # noqa: E402
-from torch_tessera.runtime.schedule import CopyStep, build_schedule, state_owners  # noqa: E402
-from torch_tessera.scheduler import plan  # noqa: E402
+from torch_tessera.backend.workload import model_workload
+from torch_tessera.lowering.program import BufferKind
+from torch_tessera.target.devices import parse_devices
+from torch_tessera.runtime.schedule import CopyStep, build_schedule, state_owners
+from torch_tessera.scheduler import plan
 
 
 def main(argv: list[str]) -> None:

@@ -19,9 +19,8 @@ import statistics
 import sys
 import time
 
-
-import torch_tessera.scheduler.solve as solve  # noqa: E402
-from torch_tessera.scheduler import plan  # noqa: E402
+import torch_tessera.scheduler.solve as solve
+from torch_tessera.scheduler import plan
 
 
 def timed(wl, costs, topo, runs: int = 5, trim_only: bool = False) -> None:
