@@ -29,7 +29,7 @@ executor copied for cut edges in one call (``runs.<name>.bytes_per_call``, sessi
 Runs that already planned WITH the charge (session 5 calls C, D: ``hop_overhead_s`` in the meta) are fitted against
 their UNCHARGED prediction, recomputed from the saved per-launch costs and placements (:func:`uncharged_cycle`);
 request-streams plans (programs ``<name>@<r>``) are shown, not fitted. Model variants beyond these three terms, with
-held-out checks: ``bench/refit_hop_model.py``.
+held-out checks: ``docs/results/2026-11-30-s6-fit/scripts/refit_hop_model.py``.
 
 Usage: ``python bench/fit_hop_overhead.py [BENCH_JSON_OR_DIR ...]``. Only reads JSON (numpy for the fit).
 """
@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from torch_tessera.measure.report.gaps import uncharged_cycle
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = [ROOT / "docs/results/2026-11-29-s3", ROOT / "docs/results/2026-11-29-s4"]
@@ -119,24 +121,6 @@ def _split(r: dict, meta: dict, freq: dict, tessera_split: dict) -> tuple[dict, 
         return {p: float(np.mean([sp[p] for sp in splits])) for p in freq}, False
     same_pattern = r["plan"] in ("af", "layer") and meta["family"] == "llm"  # one pattern in both programs
     return {p: 1 / len(freq) for p in freq}, same_pattern
-
-
-def uncharged_cycle(meta: dict, plan: str) -> float | None:
-    """Seconds per workload step of ``plan`` under the model WITHOUT the per-hop charge: the busier device's load
-    ``sum_p f_p x sum of the per-launch costs placed on it`` (``meta["kernel_seconds"]``, calibrated), or None when the
-    run saved no per-launch costs. Runs since session 5 (calls C, D) planned and predicted WITH the charge
-    (``hop_overhead_s`` in their meta), so their ``predicted_output_per_s`` already holds ``h x C + phi x X``; this
-    recovers the uncharged base the fit adds its terms to. (Link loads are left out: on these runs the busiest link
-    carries < 1 ms per step, never the binding resource.)"""
-    ks, pl = meta.get("kernel_seconds"), meta.get("plans", {}).get(plan)
-    if not ks or not pl:
-        return None
-    loads = np.zeros(len(meta["devices"]))
-    for prog, place in pl["placements"].items():
-        cost, where = np.asarray(ks[prog.split("@")[0]]), np.asarray(place)
-        for d in range(len(loads)):
-            loads[d] += pl["frequencies"][prog] * cost[d][where == d].sum()
-    return float(loads.max())
 
 
 def load_records(paths: list[Path]) -> list[Record]:

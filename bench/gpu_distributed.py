@@ -43,7 +43,6 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
 SIZES = tuple(4096 << (2 * k) for k in range(8))  # 4 KiB .. 64 MiB

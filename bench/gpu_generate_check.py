@@ -39,11 +39,10 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from torch_tessera.backend.recording import RecordingBackend  # noqa: E402
+from torch_tessera.backend.recording import RecordingBackend
+from torch_tessera.measure.gpu_checks import must_show, must_show_summary, per_layer_cuts
 
 NEW = 32
 #: ``--sdpa`` choices -> the ``torch.backends.cuda`` switch of each backend (the chosen one alone stays on)
@@ -187,13 +186,13 @@ def main() -> int:
                 row["graph_copies"] = how.get("graph_copies", "link") if how.get("cuda_graphs") else None
                 row["cut_edges_per_program"] = [cut_edge_count(e.dag, e.placement) for e in exs]
                 row["launches_per_program"] = [len(e.program.launches) for e in exs]
-                row["cut_edges_per_layer"] = [_per_layer(cut_edges_per_layer(e.dag, e.placement)) for e in exs]
+                row["cut_edges_per_layer"] = [per_layer_cuts(cut_edges_per_layer(e.dag, e.placement)) for e in exs]
                 row["must_show"] = must_show(row, NEW)
                 res["must_show"][name] = row["must_show"]
             res["runs"][name] = row
             print(name, row, flush=True)
             if rec is not None:
-                print(_summary(name, row), flush=True)
+                print(must_show_summary(name, row), flush=True)
         except Exception:  # noqa: BLE001 - report and continue
             res["errors"][name] = traceback.format_exc()
             if name == "inductor" and not args.only:
@@ -204,7 +203,7 @@ def main() -> int:
         res["runs"][name] = _finish_child(child, name, out)
         res["must_show"][name] = res["runs"][name].get("must_show")
         print(name, res["runs"][name], flush=True)
-        print(_summary(name, res["runs"][name]), flush=True)
+        print(must_show_summary(name, res["runs"][name]), flush=True)
         _write(res, args, out)
     _write(res, args, out)
     return 0 if not res["errors"] else 1
@@ -213,47 +212,6 @@ def main() -> int:
 def _write(res: dict, args, out: Path) -> None:
     name = "generate.json" if not args.only else f"generate_{_slug(args.only)}.json"
     (out / name).write_text(json.dumps(res, indent=1))
-
-
-def _per_layer(counts: dict) -> dict:
-    """``cut_edges_per_layer``'s counts as JSON: decoder layers in order (``"0"``...), then ``"outside"`` (the
-    embedding, final norm and head), ``min`` / ``max`` over the layers, and how many layers have none."""
-    layers = {k: v for k, v in counts.items() if k is not None}
-    out = {str(k): layers[k] for k in sorted(layers)}
-    out["outside"] = counts.get(None, 0)
-    out["min"] = min(layers.values()) if layers else 0
-    out["max"] = max(layers.values()) if layers else 0
-    out["layers_without_cut"] = sum(v == 0 for v in layers.values())
-    out["layers"] = len(layers)
-    return out
-
-
-def must_show(row: dict, new_tokens: int, min_cosine: float = 0.999) -> dict:
-    """Issue 5's generation conditions for one tessera row: every program has at least one cut edge in every decoder
-    layer, the decode steps' logits cosine to Inductor >= ``min_cosine`` (minimum over sequences and the steps before
-    each one's first differing token), and all ``new_tokens`` greedy tokens identical to Inductor's."""
-    per_layer = row.get("cut_edges_per_layer") or []
-    cos = row.get("cosine_min_decode_before_difference")
-    out = {"cut_in_every_layer": bool(per_layer) and all(p["layers"] > 0 and p["layers_without_cut"] == 0
-                                                          for p in per_layer),
-           "min_cut_edges_per_layer": [p["min"] for p in per_layer],
-           "decode_cosine_min": cos, "decode_cosine_ok": cos is not None and cos >= min_cosine,
-           "new_tokens": new_tokens, "tokens_identical": row.get("tokens_equal_inductor") is True}
-    out["all"] = out["cut_in_every_layer"] and out["decode_cosine_ok"] and out["tokens_identical"]
-    return out
-
-
-def _summary(name: str, row: dict) -> str:
-    """One line per tessera case: cut edges per layer, decode cosine, token equality, and the verdict."""
-    m = row.get("must_show")
-    if not m:
-        return f"MUST-SHOW {name}: no result ({str(row.get('error', ''))[-300:]})"
-    layers = ", ".join(f"{p['min']}-{p['max']}" for p in row.get("cut_edges_per_layer", []))
-    return (f"MUST-SHOW {name}: cut edges per layer (min-max; prefill, decode) {layers} -> every layer cut: "
-            f"{m['cut_in_every_layer']}; decode logits cosine min {m['decode_cosine_min']} (>= 0.999: "
-            f"{m['decode_cosine_ok']}); {m['new_tokens']} greedy tokens identical to Inductor: {m['tokens_identical']}"
-            f" ({row.get('sequences_differing')} sequences differ, first at step {row.get('first_difference_step')})"
-            f" => {'MET' if m['all'] else 'NOT MET'}")
 
 
 def _compare(seq, logits, ref_seq, ref_logits, prompt: int) -> dict:

@@ -40,12 +40,11 @@ import traceback
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
 
-import torch  # noqa: E402
-
-from torch_tessera.backend.recording import RecordingBackend  # noqa: E402
+from torch_tessera.backend.recording import RecordingBackend
+from torch_tessera.compat.cudagraph_trees import fresh_ro_replay, ro_graph, ro_node_and_inputs
+from torch_tessera.measure.gpu_checks import fresh_ours_replay
 
 
 def medians(fn, repeats: int) -> dict:
@@ -120,71 +119,6 @@ def kernels(fn, calls: int = 5) -> dict:
     return out
 
 
-def ro_graph():
-    """reduce-overhead's recorded graph (cudagraph trees internals: one root node for one compiled function)."""
-    from torch._inductor import cudagraph_trees
-
-    manager = cudagraph_trees.get_manager(torch.cuda.current_device(), create_if_none_exists=False)
-    nodes = [n for roots in manager.roots.values() for n in roots]
-    if len(nodes) != 1:
-        raise RuntimeError(f"{len(nodes)} cudagraph-tree roots, expected 1")
-    return nodes[0].graph
-
-
-def ro_node_and_inputs(ro, ids) -> tuple:
-    """The cudagraph-trees node a call of ``ro`` replays and the inputs it was given (copied before the call clears
-    them): what :func:`fresh_ro_replay` copies into the node's static input buffers."""
-    from torch._inductor import cudagraph_trees
-
-    seen: dict = {}
-    orig = cudagraph_trees.CUDAGraphNode.run
-
-    def spy(self, new_inputs):
-        seen["node"], seen["inputs"] = self, list(new_inputs)
-        return orig(self, new_inputs)
-
-    cudagraph_trees.CUDAGraphNode.run = spy
-    try:
-        ro(ids)
-    finally:
-        cudagraph_trees.CUDAGraphNode.run = orig
-    if "node" not in seen:
-        raise RuntimeError("a call of reduce-overhead did not go through CUDAGraphNode.run (internals moved)")
-    return seen["node"], seen["inputs"]
-
-
-def fresh_ro_replay(node, inputs: list):
-    """Replay of reduce-overhead's graph as its ``CUDAGraphNode.run`` does it, without output bookkeeping: this
-    call's non-static inputs copied into the node's static input buffers, then the graph. Checked once here: after
-    the copy, those buffers hold the inputs (replaying stale ones read freed pool memory as token ids)."""
-    node._copy_inputs_and_remove_from_src(node.reconstructed_inputs, list(inputs))
-    idx = [i for i in node.non_static_input_idx if isinstance(inputs[i], torch.Tensor)]
-    if not all(torch.equal(node.reconstructed_inputs[i], inputs[i]) for i in idx):
-        raise RuntimeError("reduce-overhead's static input buffers do not hold the copied inputs; not replaying")
-
-    def replay():
-        node._copy_inputs_and_remove_from_src(node.reconstructed_inputs, list(inputs))
-        node.graph.replay()
-
-    return replay, len(idx)
-
-
-def fresh_ours_replay(state, args: list):
-    """Replay of our one graph after copying this call's INPUT-kind inputs into its static storages (the
-    executor's ``copy_list``), as a call does."""
-    for k, view in state.copy_list:
-        view.copy_(args[k])
-    if not all(torch.equal(view, args[k]) for k, view in state.copy_list):
-        raise RuntimeError("our static input storages do not hold the copied inputs; not replaying")
-
-    def replay():
-        for k, view in state.copy_list:
-            view.copy_(args[k])
-        state.whole.replay()
-
-    return replay
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -203,7 +137,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from gpu_runtime_check import build
-    from paired_timing import judge_ratio, paired_ratios, spread
+    from torch_tessera.measure.paired_timing import judge_ratio, paired_ratios, spread
 
     from torch_tessera.runtime.runner import TesseraRunner
 

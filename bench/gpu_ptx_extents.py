@@ -19,7 +19,7 @@ The model's output with instrumented kernels is compared with eager. Per-launch 
 caught and reported; a CUDA error that poisons the context stops the run and is reported.
 
 Run (one H200, torch 2.11 + triton 3.6 + cuda-python; < 3 minutes):
-    python bench/gpu_ptx_extents.py --out results/ptx_extents
+    python -m bench.gpu_ptx_extents --out results/ptx_extents      # from the repository root (it reads tests/ptx/zoo.py)
 Writes ``ptx_extents.json`` and ``ptx_extents.md`` under ``--out``.
 """
 
@@ -35,15 +35,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from torch_tessera.errors import TesseraError  # noqa: E402
-from torch_tessera.lowering.program import ScalarArg, TensorArg, TritonLaunch  # noqa: E402
-from torch_tessera.ptx import access_from_ptx, compile_ptx  # noqa: E402
-from torch_tessera.ptx.instrument import ViewSpan, check_launch, decode_trace, instrument_ptx  # noqa: E402
-from torch_tessera.runtime.executor import KernelLauncher, ProgramExecutor  # noqa: E402
+from torch_tessera.errors import TesseraError
+from torch_tessera.lowering.program import ScalarArg, TensorArg, TritonLaunch
+from torch_tessera.ptx import access_from_ptx, compile_ptx
+from torch_tessera.ptx.instrument import ViewSpan, check_launch, decode_trace, instrument_ptx
+from torch_tessera.runtime.executor import KernelLauncher, ProgramExecutor
 
 #: ctypes type of each scalar Triton signature type, as the PTX ``.param`` holds it.
 CTYPES = {"i1": ctypes.c_uint8, "i8": ctypes.c_int8, "u8": ctypes.c_uint8, "i16": ctypes.c_int16,

@@ -9,7 +9,8 @@
 3. Time per forward of each placement and the cost per cut edge. The model is lowered once; every row is its own
    executor of that program (``runner.set_placement``). Rows without graphs (tens of ms per call) are timed one after
    another (median of ``--repeats``). The graph rows and ``torch.compile(mode="reduce-overhead")`` are timed in
-   ``--rounds`` interleaved rounds of ``--calls`` calls each (order reversed every round, ``bench/paired_timing.py``),
+   ``--rounds`` interleaved rounds of ``--calls`` calls each (order reversed every round,
+   ``torch_tessera.measure.paired_timing``),
    so machine drift hits all of them alike; per round, (placement - home of the same mode) / cut edges and home /
    reduce-overhead, reported as median [quartiles] over rounds, with a verdict on the 3 % target.
    With devices that are whole GPUs of one model (``--devices cuda:0,cuda:1``), every kernel costs the same on either
@@ -37,12 +38,9 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
 
-import torch  # noqa: E402
-
-from torch_tessera.backend.recording import RecordingBackend  # noqa: E402
+from torch_tessera.backend.recording import RecordingBackend
 
 
 def build(layers: int, seq: int, batch: int):
@@ -245,8 +243,8 @@ def main() -> int:
             res["errors"]["push preflight"] = res["push_preflight"]["output_tail"]
             print("push preflight failed; no push rows:\n" + res["push_preflight"]["output_tail"], file=sys.stderr)
             copies_modes.remove("push")
-    from paired_timing import (compute_difference_s, interleaved_rounds, judge_ratio, paired_ratios, per_cut_us,
-                               spread, whole_identical)
+    from torch_tessera.measure.paired_timing import (compute_difference_s, interleaved_rounds, judge_ratio,
+                                                     paired_ratios, per_cut_us, spread, whole_identical)
 
     from torch_tessera.runtime.runner import random_placement
     from torch_tessera.runtime.schedule import cut_edge_count
@@ -397,7 +395,7 @@ def main() -> int:
 
 
 def _q(s: dict | None, fmt: str = ".2f") -> str:
-    """``median [p25-p75]`` of a :func:`paired_timing.spread` dict, ``-`` when missing."""
+    """``median [p25-p75]`` of a :func:`torch_tessera.measure.paired_timing.spread` dict, ``-`` when missing."""
     if not s or not s.get("n"):
         return "-"
     return f"{s['median']:{fmt}} [{s['p25']:{fmt}}-{s['p75']:{fmt}}]"

@@ -29,7 +29,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 #: Measured totals per (model, GPU1 SMs): the bench.json whose ``measured_kernel_seconds`` calibrate the costs
 #: (session 4 where it ran that profile, else session 3).

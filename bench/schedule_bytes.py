@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import collections
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from torch_tessera.backend.workload import model_workload  # noqa: E402
-from torch_tessera.lowering.program import BufferKind  # noqa: E402
-from torch_tessera.target.devices import parse_devices  # noqa: E402
-from torch_tessera.runtime.schedule import CopyStep, build_schedule, state_owners  # noqa: E402
-from torch_tessera.scheduler import plan  # noqa: E402
+from torch_tessera.backend.workload import model_workload
+from torch_tessera.lowering.program import BufferKind
+from torch_tessera.target.devices import parse_devices
+from torch_tessera.runtime.schedule import CopyStep, build_schedule, state_owners
+from torch_tessera.scheduler import plan
 
 
 def main(argv: list[str]) -> None:

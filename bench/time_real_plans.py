@@ -13,10 +13,9 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-from torch_tessera.backend.workload import model_workload  # noqa: E402
-from torch_tessera.target.devices import parse_devices  # noqa: E402
-from torch_tessera.scheduler import plan  # noqa: E402
+from torch_tessera.backend.workload import model_workload
+from torch_tessera.target.devices import parse_devices
+from torch_tessera.scheduler import plan
 
 model = sys.argv[1] if len(sys.argv) > 1 else "llama"
 kw = {}

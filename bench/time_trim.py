@@ -18,12 +18,9 @@ import pickle
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import torch_tessera.scheduler.solve as solve  # noqa: E402
-from torch_tessera.scheduler import plan  # noqa: E402
+import torch_tessera.scheduler.solve as solve
+from torch_tessera.scheduler import plan
 
 
 def timed(wl, costs, topo, runs: int = 5, trim_only: bool = False) -> None:
@@ -47,7 +44,6 @@ def timed(wl, costs, topo, runs: int = 5, trim_only: bool = False) -> None:
 def main(argv: list[str]) -> None:
     model = argv[0] if argv else "llama"
     if model == "synthetic":
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from bench_scheduler import case
 
         for size in (1000, 1500):

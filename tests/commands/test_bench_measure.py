@@ -1,5 +1,6 @@
 """``tessera bench --measure`` on two CPU virtual devices: every plan compiled once, profiled, planned, run, checked,
-for an LLM (llama), an SSM (mamba, with its state) and a diffusion transformer (dit); and ``bench/readme_table.py``.
+for an LLM (llama), an SSM (mamba, with its state) and a diffusion transformer (dit); and ``tessera report table``
+over its output.
 
 Timings under the Triton interpreter mean nothing; these tests check the plumbing: a row per plan, every executed
 plan equal to eager (serially and with micro-batches), not-applicable baselines marked, the bound from measured costs
@@ -9,7 +10,6 @@ above every plan, JSON written.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import math
@@ -176,11 +176,9 @@ def test_measure_diffusion_counts_images_and_marks_pd_not_applicable(measured):
 
 
 def test_readme_table_from_measured_json(measured, capsys):
-    spec = importlib.util.spec_from_file_location("readme_table", Path(__file__).parents[2] / "bench" /
-                                                  "readme_table.py")
-    readme_table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(readme_table)
-    assert readme_table.main([str(measured[m][2]) for m in OTHER_FAMILIES]) == 0
+    from torch_tessera.measure.report import table as readme_table
+
+    assert main(["report", "table", *[str(measured[m][2]) for m in OTHER_FAMILIES]]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("| model | profile | unit | homo-L | homo-R | request-dist | pd | af | layer | tessera")
     assert "target met?" in lines[0] and len(lines) == 2 + len(OTHER_FAMILIES)
@@ -262,32 +260,6 @@ def test_bf16_check_measures_against_fp32_where_eager_bf16_is_itself_far_from_it
     wrong = torch.roll(ref, 1, dims=0)  # every row another input's answer
     ok, err = close_to_eager(wrong, prog)
     assert not ok and err > 0.1 and "DIFFERENT" in caplog.text
-
-
-def test_streams_report_on_a_saved_gpu_run(capsys):
-    """``bench/streams_report.py`` on the saved MMDiT run at 72 SMs (2026-11-30, two H200s, docs/BENCHMARKS.md session
-    8): request-dist executed against the homo-* sum, tessera on request-dist's placement, each stream's thread."""
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("streams_report", root / "bench" / "streams_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    run = root / "docs/results/2026-11-30-s8/2/d72s"
-    assert report.main([str(run)]) == 0
-    out = capsys.readouterr().out
-    m = json.loads((run / "bench.json").read_text())["measured"]
-    rows, meta = {r["plan"]: r for r in m["rows"]}, m["meta"]
-    homo_sum = 60 * (rows["homo-L"]["output_per_s"] + rows["homo-R"]["output_per_s"])  # images/min, each run alone
-    ratio = rows["request-dist"]["output_per_s"] / (homo_sum / 60)
-    assert f"the homo-* runs alone sum to {homo_sum:,.1f}: ratio {ratio:.3f}" in out
-    same = meta["plans"]["tessera"]["placements"] == meta["plans"]["request-dist"]["placements"]
-    assert same and "same placement as request-dist: True" in out
-    th, alone = meta["runs"]["request-dist"]["concurrent_threads"]["denoise@1"], \
-        meta["runs"]["request-dist"]["seconds"]["denoise@1"]
-    assert f"| denoise@1 | 0.377 | {th['calls']} | {th['seconds']:.4f} | {1e3 * th['seconds'] / th['calls']:.2f} | " \
-           f"{1e3 * alone:.2f} |" in out
-    assert meta["runs"]["homo-R"]["bytes_per_call"]["denoise"]["input"] < 4e6  # pos_embed no longer every call
-    assert f"'input': {meta['runs']['homo-R']['bytes_per_call']['denoise']['input']}" in out
-    assert report.main([str(root / "no/such/run")]) == 2
 
 
 def test_request_dist_row_falls_back_to_the_homo_sum_when_its_streams_did_not_run():

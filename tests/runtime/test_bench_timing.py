@@ -1,34 +1,27 @@
-"""The pure logic of the GPU timing scripts, on CPU: interleaved rounds and their figures (``bench/paired_timing.py``),
-the fresh-input replays of ``bench/gpu_home_gap.py``, and the must-show verdict of ``bench/gpu_generate_check.py``.
+"""The pure logic of the GPU timing tools, on CPU: interleaved rounds and their figures
+(``torch_tessera.measure.paired_timing``), the fresh-input replays of ``bench/gpu_home_gap.py``
+(``torch_tessera.compat.cudagraph_trees``, ``torch_tessera.measure.gpu_checks``), and the must-show verdict of
+``bench/gpu_generate_check.py`` (``torch_tessera.measure.gpu_checks``).
 
 The GPU runs themselves (CUDA graphs, reduce-overhead's cudagraph trees, two H200s) only the GPU machine can check.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load(name: str, monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, mod)
-    spec.loader.exec_module(mod)
-    return mod
+from torch_tessera.compat.cudagraph_trees import fresh_ro_replay
+from torch_tessera.measure import gpu_checks
 
 
 @pytest.fixture
-def pt(monkeypatch):
-    return _load("paired_timing", monkeypatch)
+def pt():
+    from torch_tessera.measure import paired_timing
+
+    return paired_timing
 
 
 def test_rounds_alternate_order_and_keep_per_round_medians(pt):
@@ -125,12 +118,11 @@ def _stale_node(inputs):
     return node, seen
 
 
-def test_reduce_overhead_replay_copies_fresh_inputs_first(monkeypatch):
-    gap = _load("gpu_home_gap", monkeypatch)
+def test_reduce_overhead_replay_copies_fresh_inputs_first():
     ids = torch.randint(0, 100, (4, 1))
     weight = torch.randn(3)
     node, seen = _stale_node([weight, ids])
-    replay, copied = gap.fresh_ro_replay(node, [weight, ids])
+    replay, copied = fresh_ro_replay(node, [weight, ids])
     assert copied == 1
     replay()
     replay()
@@ -140,43 +132,41 @@ def test_reduce_overhead_replay_copies_fresh_inputs_first(monkeypatch):
     assert torch.equal(seen[-1], ids)
 
 
-def test_reduce_overhead_replay_refuses_when_copy_does_not_land(monkeypatch):
-    gap = _load("gpu_home_gap", monkeypatch)
+def test_reduce_overhead_replay_refuses_when_copy_does_not_land():
     ids = torch.randint(0, 100, (4, 1))
     node, seen = _stale_node([torch.randn(3), ids])
     node._copy_inputs_and_remove_from_src = lambda dsts, srcs: None  # internals moved: nothing copied
     with pytest.raises(RuntimeError, match="do not hold"):
-        gap.fresh_ro_replay(node, [torch.randn(3), ids])
+        fresh_ro_replay(node, [torch.randn(3), ids])
     assert not seen
 
 
-def test_our_replay_copies_fresh_inputs_first(monkeypatch):
-    gap = _load("gpu_home_gap", monkeypatch)
+def test_our_replay_copies_fresh_inputs_first():
     static = torch.zeros(4, 1, dtype=torch.long)
     seen = []
     state = SimpleNamespace(copy_list=[(1, static)], whole=SimpleNamespace(replay=lambda: seen.append(static.clone())))
     ids = torch.randint(1, 100, (4, 1))
-    replay = gap.fresh_ours_replay(state, [torch.randn(3), ids])
+    replay = gpu_checks.fresh_ours_replay(state, [torch.randn(3), ids])
     static.zero_()
     replay()
     assert torch.equal(seen[0], ids)
 
 
-def test_generate_must_show_verdict(monkeypatch):
-    gen = _load("gpu_generate_check", monkeypatch)
-    per_layer = gen._per_layer({None: 1, 0: 6, 1: 5})
+def test_generate_must_show_verdict():
+    gen = gpu_checks
+    per_layer = gen.per_layer_cuts({None: 1, 0: 6, 1: 5})
     assert per_layer == {"0": 6, "1": 5, "outside": 1, "min": 5, "max": 6, "layers_without_cut": 0, "layers": 2}
     row = {"cut_edges_per_layer": [per_layer, per_layer], "cosine_min_decode_before_difference": 0.9995,
            "tokens_equal_inductor": True}
     m = gen.must_show(row, 32)
     assert m["all"] and m["min_cut_edges_per_layer"] == [5, 5]
-    assert "=> MET" in gen._summary("tessera af +graphs", {**row, "must_show": m})
+    assert "=> MET" in gen.must_show_summary("tessera af +graphs", {**row, "must_show": m})
     for change in [{"tokens_equal_inductor": False}, {"cosine_min_decode_before_difference": 0.998},
                    {"cosine_min_decode_before_difference": None},
-                   {"cut_edges_per_layer": [per_layer, gen._per_layer({0: 3, 1: 0})]},
-                   {"cut_edges_per_layer": [gen._per_layer({None: 4})]}, {"cut_edges_per_layer": []}]:
+                   {"cut_edges_per_layer": [per_layer, gen.per_layer_cuts({0: 3, 1: 0})]},
+                   {"cut_edges_per_layer": [gen.per_layer_cuts({None: 4})]}, {"cut_edges_per_layer": []}]:
         assert not gen.must_show({**row, **change}, 32)["all"], change
-    assert "MUST-SHOW x: no result" in gen._summary("x", {"error": "child exited 1"})
+    assert "MUST-SHOW x: no result" in gen.must_show_summary("x", {"error": "child exited 1"})
 
 
 def test_concurrent_counts_give_the_rare_program_enough_calls():

@@ -1,11 +1,8 @@
-"""``bench/gpu_launch_bitwise.py``'s launch-by-launch comparison (issue 5's localisation tool), on CPU virtual
-devices: equal devices report no differing launch, and a device that computes differently is caught at the launch
+"""The launch-by-launch comparison of ``bench/gpu_launch_bitwise.py`` (``torch_tessera.measure.launch_bitwise``), on
+CPU virtual devices: equal devices report no differing launch, and a device that computes differently is caught at the launch
 that does it."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,14 +10,12 @@ import torch
 from tests.conftest import TEST_DEVICE
 from tests.runtime.test_pipelining import _compile
 from torch_tessera.lowering.program import TensorArg, TritonLaunch
+from torch_tessera.measure import launch_bitwise as gpu_launch_bitwise
 from torch_tessera.models import MLP
 from torch_tessera.runtime import executor
 
 if TEST_DEVICE != "cpu":
     pytest.skip("CPU virtual devices only", allow_module_level=True)
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import gpu_launch_bitwise  # noqa: E402
 
 
 def _program_and_inputs():

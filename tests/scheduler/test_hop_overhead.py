@@ -476,14 +476,12 @@ def test_chain_latency_plan_sheds_a_small_gain():
 def test_fill_drain_choice_on_saved_runs():
     """The saved MMDiT run at 24 SMs (2026-11-30, two H200s): with the fill/drain term its planner's placement scores
     worse than homo-L's (homo-L measured faster), and the term brings the predictions of that run's spanning plans
-    closer to the measured steps on average (``bench/check_step_model.py``, docs/BENCHMARKS.md session 7)."""
-    import importlib.util
+    closer to the measured steps on average (``tessera report step-model``, docs/BENCHMARKS.md)."""
     from pathlib import Path
 
+    from torch_tessera.measure.report import step_model as check
+
     root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("check_step_model", root / "bench" / "check_step_model.py")
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
     recs = {r["plan"]: r for r in check.records([root / "docs/results/2026-11-30-s7/5/d24"])}
     own, home = recs["tessera"], recs["homo-L"]
     assert own["cycle"] < home["cycle"] and own["cycle"] + own["fill"] > home["cycle"] + home["fill"]

@@ -1,4 +1,5 @@
-"""Smoke test of bench/gpu_layer_profile.py on CPU: the ops it times, its cost-model report and its markdown.
+"""Smoke test of the layer profile on CPU (``torch_tessera.measure.layer_profile``, timed on GPUs by
+``bench/gpu_layer_profile.py``): the ops it times, its cost-model report and its markdown.
 
 The GPU parts (green contexts, CUDA events) run only on the GPU machine; here the layer is shrunk and the timings are
 synthesised from a known roofline, so the calibrate-then-predict pipeline must reproduce them.
@@ -7,9 +8,6 @@ synthesised from a known roofline, so the calibrate-then-predict pipeline must r
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,15 +15,11 @@ import torch
 from torch_tessera.target.costmodel import DEFAULT_EFFICIENCY, Efficiency, KernelClass, LaunchFeatures, RooflineModel
 from torch_tessera.target.devices import parse_device
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_layer_profile.py"
-
 
 @pytest.fixture
 def bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("gpu_layer_profile", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "gpu_layer_profile", mod)  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
+    from torch_tessera.measure import layer_profile as mod
+
     for name, value in dict(HIDDEN=64, HEADS=4, KV_HEADS=2, HEAD_DIM=16, FFN=96, VOCAB=128).items():
         monkeypatch.setattr(mod, name, value)
     monkeypatch.setattr(mod, "SHAPES", {"decode b64 ctx1024": dict(batch=4, q_len=1, ctx=32),

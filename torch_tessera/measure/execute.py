@@ -161,7 +161,7 @@ def prefer_fill_drain(plans: dict[str, Any], wl: Any, in_flight: int) -> tuple[d
     (predicted 9.65); with the fill/drain term (+1.96 ms) the planner's placement scores 10.65 ms and homo-L's is
     kept. Over the 11 runs of 2026-11-30 with saved per-launch costs, choosing this way keeps the planner's
     placement in 9 and takes homo-L's in the MMDiT's two 24-SM runs, where homo-L measured fastest (in 4 of the 9 a
-    baseline still measured 0.8-8.7 % faster; ``bench/check_step_model.py``).
+    baseline still measured 0.8-8.7 % faster; ``tessera report step-model``).
     """
     import dataclasses
 

@@ -291,7 +291,7 @@ def fill_drain_seconds(plan: "Plan", workload: "Workload", in_flight: int) -> fl
     costs (2026-11-30: 19 plans of session 5, 32 of session 7; docs/BENCHMARKS.md, session 7): added to the cycle
     with the per-hop charge, it cut the mean |predicted / measured throughput - 1| from 15.1 to 10.4 % and from 18.9
     to 12.5 %, and on plans with a program spanning both GPUs from 21.6 to 13.5 % and from 25.7 to 13.7 %
-    (``bench/check_step_model.py``).
+    (``tessera report step-model``).
 
     Raises:
         ValueError: ``in_flight`` < 1, or a program of the plan has no costs in ``workload``.

@@ -1,4 +1,4 @@
-"""Two checks of the measured bench's step model against saved runs (issue 9), on CPU, reading ``bench.json`` only.
+"""``tessera report step-model``: the measured bench's step model against saved runs.
 
 1. **Fill/drain.** For every executed plan of a run that saved per-launch costs (``kernel_seconds``) and placements,
    the predicted step (the plan's recorded ``cycle_seconds``: cycle model with the per-hop charge) with and without
@@ -8,35 +8,29 @@
    :func:`torch_tessera.measure.execute.prefer_fill_drain` would take as tessera among the executed planner's and
    homo-*/af/layer placements, its measured step, and the fastest measured of them.
 2. **Concurrent call counts.** For request-streams plans timed with their programs at once, each thread's calls at
-   their measured serial call time alone, with the counts of the old timing (``round(frequency x 8)``) and of
-   :func:`torch_tessera.measure.execute.concurrent_counts` now, against the measured concurrent step.
+   their measured serial call time alone, with the counts of the earlier timing (``round(frequency x 8)``) and of
+   :func:`torch_tessera.measure.execute.concurrent_counts`, against the measured concurrent step.
 
-Usage: ``PYTHONPATH=. python bench/check_step_model.py [DIR ...]`` (default: docs/results/2026-11-30-s5 and -s7).
-Streams plans (programs ``<name>@<r>``) are left out of the first check: they are timed with four threads at once.
+Streams plans (programs ``<name>@<r>``) are left out of the first check: they are timed with their threads at once.
+Runs are grouped by their results directory: the nearest enclosing directory whose name starts with a date
+(``YYYY-MM-DD...``), else the directory given.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from torch_tessera.errors import ConfigError
+from torch_tessera.measure.execute import MIN_CONCURRENT_CALLS, TAKEOVER_BASELINES, concurrent_counts
+from torch_tessera.scheduler.evaluate import fill_drain_seconds
+from torch_tessera.target.costs import CostTable
 
-from torch_tessera.measure.execute import (  # noqa: E402
-    MIN_CONCURRENT_CALLS,
-    TAKEOVER_BASELINES,
-    concurrent_counts,
-)
-from torch_tessera.target.costs import CostTable  # noqa: E402
-from torch_tessera.scheduler.evaluate import fill_drain_seconds  # noqa: E402
-
-DEFAULT = [ROOT / "docs/results/2026-11-30-s5", ROOT / "docs/results/2026-11-30-s7"]
+_DATED = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def workload(meta: dict) -> SimpleNamespace:
@@ -50,14 +44,40 @@ def workload(meta: dict) -> SimpleNamespace:
 
 
 def plan_of(meta: dict, name: str) -> SimpleNamespace:
+    """The saved plan ``name`` as the plan :func:`fill_drain_seconds` reads."""
     p = meta["plans"][name]
     return SimpleNamespace(placements={pr: dict(enumerate(pl)) for pr, pl in p["placements"].items()},
                            frequencies=p.get("frequencies") or {}, cycle_seconds=p["cycle_seconds"])
 
 
+def _shown(p: Path) -> str:
+    """``p`` relative to the working directory when it lies below it, else as given."""
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+def _group(f: Path, given: Path) -> str:
+    for d in f.resolve().parents:
+        if _DATED.match(d.name):
+            return d.name
+    return (given if given.is_dir() else given.parent).resolve().name
+
+
 def records(paths: list[Path]) -> list[dict]:
+    """One record per executed plan of every run under ``paths`` that saved per-launch costs and plans.
+
+    Raises:
+        ConfigError: a path that does not exist.
+    """
+    found = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise ConfigError(f"{p}: no such file or directory (pass bench.json files or directories holding them)")
+        found += [(f, p) for f in (p.rglob("bench.json") if p.is_dir() else [p])]
     out = []
-    for f in sorted(x for p in paths for x in (p.rglob("bench.json") if p.is_dir() else [p])):
+    for f, given in sorted(found):
         measured = json.loads(f.read_text()).get("measured", {})
         meta = measured.get("meta", {})
         if "kernel_seconds" not in meta or "plans" not in meta:
@@ -67,7 +87,7 @@ def records(paths: list[Path]) -> list[dict]:
             if not r["applies"] or not r["how"].startswith("run") or r["plan"] not in meta["plans"]:
                 continue
             p = plan_of(meta, r["plan"])
-            out.append(dict(set=f.relative_to(ROOT).parts[2], run=str(f.parent.relative_to(ROOT)), plan=r["plan"],
+            out.append(dict(set=_group(f, given), run=_shown(f.parent), plan=r["plan"],
                             streams=any("@" in n for n in p.placements), how=r["how"],
                             measured=meta["output_per_step"] / r["output_per_s"], cycle=p.cycle_seconds,
                             fill=fill_drain_seconds(p, wl, m), plan_obj=p, meta=meta, row=r))
@@ -75,6 +95,7 @@ def records(paths: list[Path]) -> list[dict]:
 
 
 def error_table(recs: list[dict]) -> str:
+    """Mean |predicted / measured - 1| per results directory, with and without the fill/drain term (Markdown)."""
     lines = ["| results | plans | mean error, cycle | with fill/drain | spanning plans | mean error, cycle | "
              "with fill/drain | signed, with |", "|" + " --- |" * 8]
     for s in sorted({r["set"] for r in recs}):
@@ -92,6 +113,7 @@ def error_table(recs: list[dict]) -> str:
 
 
 def choice_table(recs: list[dict]) -> str:
+    """Per run, the placement cycle + fill/drain takes as tessera against the fastest measured one (Markdown)."""
     lines = ["| run | planner's placement, measured ms/step | taken by cycle + fill/drain | its measured ms/step | "
              "fastest measured candidate |", "|" + " --- |" * 5]
     for run in sorted({r["run"] for r in recs}):
@@ -108,6 +130,7 @@ def choice_table(recs: list[dict]) -> str:
 
 
 def counts_table(recs: list[dict]) -> str:
+    """Per concurrently timed streams plan, the step its call counts cover, earlier counts and current (Markdown)."""
     lines = ["| run | frequencies | calls, old | alone, old, ms/step | calls, now | alone, now, ms/step | "
              "measured, ms/step |", "|" + " --- |" * 7]
     for r in recs:
@@ -125,15 +148,13 @@ def counts_table(recs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("paths", nargs="*", type=Path, default=DEFAULT)
-    recs = records(ap.parse_args(argv).paths)
-    print("Fill/drain: mean |predicted / measured throughput - 1|\n\n" + error_table(recs))
-    print("\nThe placement taken as tessera\n\n" + choice_table(recs))
-    print("\nConcurrent call counts (request-streams plans)\n\n" + counts_table(recs))
-    return 0
+def report(paths: list[Path]) -> list[str]:
+    """The three tables over every run under ``paths`` (Markdown lines).
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    Raises:
+        ConfigError: a path that does not exist.
+    """
+    recs = records(paths)
+    return ["Fill/drain: mean |predicted / measured throughput - 1|\n\n" + error_table(recs),
+            "\nThe placement taken as tessera\n\n" + choice_table(recs),
+            "\nConcurrent call counts (request-streams plans)\n\n" + counts_table(recs)]

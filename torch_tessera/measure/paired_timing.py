@@ -1,8 +1,7 @@
 """Interleaved timing and the figures the GPU checks derive from it (pure logic: no CUDA here, tested on CPU).
 
 Timing two things one after the other lets the machine's drift (clocks, another process, the allocator's state) land
-on one of them: session 5 measured the home plan 10 % faster than ``mode="reduce-overhead"`` in one call and 7.6 %
-slower in another. :func:`interleaved_rounds` times every candidate once per *round*, a few calls each, in an order
+on one of them (docs/BENCHMARKS.md, home plan against reduce-overhead). :func:`interleaved_rounds` times every candidate once per *round*, a few calls each, in an order
 that alternates between rounds (A B C, C B A, A B C...), so drift hits all of them alike; the figures compare
 candidates *within* a round (paired ratios and differences) and report the median and the spread over rounds.
 """

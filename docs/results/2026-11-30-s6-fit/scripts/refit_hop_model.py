@@ -1,6 +1,6 @@
 """Refit the throughput model's per-hop charge on the session-5 runs, with held-out checks (issue 9).
 
-Reads the executed plans of ``tessera bench --measure`` (as :mod:`bench.fit_hop_overhead` loads them: measured step
+Reads the executed plans of ``tessera bench --measure`` (as ``bench/fit_hop_overhead.py`` loads them: measured step
 time, the model's UNCHARGED step time, cut edges and copied bytes per program run) and compares model variants that
 add terms to the uncharged cycle ``S0`` (seconds per workload step):
 
@@ -22,7 +22,8 @@ least squares on RELATIVE step-time errors, unconstrained. Sets: ``s4`` = the 44
 52 us / 0.6 were fitted on), ``s5`` = the non-streams plans of 2026-11-30 session 5 (calls A-D). Held out: fit on one
 set, predict the other. Streams plans (``--streams``, four threads) are shown, never fitted.
 
-Usage: ``python bench/refit_hop_model.py [--out DIR]``; prints the tables (Markdown) and, with ``--out``, writes
+Usage, from the repository root: ``PYTHONPATH=. python docs/results/2026-11-30-s6-fit/scripts/refit_hop_model.py
+[--out DIR]``; prints the tables (Markdown) and, with ``--out``, writes
 ``refit.md`` and ``records.json`` there. Only reads JSON (numpy).
 """
 
@@ -35,8 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fit_hop_overhead import ROOT, load_records  # noqa: E402
+from bench.fit_hop_overhead import ROOT, load_records
 
 S4, S5 = ROOT / "docs/results/2026-11-29-s4", ROOT / "docs/results/2026-11-30-s5"
 M_IN_FLIGHT = 4  # the measured bench's micro-batches per timed round (settings.micro_batches of every run here)

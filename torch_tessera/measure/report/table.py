@@ -1,46 +1,27 @@
-"""A markdown table of measured ``tessera bench --measure`` runs, with the issue's targets checked.
+"""``tessera report table``: a Markdown table of measured runs, with the targets checked.
 
-Usage: ``python bench/readme_table.py OUT_DIR_OR_JSON [...]`` (each ``--out DIR`` of the measured bench holds a
-``bench.json``). One row per run: model, profile (the ``--devices`` string), every plan's throughput in the run's
-display unit (tok/s, images/min), the zero-communication bound, tessera's share of it, tessera's ratio to each
-baseline, and whether the targets are met:
+One row per run: model, profile (the ``--devices`` string), every plan's throughput in the run's display unit
+(tok/s, images/min), the zero-communication bound, tessera's share of it, tessera's ratio to each baseline, and
+whether the targets are met:
 
 * tessera >= 95 % of the zero-communication bound;
 * tessera ahead of every baseline that applies;
 * for every baseline the bound beats by >= 1.3x, tessera >= 1.3x that baseline.
 
 A run on CPU virtual devices is marked: its timings test the plumbing only. A plan whose result differed from eager is
-marked ``DIFF`` and fails the targets. Only reads JSON: no torch needed.
+marked ``DIFF`` and fails the targets.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
-from pathlib import Path
 
 #: Target share of the zero-communication bound, and the speed-up owed where the bound allows it.
 BOUND_SHARE, SPEEDUP, ROOM = 0.95, 1.3, 1.3
 
-#: A ``--streams`` run's single placement (``torch_tessera.benchmark.SINGLE``; this script reads JSON only): shown as
-#: a column, not compared as a baseline
+#: A ``--streams`` run's single placement (``torch_tessera.benchmark.SINGLE``): shown as a column, not compared as a
+#: baseline.
 SINGLE = "tessera-single"
-
-
-def load(path: str) -> dict:
-    """One measured run: ``bench.json`` itself or the ``--out`` directory holding it.
-
-    Raises:
-        ValueError: the file is not a measured bench's output.
-    """
-    p = Path(path)
-    p = p / "bench.json" if p.is_dir() else p
-    data = json.loads(p.read_text())
-    if "measured" not in data:
-        raise ValueError(f"{p}: no 'measured' section (not a `tessera bench --measure` output)")
-    return data
 
 
 def _num(x: float) -> str:
@@ -50,7 +31,12 @@ def _num(x: float) -> str:
 
 
 def targets(rows: dict[str, dict], bound: float) -> str:
-    """``"yes"``, or ``"no: "`` and every target missed (see the module docstring)."""
+    """``"yes"``, or ``"no: "`` and every target missed (see the module docstring).
+
+    Args:
+        rows: plan name -> its measured row (``applies``, ``output_per_s`` in outputs per second, ``equal``).
+        bound: the zero-communication bound, outputs per second.
+    """
     t = rows.get("tessera")
     if t is None or not t["applies"]:
         return "no: tessera has no number"
@@ -73,7 +59,7 @@ def targets(rows: dict[str, dict], bound: float) -> str:
 
 def single_placement(run: dict) -> dict:
     """``run`` with its single placement as ``tessera``: a ``--streams`` run's ``tessera-single`` row replaces its
-    ``tessera`` row (the streams plan), as the README's table reports the default planner (no change without one)."""
+    ``tessera`` row (the streams plan), to report the default planner (no change without one)."""
     rows = run["measured"]["rows"]
     single = [r for r in rows if r["plan"] == SINGLE]
     if not single:
@@ -84,7 +70,7 @@ def single_placement(run: dict) -> dict:
 
 
 def table(runs: list[dict]) -> str:
-    """The markdown table of ``runs`` (loaded ``bench.json`` contents); plans in the first run's order."""
+    """The Markdown table of ``runs`` (loaded ``bench.json`` contents); plans in the first run's order."""
     plans: list[str] = []
     for run in runs:
         for r in run["measured"]["rows"]:
@@ -119,24 +105,3 @@ def table(runs: list[dict]) -> str:
         lines.append("| " + " | ".join([model, profile, meta.get("display_unit", "tok/s"), *cells, _num(k * bound),
                                           share, ratios or "-", targets(rows, bound)]) + " |")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="--out directories of `tessera bench --measure`, or their bench.json")
-    parser.add_argument("--single", action="store_true",
-                        help="report each run's single placement (tessera-single) as tessera, as the README does")
-    args = parser.parse_args(argv)
-    try:
-        runs = [load(p) for p in args.runs]
-        if args.single:
-            runs = [single_placement(r) for r in runs]
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(table(runs))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

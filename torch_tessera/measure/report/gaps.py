@@ -1,10 +1,9 @@
-"""Where a measured plan's step time goes against its model, per device and per program (issue 9).
+"""``tessera report gaps``: where a measured plan's step time goes against its model, per device and per program.
 
-For one ``bench.json`` of ``tessera bench --measure`` that saved per-launch costs and placements (session 5 calls C,
-D onwards) and the plans named, prints (Markdown):
+For one run that saved per-launch costs (``kernel_seconds``) and placements, and each plan named, Markdown:
 
-1. the MODEL's step: per device, per program, the calibrated kernel seconds placed there (``kernel_seconds``), the
-   per-hop charge ``h x cuts`` and the exposed copy time ``phi x bytes / bandwidth``, and the link load;
+1. the MODEL's step: per device, per program, the calibrated kernel seconds placed there, the per-hop charge
+   ``h x cuts`` and the exposed copy time ``phi x bytes / bandwidth``, and the link load;
 2. the MEASURED step: per program one call's kernel and copy time per GPU (``device_busy``), the pipelined calls
    (``pipelined_busy``: ``micro_batches`` calls in flight), serial / pipelined call times and the concurrent step,
    decomposed as: binding GPU's kernel time -> + idle inside the pipelined program chains -> + the programs
@@ -14,20 +13,44 @@ D onwards) and the plans named, prints (Markdown):
    the best single placement under the charge (``tessera-single``, 1 micro-batch), ``request-dist`` and the streams
    plan.
 
-Usage: ``python bench/gap_breakdown.py BENCH_JSON [PLAN ...]`` (default plans: tessera-single layer). Reads JSON.
+Two-device runs only (the saved runs are GPU pairs).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-LINK_BW = 450e9 * 0.875  # the planner's NVLink figure (target.links "nvlink4")
+from torch_tessera.errors import ConfigError
+from torch_tessera.measure.report import load_run
+
+#: Bytes per second of the link in the copy columns: the planner's NVLink figure (``target.links``, "nvlink4").
+LINK_BW = 450e9 * 0.875
+
+#: Plans reported when none is named.
+DEFAULT_PLANS = ("tessera-single", "layer")
+
+#: Fields of ``measured.meta`` this report reads.
+NEEDED = ("kernel_seconds", "plans", "runs", "programs", "output_per_step", "hop_overhead_s", "copy_exposure")
+
+
+def uncharged_cycle(meta: dict, plan: str) -> float | None:
+    """Seconds per workload step of ``plan`` under the model WITHOUT the per-hop charge.
+
+    The busier device's load ``sum_p f_p x sum of the per-launch costs placed on it`` (``meta["kernel_seconds"]``,
+    calibrated); link loads are left out. None when the run saved no per-launch costs or no such plan.
+    """
+    ks, pl = meta.get("kernel_seconds"), meta.get("plans", {}).get(plan)
+    if not ks or not pl:
+        return None
+    loads = np.zeros(len(meta["devices"]))
+    for prog, place in pl["placements"].items():
+        cost, where = np.asarray(ks[prog.split("@")[0]]), np.asarray(place)
+        for d in range(len(loads)):
+            loads[d] += pl["frequencies"][prog] * cost[d][where == d].sum()
+    return float(loads.max())
 
 
 def fractional_bound(meta: dict) -> float:
@@ -59,6 +82,7 @@ def fractional_bound(meta: dict) -> float:
 
 
 def model_table(meta: dict, plan: str) -> list[str]:
+    """The model's step of ``plan`` per program and device, as Markdown lines."""
     pl, run = meta["plans"][plan], meta["runs"][plan]
     h, phi = np.asarray(meta["hop_overhead_s"])[0, 1], np.asarray(meta["copy_exposure"])[0, 1]
     rows = ["| program | runs/step | segments (device: ms per call) | kernels on GPU0, ms/step | on GPU1 | "
@@ -90,7 +114,8 @@ def model_table(meta: dict, plan: str) -> list[str]:
     return rows
 
 
-def measured_table(meta: dict, plan: str, rows_by_plan: dict) -> list[str]:
+def measured_table(meta: dict, plan: str, rows_by_plan: dict) -> tuple[list[str], dict]:
+    """The measured step of ``plan`` per program and GPU as Markdown lines, and its totals (milliseconds)."""
     run, pl = meta["runs"][plan], meta["plans"][plan]
     m = meta["micro_batches"]
     out = ["| program | runs/step | serial call, ms | pipelined, ms per call | one call: GPU0 kernel / copy, ms | "
@@ -129,53 +154,69 @@ def measured_table(meta: dict, plan: str, rows_by_plan: dict) -> list[str]:
     return out, dict(step=step, busy=busy_step, longest=longest, chain=chain, idle_chain=idle_chain, conc=conc)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("bench_json", type=Path)
-    ap.add_argument("plans", nargs="*", default=["tessera-single", "layer"])
-    args = ap.parse_args(argv)
-    data = json.loads(args.bench_json.read_text())
+def _check(path: str | Path, meta: dict, rows: dict, plans: tuple[str, ...]) -> None:
+    missing = [k for k in NEEDED if k not in meta]
+    if missing:
+        raise ConfigError(f"{path}: the run saved no {', '.join(missing)} (a run older than the per-launch costs); "
+                          f"`tessera report gaps` needs a run that saved them")
+    if len(meta["devices"]) != 2:
+        raise ConfigError(f"{path}: {len(meta['devices'])} devices; the gap breakdown reads two-device runs only")
+    unknown = [p for p in plans if p not in rows or p not in meta["plans"] or p not in meta["runs"]]
+    if unknown:
+        known = [p for p in rows if p in meta["plans"] and p in meta["runs"]]
+        raise ConfigError(f"{path}: no executed plan {', '.join(unknown)}; plans of this run: {', '.join(known)}")
+
+
+def report(path: str | Path, plans: tuple[str, ...] = DEFAULT_PLANS) -> list[str]:
+    """Markdown lines of the gap breakdown of ``plans`` in the run at ``path`` (see the module docstring).
+
+    Raises:
+        ConfigError: not a measured bench output, a run without per-launch costs, or a plan it did not execute.
+    """
+    data = load_run(path)
     meta, rows = data["measured"]["meta"], {r["plan"]: r for r in data["measured"]["rows"]}
-    ops = meta["output_per_step"]
-    for plan in args.plans:
-        r = rows[plan]
-        pred_step = ops / r["predicted_output_per_s"] * 1e3
-        k = meta.get("display_factor", 1.0)  # output/s -> the display unit (images/min: x 60)
-        print(f"### {plan}: predicted {k * r['predicted_output_per_s']:,.0f} {meta['display_unit']} ({pred_step:.2f} "
-              f"ms/step), measured {k * r['output_per_s']:,.0f} (measured / predicted "
-              f"{r['output_per_s'] / r['predicted_output_per_s']:.2f})\n")
-        print("Model:\n")
-        print("\n".join(model_table(meta, plan)))
-        print("\nMeasured:\n")
-        lines, s = measured_table(meta, plan, rows)
-        print("\n".join(lines))
-        kern = s["busy"].max()
-        longest = max(s["longest"], kern)
-        print(f"\nDecomposition of the measured step (ms per step): predicted {pred_step:.2f} = uncharged compute + "
-              f"charge; measured {s['step']:.2f} = binding GPU's kernels {kern:.2f} + idle {s['step'] - kern:.2f}, of "
-              f"which the longest program chain alone ({s['longest']:.2f}: its runs per step x its pipelined call) "
-              f"accounts for {longest - kern:.2f} above the kernels and running the programs at once adds "
-              f"{s['step'] - longest:.2f}.\n")
-    bound = meta["zero_communication_bound_cycle_s"]
-    frac = fractional_bound(meta)
-    print("### Bound and the best single placement (model)\n")
+    _check(path, meta, rows, plans)
+    out: list[str] = []
+    for plan in plans:
+        out += _plan_section(meta, rows, plan)
+    out += _bound_section(meta)
+    return out
+
+
+def _plan_section(meta: dict, rows: dict, plan: str) -> list[str]:
+    r, ops = rows[plan], meta["output_per_step"]
+    pred_step = ops / r["predicted_output_per_s"] * 1e3
+    k = meta.get("display_factor", 1.0)  # output/s -> the display unit (images/min: x 60)
+    out = [f"### {plan}: predicted {k * r['predicted_output_per_s']:,.0f} {meta['display_unit']} ({pred_step:.2f} "
+           f"ms/step), measured {k * r['output_per_s']:,.0f} (measured / predicted "
+           f"{r['output_per_s'] / r['predicted_output_per_s']:.2f})\n", "Model:\n", "\n".join(model_table(meta, plan)),
+           "\nMeasured:\n"]
+    lines, s = measured_table(meta, plan, rows)
+    out.append("\n".join(lines))
+    kern = s["busy"].max()
+    longest = max(s["longest"], kern)
+    out.append(f"\nDecomposition of the measured step (ms per step): predicted {pred_step:.2f} = uncharged compute + "
+               f"charge; measured {s['step']:.2f} = binding GPU's kernels {kern:.2f} + idle {s['step'] - kern:.2f}, of "
+               f"which the longest program chain alone ({s['longest']:.2f}: its runs per step x its pipelined call) "
+               f"accounts for {longest - kern:.2f} above the kernels and running the programs at once adds "
+               f"{s['step'] - longest:.2f}.\n")
+    return out
+
+
+def _bound_section(meta: dict) -> list[str]:
+    ops, bound, frac = meta["output_per_step"], meta["zero_communication_bound_cycle_s"], fractional_bound(meta)
     k, unit = meta.get("display_factor", 1.0), meta.get("display_unit", "output/s")
-    print(f"| quantity | ms per step | {unit} | share of the recorded bound |\n| --- | --- | --- | --- |")
+    out = ["### Bound and the best single placement (model)\n",
+           f"| quantity | ms per step | {unit} | share of the recorded bound |\n| --- | --- | --- | --- |"]
+    uncut = ("homo-L", "homo-R", "request-dist", "pd")
     for label, cyc in [("zero-communication bound (recorded)", bound),
                        ("fractional LP bound over the per-launch costs (no grouping, free cuts)", frac)] + \
-            [(f"{n}: model's prediction ({'charged' if n not in ('homo-L', 'homo-R', 'request-dist', 'pd') else 'no cuts'})",
-              meta["plans"][n]["cycle_seconds"]) for n in ("tessera-single", "tessera", "request-dist", "layer", "pd",
-                                                            "homo-L") if n in meta["plans"]]:
-        print(f"| {label} | {1e3 * cyc:.2f} | {k * ops / cyc:,.0f} | {100 * bound / cyc:.1f} % |")
+            [(f"{n}: model's prediction ({'charged' if n not in uncut else 'no cuts'})", meta["plans"][n]["cycle_seconds"])
+             for n in ("tessera-single", "tessera", "request-dist", "layer", "pd", "homo-L") if n in meta["plans"]]:
+        out.append(f"| {label} | {1e3 * cyc:.2f} | {k * ops / cyc:,.0f} | {100 * bound / cyc:.1f} % |")
     for n in ("tessera-single", "layer"):
         if n in meta["plans"]:
-            from fit_hop_overhead import uncharged_cycle
             u = uncharged_cycle(meta, n)
-            print(f"| {n} placement without the charge (uncharged model) | {1e3 * u:.2f} | {k * ops / u:,.0f} | "
-                  f"{100 * bound / u:.1f} % |")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    sys.exit(main())
+            out.append(f"| {n} placement without the charge (uncharged model) | {1e3 * u:.2f} | {k * ops / u:,.0f} | "
+                       f"{100 * bound / u:.1f} % |")
+    return out

@@ -10,8 +10,8 @@ without a KV cache, whose tessera compile took 15.7 s and 23.5 s on the H200 mac
 of lowering seconds (Inductor's share) and of distinct kernels (Triton's and the PTX analysis' share); both are
 printed.
 
-Usage: ``PYTHONPATH=. python bench/measure_compile_estimate.py [--layers 8] [--programs llama-fwd,mamba-decode,...]
-[--mamba-prefill 16,32]``
+Usage: ``PYTHONPATH=. python docs/results/2026-11-29-compile-estimate/scripts/measure_compile_estimate.py
+[--layers 8] [--programs llama-fwd,mamba-decode,...] [--mamba-prefill 16,32]``
 """
 
 from __future__ import annotations
