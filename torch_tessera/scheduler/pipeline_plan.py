@@ -150,16 +150,13 @@ class _Costs:
         return self.seconds[launch]
 
 
-def workload_step(pb: Problem, sims: Sequence[ProgramSim]) -> float:
-    """Seconds per workload step from the programs' simulations (module docstring)."""
-    T = np.zeros(pb.D)
-    for p, sim in enumerate(sims):
-        r = sim.result
-        occupied = r.busy + r.transfer + r.waiting
-        lost = max(0.0, r.step_seconds - float(occupied.max()))
-        runs_on = np.array([len(st) > 0 for st in sim.schedule.streams])
-        T += pb.freq[p] * (occupied + lost * runs_on) / r.micro_batches
-    return float(T.max())
+def device_share(sim: ProgramSim) -> np.ndarray:
+    """``[D]`` seconds per run this program takes of each device: ``(occupied_d + lost x [runs on d]) / M``."""
+    r = sim.result
+    occupied = r.busy + r.transfer + r.waiting
+    lost = max(0.0, r.step_seconds - float(occupied.max()))
+    runs_on = np.array([len(st) > 0 for st in sim.schedule.streams], dtype=np.float64)
+    return (occupied + lost * runs_on) / r.micro_batches
 
 
 def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: Topology, model: PipelineModel,
@@ -180,9 +177,5 @@ def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: To
         sub = Workload(tuple(wl.programs[p] for p in split), tie_state=wl.tie_state)
         sims = program_simulations(pb, sub, place, topology, model, micro_batches, programs=split)
         for p, sim in zip(split, sims):
-            r = sim.result
-            occupied = r.busy + r.transfer + r.waiting
-            lost = max(0.0, r.step_seconds - float(occupied.max()))
-            runs_on = np.array([len(st) > 0 for st in sim.schedule.streams])
-            T += pb.freq[p] * (occupied + lost * runs_on) / r.micro_batches
+            T += pb.freq[p] * device_share(sim)
     return float(T.max())
