@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import dataclasses
 
 import numpy as np
@@ -12,6 +14,10 @@ from torch_tessera.target.costs import CostTable
 from torch_tessera.scheduler import Plan, Workload, plan, solve
 from torch_tessera.scheduler.gantt import timeline, write_gantt
 from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag
+
+#: these tests check the cycle model's solver (the per-cut charge of Topology.hop_overhead): the model
+#: ``score="cycle"`` keeps; the simulated score is tested in test_pipeline_plan.py
+plan = functools.partial(plan, score="cycle")
 
 
 def test_cache_hit_miss_and_invalidation(tmp_path):
