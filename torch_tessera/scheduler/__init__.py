@@ -161,7 +161,7 @@ def _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_l
         result = _baseline(pb, policy, objective or "cycle", t0)
     if sim is not None and not result.replicas:
         place = np.array([result.placements[pb.programs[p]][k] for p, k in zip(pb.prog.tolist(), pb.launch.tolist())])
-        result = replace(result, simulated_seconds=sim(pb, place))
+        result = replace(result, simulated_seconds=sim(pb, place, exact=True))
         if policy == "throughput" and micro_batches == MICRO_BATCH_CHOICES[0]:
             result = _more_micro_batches(pb, place, result, sim)
     if key is not None:
@@ -187,16 +187,17 @@ def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:
 
 
 class _Simulated:
-    """Simulated seconds per workload step of placements (``score="simulate"``), cached per placement."""
+    """Simulated seconds per workload step of placements (``score="simulate"``), cached per placement: the cheap
+    surrogate while comparing candidates (:func:`pipeline_plan.simulated_seconds`), ``exact`` for the plan's own."""
 
     def __init__(self, wl, topology, model, micro_batches):
         self.wl, self.topology, self.model, self.M = wl, topology, model, micro_batches
         self.seen: dict[bytes, float] = {}
 
-    def __call__(self, pb, place) -> float:
-        key = np.asarray(place, dtype=np.int64).tobytes()
+    def __call__(self, pb, place, exact: bool = False) -> float:
+        key = (np.asarray(place, dtype=np.int64).tobytes(), exact)
         if key not in self.seen:
-            self.seen[key] = simulated_seconds(pb, self.wl, place, self.topology, self.model, self.M)
+            self.seen[key] = simulated_seconds(pb, self.wl, place, self.topology, self.model, self.M, exact)
         return self.seen[key]
 
 
@@ -214,7 +215,7 @@ def _more_micro_batches(pb, place: np.ndarray, result: Plan, sim: _Simulated) ->
     if len(np.unique(place)) < 2:
         return result
     for m in MICRO_BATCH_CHOICES[1:]:
-        s = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, m)
+        s = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, m, exact=True)
         if s < best_s * (1 - MICRO_BATCH_GAIN):
             best_m, best_s = m, s
     if best_m == result.micro_batches:
