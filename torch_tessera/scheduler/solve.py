@@ -95,7 +95,7 @@ CHARGED_EXACT_BINARIES = 800
 #: DAGs of up to 2,000 kernels on up to 4 devices at the default ``time_limit`` (issue 23); measured on the 2-core
 #: machine (docs/results, pipesched NOTES.md: ``bench/bench_scheduler.py --hop-us 52``), these MILPs ran to the time
 #: limit on 47-201 kernels (3-10 s) and their plans are polished by the local searches afterwards. A larger
-#: ``time_limit`` gives them proportionally more.
+#: ``time_limit`` gives them proportionally more; ``tie_layers=False`` (the exact MILP) is not bounded by this.
 EXACT_MILP_SHARE = 0.04
 
 #: Relative cycle-time increase a throughput plan may take to move fewer bytes (:mod:`.transfers`): the MILP's own
@@ -226,7 +226,8 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             class_bytes[c] += nbytes * q
     counts_end = t0 + 0.85 * time_limit
     counts_gap, bound, res = mip_gap, 0.0, None
-    counts_end = min(counts_end, time.perf_counter() + EXACT_MILP_SHARE * time_limit)  # bounded like the untied MILP
+    if use_ties:  # bounded like the untied MILP below; tie_layers=False is the exact MILP for all of time_limit
+        counts_end = min(counts_end, time.perf_counter() + EXACT_MILP_SHARE * time_limit)
     if tied:  # the counts MILP is a relaxation whose plan is polished afterwards: stop it at a looser gap
         counts_gap = max(2 * mip_gap, COUNTS_GAP)
         # its LP relaxation first: a bound as good as the MILP's root bound on real DAGs, and rounded counts that
