@@ -8,7 +8,9 @@ simulated (:func:`~.simulate.simulate`); a workload step then takes, on each dev
 where ``occupied_(p,d)`` is the time program ``p``'s schedule keeps ``d``'s stream busy (launches, transfers, wait
 costs) and ``lost_p`` the time its step exceeds its busiest stream (dependency stalls no other work of ``p`` fills).
 The workload step is ``max_d T_d``: for one program, its simulated step per micro-batch; for programs each wholly on
-their own device (request-dist), the cycle model's busiest-device load. STATE hand-overs between programs are not
+their own device (request-dist), the cycle model's busiest-device load. With bandwidth figures it is at least each
+shared memory domain's bytes over its bandwidth (:func:`domain_bound`): programs running side by side on two
+partitions of one GPU share its DRAM too. STATE hand-overs between programs are not
 simulated (they are outside every program's run).
 """
 
@@ -199,4 +201,22 @@ def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: To
         sims = program_simulations(pb, sub, place, topology, model, micro_batches, programs=split)
         for p, sim in zip(split, sims):
             T += pb.freq[p] * device_share(sim)
-    return float(T.max())
+    return max(float(T.max()), domain_bound(pb, wl, place, model))
+
+
+def domain_bound(pb: Problem, wl: Workload, place: np.ndarray, model: PipelineModel) -> float:
+    """Seconds per workload step the DRAM of each shared memory domain needs at least: the bytes every launch placed
+    there moves (:func:`launch_bytes`, times its program's frequency) over the domain's bandwidth. Programs run
+    side by side (one request stream per partition) share it too, which the per-program simulations do not see.
+    0 without bandwidth figures."""
+    if not model.device_bandwidth or not model.domain_bandwidth:
+        return 0.0
+    need: dict[int, float] = {}
+    for p, prog in enumerate(wl.programs):
+        ks = pb.program_slice(p)
+        nbytes = launch_bytes(prog.dag)
+        for k, d in zip(pb.launch[ks].tolist(), np.asarray(place)[ks].tolist()):
+            dm = model.domain_of(d)
+            need[dm] = need.get(dm, 0.0) + pb.freq[p] * nbytes.get(k, 0.0)
+    return max((b / model.domain_bandwidth[dm] for dm, b in need.items() if dm in model.domain_bandwidth),
+               default=0.0)
