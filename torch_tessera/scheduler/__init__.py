@@ -212,13 +212,19 @@ MICRO_BATCH_GAIN = 0.02
 def _more_micro_batches(pb, place: np.ndarray, result: Plan, sim: _Simulated) -> Plan:
     """``result`` with more micro-batches (:data:`MICRO_BATCH_CHOICES`) where the simulator says it helps."""
     best_m, best_s = result.micro_batches, result.simulated_seconds
-    if len(np.unique(place)) < 2:
-        return result
+    load = np.bincount(place, weights=pb.wcost[np.arange(pb.n), place], minlength=pb.D).max()
+    if len(np.unique(place)) < 2 or best_s <= load * (1 + MICRO_BATCH_GAIN):
+        return result  # no stall left for more micro-batches to fill
+    base = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, best_m)  # the surrogate first
+    cheap = base
     for m in MICRO_BATCH_CHOICES[1:]:
-        s = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, m, exact=True)
-        if s < best_s * (1 - MICRO_BATCH_GAIN):
-            best_m, best_s = m, s
+        s = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, m)
+        if s < cheap * (1 - MICRO_BATCH_GAIN):
+            best_m, cheap = m, s
     if best_m == result.micro_batches:
+        return result
+    best_s = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, best_m, exact=True)
+    if best_s >= result.simulated_seconds * (1 - MICRO_BATCH_GAIN):
         return result
     note = (f"{best_m} micro-batches: simulated {best_s * 1e3:.4g} ms per step vs {result.simulated_seconds * 1e3:.4g} "
             f"ms with {result.micro_batches}")

@@ -114,25 +114,22 @@ class _Adjacency:
     cross-domain RAW edge moves; ``pred[i]``: ``j`` of the edges into ``i`` on other devices, ascending."""
 
     def __init__(self, dag: DependencyGraph, place: Mapping[int, int], dom: Sequence[int]):
-        self.nodes = sorted(dag.graph.nodes)
-        idx = {n: i for i, n in enumerate(self.nodes)}
+        self.nodes, edges = _edge_list(dag)
         self.dev = [place[n] for n in self.nodes]
         n = len(self.nodes)
         self.succ: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         self.pred: list[list[int]] = [[] for _ in range(n)]
         self.indeg = [0] * n
         self.moves: list[list[tuple[int, tuple, int]]] = [[] for _ in range(n)]  # (j, ranges, bytes) to transfer
-        for u, v, d in dag.graph.edges(data=True):
-            i, j = idx[u], idx[v]
+        dev = self.dev
+        for i, j, ranges, nb in edges:
             self.indeg[j] += 1
-            du, dv = self.dev[i], self.dev[j]
+            du, dv = dev[i], dev[j]
             if du == dv:
                 self.succ[i].append((j, -1))
                 continue
             self.pred[j].append(i)
-            if dom[du] != dom[dv] and "RAW" in d["kinds"] and d["ranges"]:
-                ranges = tuple(tuple(r) for r in d["ranges"])
-                nb = sum(e - s for _, s, e in ranges)
+            if nb and dom[du] != dom[dv]:
                 self.succ[i].append((j, nb))
                 self.moves[i].append((j, ranges, nb))
             else:
@@ -141,6 +138,18 @@ class _Adjacency:
             lst.sort()
         for lst in self.moves:
             lst.sort()
+
+
+def _edge_list(dag: DependencyGraph) -> tuple[list[int], list[tuple[int, int, tuple, int]]]:
+    """``(sorted launches, [(i, j, RAW ranges, RAW bytes)])`` of the DAG's edges by launch position."""
+    nodes = sorted(dag.graph.nodes)
+    idx = {n: i for i, n in enumerate(nodes)}
+    edges = []
+    for u, v, d in dag.graph.edges(data=True):
+        raw = "RAW" in d["kinds"] and bool(d["ranges"])
+        ranges = tuple(tuple(r) for r in d["ranges"]) if raw else ()
+        edges.append((idx[u], idx[v], ranges, sum(e - s for _, s, e in ranges)))
+    return nodes, edges
 
 
 def predicted_step(dag: DependencyGraph, placement: Mapping[int, int] | Sequence[int], micro_batches: int = 2, *,
