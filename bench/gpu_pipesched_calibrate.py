@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "pipesched_calibration.json").write_text(json.dumps(res, indent=1))
     sh, w = res["sharing"], res["waits"]
     print(f"devices {res['devices']} ({res['gpu']}, torch {res['torch']})")
-    print(f"whole GPU copy: {sh['whole_gpu_GBps']:.0f} GB/s; solo: {sh['solo_GBps'][0]:.0f} / {sh['solo_GBps'][1]:.0f} GB/s")
+    print(f"whole GPU copy: {sh['whole_gpu_GBps']:.0f} GB/s; solo: {sh['solo_GBps'][0]:.0f} / "
+          f"{sh['solo_GBps'][1]:.0f} GB/s")
     print("| case | partition 0 ms | partition 1 ms | simulator predicts ms |")
     print("| --- | --- | --- | --- |")
     print(f"| copy alone | {sh['solo_copy_s'][0] * 1e3:.3f} | {sh['solo_copy_s'][1] * 1e3:.3f} | (input) |")

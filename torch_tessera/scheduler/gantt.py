@@ -5,8 +5,8 @@ explicit pipelined schedule as the simulator runs it (:func:`schedule_intervals`
 its launches, transfers and waits, coloured by micro-batch. Otherwise (``score="cycle"``) it draws the older
 approximate timeline below.
 
-The approximate timeline runs one step of one program split into ``micro_batches`` equal micro-batches (each kernel takes
-``seconds / micro_batches``, each cut edge moves ``bytes / micro_batches`` plus the per-hop latency), list-scheduled
+The approximate timeline runs one step of one program split into ``micro_batches`` equal micro-batches (each kernel
+takes ``seconds / micro_batches``, each cut edge moves ``bytes / micro_batches`` plus the per-hop latency), list-scheduled
 micro-batch by micro-batch: a task starts in the earliest idle gap of its lane (a device, or a directed link) after
 its inputs are ready and after the previous task of its micro-batch on that device, so micro-batch 1 fills the gaps
 micro-batch 0 leaves, as separate CUDA streams per micro-batch do.
