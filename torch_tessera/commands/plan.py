@@ -128,7 +128,7 @@ def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
     specs = parse_devices(args.devices, assume_gpu="h200")
     _warn_assumed(args.devices)
     print(f"lowering {args.model} ({args.size}) without its weights, then PTX analysis and costs: most of the run "
-          "(45-135 s for llama-3.1-8b on a 2-core machine, 2026-11-30)", flush=True)
+          "(one to two minutes for llama-3.1-8b on a 2-core CPU)", flush=True)
     mw = model_workload(name, specs, size=args.size, mean_output_tokens=args.output_tokens)
     print(f"lowered, analysed and costed {args.model} ({args.size}) in {mw.seconds:.1f} s")
     return mw.workload, mw.topology

@@ -3,9 +3,8 @@
 Why: when cut edges charge the devices they join (:attr:`Problem.hop`), a plan pays for every boundary between two
 devices inside a program, and the counts LP does not see the boundaries *between* layers (see
 :func:`counts.layer_split`). ``layer_split`` searches splits seeded by the LP's shares and moves one boundary at a
-time; on Mamba-2.8B over four devices its best plan was 14.9 % slower than the best whole-layer plan (the MILP over
-whole layers, 2026-11-30, docs/BENCHMARKS.md "Ninth measurement"): that plan runs prefill on two devices and decode on
-the other two, which no single boundary move reaches from the LP's four-way shares.
+time, and so misses plans no single boundary move reaches from the LP's shares, such as prefill on two devices and
+decode on the other two (docs/BENCHMARKS.md, solver constants).
 
 The search works on *units*: the groups of one (program, layer unit) (:func:`blocks.layer_units`) merged into one
 block; groups outside the layers (embedding, head) and pinned groups stay blocks of their own. A program's blocks, in

@@ -6,8 +6,8 @@ Cycle time (throughput policies). With enough micro-batches in flight, compute a
 step takes ``max(max_g load_g, max_(a,b) link_ab)`` where ``load_g`` sums ``frequency x seconds`` of the kernels on
 ``g`` and ``link_ab`` sums ``frequency x (bytes / bandwidth_ab + micro_batches x latency_ab)`` over edges cut
 ``a -> b`` (each micro-batch pays the per-hop latency; Tessera paper §III-C, "min-max GPU load and link load").
-The overlap is not perfect on real GPUs (issue 9: measured on two H200s, each cut edge cost ~50 us of step time that
-this model did not charge), so ``load_g`` also holds, for every edge cut ``a -> b`` with ``g`` in ``{a, b}``,
+The overlap is not perfect on real GPUs (each cut edge costs tens of microseconds of step time beyond its bytes;
+docs/BENCHMARKS.md, cut cost), so ``load_g`` also holds, for every edge cut ``a -> b`` with ``g`` in ``{a, b}``,
 ``frequency x micro_batches x hop_ab + frequency x exposure_ab x bytes / bandwidth_ab``
 (:meth:`Problem.device_coef`; figures in :attr:`Topology.hop_overhead`, :attr:`Topology.copy_exposure`).
 
@@ -287,11 +287,8 @@ def fill_drain_seconds(plan: "Plan", workload: "Workload", in_flight: int) -> fl
     device busy all the time; a program whose calls pass from one device to the other leaves each device idle while
     a round of ``M`` calls fills and drains, about the other devices' share of one call.
 
-    Not fitted: checked on the executed plans of ``tessera bench --measure`` on two H200s that saved per-launch
-    costs (2026-11-30: 19 plans of session 5, 32 of session 7; docs/BENCHMARKS.md, session 7): added to the cycle
-    with the per-hop charge, it cut the mean |predicted / measured throughput - 1| from 15.1 to 10.4 % and from 18.9
-    to 12.5 %, and on plans with a program spanning both GPUs from 21.6 to 13.5 % and from 25.7 to 13.7 %
-    (``bench/check_step_model.py``).
+    Not fitted: a model term with no free parameter, checked against executed plans (docs/BENCHMARKS.md, step
+    model; ``bench/check_step_model.py``).
 
     Raises:
         ValueError: ``in_flight`` < 1, or a program of the plan has no costs in ``workload``.

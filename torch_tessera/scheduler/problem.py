@@ -101,8 +101,8 @@ class Problem:
     @property
     def hop_latency(self) -> np.ndarray:
         """``[D, D]`` seconds one cut edge adds to a run's critical path besides its bytes: the link's latency plus
-        the topology's measured per-hop charge (:attr:`hop`; what a hop cost inside one CUDA graph spanning two
-        H200s, fitted 2026-11-30). Used by the latency policy; STATE hand-overs pay only ``alpha``."""
+        the topology's per-hop charge (:attr:`hop`; docs/BENCHMARKS.md, per-hop charge). Used by the latency policy;
+        STATE hand-overs pay only ``alpha``."""
         return self.alpha + self.hop
 
     def link_coef(self) -> np.ndarray:
@@ -126,8 +126,8 @@ class Problem:
         time whichever device binds.
 
         STATE hand-overs between programs (one copy per workload step, outside both programs' runs) are left out:
-        the charge was fitted on cut edges inside a program's run (``bench/fit_hop_overhead.py``), and charging each
-        hand-over buffer a hop made ``pd`` on Mamba (16 state buffers) 23 % slower than its measured derivation."""
+        the charge describes cut edges inside a program's run (``bench/fit_hop_overhead.py``; docs/BENCHMARKS.md,
+        per-hop charge)."""
         with np.errstate(divide="ignore", invalid="ignore"):
             inv_bw = np.where(self.bw > 0, 1.0 / self.bw, np.inf)
             exposed = np.where(self.expose > 0, self.expose * inv_bw, 0.0)

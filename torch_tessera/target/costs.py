@@ -86,7 +86,7 @@ class Topology:
             object.__setattr__(self, name, arr)
 
     def without_overheads(self) -> "Topology":
-        """The same links with no per-hop charge on the devices (what the model assumed before issue 9)."""
+        """The same links with no per-hop charge on the devices (the cycle model of bytes and latency alone)."""
         from dataclasses import replace
 
         return replace(self, hop_overhead=None, copy_exposure=None, overhead_source="none")
