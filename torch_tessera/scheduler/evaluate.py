@@ -30,22 +30,14 @@ if TYPE_CHECKING:
 
 def link_coef(pb: Problem) -> np.ndarray:
     """``pb.link_coef()``, computed once per problem."""
-    c = getattr(pb, "_coef", None)
-    if c is None:
-        c = pb.link_coef()
-        pb._coef = c
-    return c
+    return pb.memo("link_coef", pb.link_coef)
 
 
 def device_coef(pb: Problem) -> np.ndarray | None:
     """``pb.device_coef()``, computed once per problem; ``None`` when cut edges charge no device."""
     if not pb.charges_devices:
         return None
-    c = getattr(pb, "_dcoef", None)
-    if c is None:
-        c = pb.device_coef()
-        pb._dcoef = c
-    return c
+    return pb.memo("device_coef", pb.device_coef)
 
 
 def loads(pb: Problem, place: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -99,26 +91,21 @@ def cycle_many(pb: Problem, places: np.ndarray) -> np.ndarray:
 def _preds(pb: Problem) -> list[list[tuple[int, float]]]:
     """Per kernel its ``(source kernel, bytes)`` over the program's edges (STATE hand-overs left out), in edge order;
     computed once per problem."""
-    p = getattr(pb, "_preds", None)
-    if p is None:
+    def compute() -> list[list[tuple[int, float]]]:
         keep = np.flatnonzero(np.array(pb.ekind) != "STATE")
         keep = keep[np.argsort(pb.edst[keep], kind="stable")]  # by target kernel, each in edge order
         pairs = list(zip(pb.esrc[keep].tolist(), pb.ebytes[keep].tolist()))
         ptr = np.r_[0, np.cumsum(np.bincount(pb.edst[keep], minlength=pb.n))].tolist()
-        p = [pairs[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
-        pb._preds = p
-    return p
+        return [pairs[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
+
+    return pb.memo("preds", compute)
 
 
 def _as_lists(pb: Problem) -> tuple[list, list, list, list]:
     """``(cost, per-hop latency (:attr:`Problem.hop_latency`), bw, kernels of each program)`` as Python lists, for
     the list-schedule loop (indexing numpy arrays element by element costs several times more); once per problem."""
-    c = getattr(pb, "_lists", None)
-    if c is None:
-        c = (pb.cost.tolist(), pb.hop_latency.tolist(), pb.bw.tolist(),
-             [pb.program_slice(p).tolist() for p in range(len(pb.programs))])
-        pb._lists = c
-    return c
+    return pb.memo("lists", lambda: (pb.cost.tolist(), pb.hop_latency.tolist(), pb.bw.tolist(),
+                                     [pb.program_slice(p).tolist() for p in range(len(pb.programs))]))
 
 
 def makespans(pb: Problem, place: np.ndarray) -> np.ndarray:
@@ -157,10 +144,7 @@ def makespans(pb: Problem, place: np.ndarray) -> np.ndarray:
 
 def handover_seconds(pb: Problem, place: np.ndarray) -> float:
     """Seconds of STATE hand-overs between programs per workload step (one copy each, when owners differ)."""
-    state = getattr(pb, "_state_edges", None)
-    if state is None:
-        state = [e for e, kind in enumerate(pb.ekind) if kind == "STATE"]
-        pb._state_edges = state
+    state = pb.memo("state_edges", lambda: [e for e, kind in enumerate(pb.ekind) if kind == "STATE"])
     tot = 0.0
     for e in state:
         a, b = place[pb.esrc[e]], place[pb.edst[e]]
@@ -184,7 +168,7 @@ def memory(pb: Problem, place: np.ndarray) -> dict[str, np.ndarray | list]:
     """
     D = pb.D
     on = resident_on(pb, np.asarray(place)[None])[0]  # [R, D]
-    nbytes = _holder_entries(pb)[2]
+    nbytes = holder_entries(pb)[2]
     kinds = np.array([r.kind for r in pb.resident], dtype=object)
     part = {k: (nbytes * (kinds == k)) @ on.astype(np.int64) for k in ("parameter", "state")}
     weight, state = part["parameter"].astype(np.float64), part["state"].astype(np.float64)
@@ -207,31 +191,28 @@ def _peak(kernels: np.ndarray, pb: Problem) -> float:
     """Peak TEMP bytes of ``kernels`` (ascending, one program) run in order on one device."""
     from torch_tessera.scheduler.problem import live_peak, temp_entries
 
-    temps = getattr(pb, "_temps", None)
-    if temps is None:  # a Problem not made by compile_problem
-        temps = temp_entries([r | w for r, w in zip(pb.reads, pb.writes)], pb.temp_bytes, pb.prog.tolist())
-        pb._temps = temps
+    temps = pb.memo("temps", lambda: temp_entries([r | w for r, w in zip(pb.reads, pb.writes)], pb.temp_bytes,
+                                                  pb.prog.tolist()))  # compile_problem stores them first
     return float(live_peak(kernels, temps, pb.n))
 
 
-def _holder_entries(pb: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def holder_entries(pb: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(buffer, kernel, nbytes)``: one entry per (resident buffer, holder kernel) pair, and the buffers' bytes;
     computed once per problem."""
-    h = getattr(pb, "_holder_entries", None)
-    if h is None:
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         sizes = [len(r.holders) for r in pb.resident]
         buf = np.repeat(np.arange(len(pb.resident)), sizes)
         ker = np.concatenate([r.holders for r in pb.resident]) if pb.resident else np.zeros(0, np.int64)
-        h = (buf, ker.astype(np.int64), np.array([r.nbytes for r in pb.resident], dtype=np.int64))
-        pb._holder_entries = h
-    return h
+        return buf, ker.astype(np.int64), np.array([r.nbytes for r in pb.resident], dtype=np.int64)
+
+    return pb.memo("holder_entries", compute)
 
 
 def resident_on(pb: Problem, places: np.ndarray) -> np.ndarray:
     """Whether each resident buffer lives on each device: ``[P, R, D]`` bool for ``[P, n]`` placements (a buffer
     lives wherever one of its holder kernels runs)."""
     places = np.asarray(places, dtype=np.int64)
-    buf, ker, _ = _holder_entries(pb)
+    buf, ker, _ = holder_entries(pb)
     on = np.zeros((places.shape[0], len(pb.resident), pb.D), dtype=bool)
     on[np.arange(places.shape[0])[:, None], buf[None], places[:, ker]] = True
     return on
@@ -247,7 +228,7 @@ def resident_bytes(pb: Problem, place: np.ndarray) -> np.ndarray:
     place = np.asarray(place, dtype=np.int64)
     many = place.ndim == 2
     on = resident_on(pb, place if many else place[None])
-    nbytes = _holder_entries(pb)[2]
+    nbytes = holder_entries(pb)[2]
     out = np.einsum("prd,r->pd", on.astype(np.int64), nbytes).astype(np.float64)  # integers: exact
     return out if many else out[0]
 
@@ -257,7 +238,7 @@ def budgets_bind(pb: Problem) -> bool:
     activation reserve fit on every device (then every placement fits)."""
     if np.isinf(pb.budgets).all():
         return False
-    total = float(_holder_entries(pb)[2].sum())
+    total = float(holder_entries(pb)[2].sum())
     return bool(np.any(total + pb.reserve > pb.budgets * (1 + 1e-9)))
 
 
