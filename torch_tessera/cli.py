@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=getattr(module, "HELP", None),
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         module.add_arguments(p)
-        p.set_defaults(_module=module, _parser=p)
+        p.set_defaults(command_module=module, command_parser=p)
     return parser
 
 
@@ -31,13 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said with the subcommand's usage (its valid options), not the top-level one
-        (getattr(args, "_parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        (getattr(args, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command is None:
         parser.print_help()
         return 2
     try:
-        return int(args._module.run(args) or 0)
+        return int(args.command_module.run(args) or 0)
     except TesseraError as e:
         print(f"tessera {args.command}: error: {e}", file=sys.stderr)
         return 2

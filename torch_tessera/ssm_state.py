@@ -17,8 +17,7 @@ The cache object (:class:`BufferStateCache`) speaks the two ``transformers`` API
 ``transformers``' ``LinearAttentionLayer``: a prefill (more than one token) starts from a zero state and writes the
 final state; a decode step (one token) reads and updates the state in place
 (``causal_conv1d_update``, ``mamba_selective_state_update``). Checked against ``transformers``' own cache in
-``tests/models/test_ssm_state.py``, eagerly and compiled with tessera, on 5.24.0 and 5.17.0 (2026-11-30; the
-eager outputs of a full-size 8-layer model were bitwise the same on both).
+``tests/models/test_ssm_state.py``, eagerly and compiled with tessera; checked on transformers 5.24.0 and 5.17.0.
 
 The prefill runs ``transformers``' torch scan path, a Python loop over the prompt's tokens, so its program grows with
 the prompt (64 layers x tokens x a few ops): measured mode keeps prompts short (see :mod:`torch_tessera.measure`).

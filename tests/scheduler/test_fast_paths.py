@@ -536,15 +536,15 @@ def test_direct_highs_call_matches_scipy_milp(relax):
         models.append(self)
         return orig(self, *args, **kwargs)
 
-    orig = milp_mod._Model.solve
-    milp_mod._Model.solve = keep
+    orig = milp_mod.MilpModel.solve
+    milp_mod.MilpModel.solve = keep
     try:
         pb = _problem(2)
         groups = aggregate(pb, pb.group)
         label, _ = tie_layers(pb)
         solve_counts(pb, tied_classes(pb, groups, label), groups.forbidden, 30.0)
     finally:
-        milp_mod._Model.solve = orig
+        milp_mod.MilpModel.solve = orig
     m = models[0]
     from scipy.sparse import coo_matrix
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Any, Callable, Sequence
@@ -108,12 +107,11 @@ def _with_executors(fn: Callable, executors: list) -> Callable:
 
 
 def _dump(captured: Any, dump_dir: str) -> None:
-    from torch_tessera.lowering.program import to_jsonable
+    from torch_tessera.lowering.serialize import dump_program
 
     os.makedirs(dump_dir, exist_ok=True)
     n = len([f for f in os.listdir(dump_dir) if f.startswith("program_")])
-    with open(os.path.join(dump_dir, f"program_{n}.json"), "w") as f:
-        json.dump(to_jsonable(captured.program), f, indent=1)
+    dump_program(captured.program, os.path.join(dump_dir, f"program_{n}.json"))  # lowering.load_program reads it
     for name, src in captured.program.kernels.items():
         with open(os.path.join(dump_dir, f"{name}.py"), "w") as f:
             f.write(src.source)

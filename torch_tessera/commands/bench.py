@@ -46,12 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="micro-batches for the pipelined timing of multi-device plans (0: skip)")
     m.add_argument("--priorities", action="store_true",
                    help="run the decode program's streams urgent and the prefill's background when they run at the "
-                        "same time (experimental: -11 %% on the layer plan, +3 %% on af, two H200s, 2026-11-30)")
+                        "same time (experimental: it did not help reliably; docs/BENCHMARKS.md, stream priorities)")
     m.add_argument("--links", default="catalog", choices=["catalog", "measured"], help="link figures to plan with")
     parser.add_argument("--streams", action="store_true",
                         help="also plan one request stream per device (each its own KV cache; request-dist is one "
                              "such plan) and report it as tessera where the model prefers it, the single placement "
-                             "as tessera-single (experimental: measured below its model on two H200s, 2026-11-30)")
+                             "as tessera-single (experimental: executed below its model; docs/BENCHMARKS.md, request "
+                             "streams)")
 
 
 def _fmt(x: float, unit: str = "") -> str:
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         status |= 0 if all(r.equal for r in check) else 1
     if not args.no_simulate:
         print(f"planning {args.model} ({args.size}): the first step lowers it without weights and takes most of "
-              "the time (45-75 s for llama on a 2-core machine, 2026-11-30), so the bar's early ETA is too high",
+              "the time (about a minute for llama on a 2-core CPU), so the bar's early ETA is too high",
               flush=True)
         with tqdm(total=len(plan_names(len(specs))) + 1, desc=f"plan {args.model} ({args.size}) on {args.devices}",
                   unit="step") as bar:

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from torch_tessera.backend import tessera_backend
-    from torch_tessera.lowering.program import to_jsonable
+    from torch_tessera.lowering.serialize import program_to_json
     from torch_tessera.lowering.report import format_program
     from torch_tessera.models import build_model
 
@@ -44,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"\noutput equals eager PyTorch (torch.testing.assert_close) for model {args.model!r} ({args.size})")
     if args.json_path:
         with open(args.json_path, "w") as f:
-            json.dump([to_jsonable(p) for p in programs], f, indent=1)
+            json.dump([program_to_json(p) for p in programs], f, indent=1)  # each loads with load_program
         print(f"program written to {args.json_path}")
     return 0

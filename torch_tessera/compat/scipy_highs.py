@@ -2,12 +2,11 @@
 
 Why here: ``scipy.optimize.milp`` solves with HiGHS but has no public way to export the model; SciPy's private
 ``scipy.optimize._highspy._core`` binds HiGHS' ``Highs.passModel`` / ``writeModel``. Solving: ``milp``'s Python
-wrapper costs about as much as HiGHS itself on the scheduler's small models (SciPy 1.17.1, 2026-11-30, this 2-core
-machine: on Mixtral-8x7B's counts LP, 721 columns, about 5 ms of the 11 ms per call went to building HiGHS'
-option manager once per option and to a Python loop over every column for the bound marginals, which the scheduler
-does not read), so :func:`solve` passes the same model and options to the same HiGHS and reads back only the
-solution, the objective and the MIP statistics. Checked on SciPy 1.17.1 (2026-11-29). Anything else touching SciPy
-internals belongs in this module.
+wrapper costs about as much as HiGHS itself on the scheduler's small models (it builds HiGHS' option manager once per
+option and loops in Python over every column for bound marginals the scheduler does not read; docs/BENCHMARKS.md,
+solver constants), so :func:`solve` passes the same model and options to the same HiGHS and reads back only the
+solution, the objective and the MIP statistics. Checked on SciPy 1.17.1. Anything else touching SciPy internals
+belongs in this module.
 """
 
 from __future__ import annotations

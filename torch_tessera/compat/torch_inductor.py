@@ -299,9 +299,8 @@ def pin_config(autotuner: Any, cfg: Any) -> bool:
 
     Inductor's reduction kernels carry several candidate configurations (block sizes, warps) and the first run of a
     kernel object benchmarks them; two objects of one kernel (one per device or SM partition) can settle on different
-    ones, and a reduction computed with another block size sums in another order: measured 2026-11-30 on two H200s, an
-    RMSNorm kernel settled on ``R0_BLOCK`` 2048 in one object and 4096 in another, 0.0078 apart (docs/BENCHMARKS.md,
-    session 7). Compiles the candidates first (as the first run would: compiling adds candidates with smaller
+    ones, and a reduction computed with another block size sums in another order (docs/BENCHMARKS.md, settled
+    configs). Compiles the candidates first (as the first run would: compiling adds candidates with smaller
     reduction blocks where registers limit occupancy, ``_dynamic_scale_rblock``, so trimming the uncompiled list is
     not enough), then keeps the one compiled launcher whose :func:`config_key` is ``cfg``'s, pruning the others as
     Inductor's own autotuning does. Returns whether it did; ``False`` (no launcher matches: the configuration did

@@ -97,11 +97,13 @@ class DependencyGraph:
         Raises:
             KeyError: no launch ``index`` in the DAG, or its node carries no :class:`KernelNode`.
         """
+        if index not in self.graph:
+            raise KeyError(f"launch {index} is not a kernel node of this DAG ({self.num_kernels} nodes)")
         try:
             return self.graph.nodes[index][NODE_KEY]
         except KeyError:
-            raise KeyError(f"launch {index} is not a kernel node of this DAG ({self.num_kernels} nodes; a node is "
-                           f"added with graph.types.add_kernel)") from None
+            raise KeyError(f"DAG node {index} holds no KernelNode (add nodes with graph.types.add_kernel; a DAG "
+                           f"pickled by an older torch_tessera must be built again)") from None
 
     def nodes(self) -> list[KernelNode]:
         """Every launch's record, in program order (ascending index)."""

@@ -23,10 +23,12 @@ from torch_tessera.lowering.program import (  # noqa: F401
     TensorArg,
     TritonLaunch,
 )
+from torch_tessera.lowering.serialize import ProgramFileError, dump_program, load_program, program_to_json
 
 log = logging.getLogger(__name__)
 
-__all__ = ["lower", "CapturedGraph", "KernelProgram", "launch_writes"]
+__all__ = ["lower", "CapturedGraph", "KernelProgram", "ProgramFileError", "dump_program", "launch_writes",
+           "load_program", "program_to_json"]
 
 
 def _cpu_scalar(x: torch.Tensor) -> bool:

@@ -61,11 +61,9 @@ def close_to_eager(got: torch.Tensor, prog: Compiled) -> tuple[bool, float]:
     logits from bf16 weights): cosine >= ``COSINE_MIN`` with eager; failing that, equal when ``got`` is no further
     from the fp32 reference (:meth:`Compiled.fp32_reference`) than ``RMSE_MULTIPLIER`` x eager's own distance to it.
     The second test is for models where bf16 eager is itself far from fp32, so that a compiled program (which keeps
-    fp32 inside its fused kernels) cannot match eager's rounding: Mamba-2.8B with random weights, 8 layers, 16-token
-    prefill, measured on CPU 2026-11-30 (transformers 5.17.0 and 5.24.0, bitwise the same eager outputs): eager bf16
-    vs fp32 cosine 0.965 (decode after a bf16 prefill: 0.84), stock Inductor vs eager bf16 cosine 0.984, max abs
-    5.8, vs fp32 0.976 (closer than eager). With 2 layers eager bf16 vs fp32 is 0.9995 and Inductor vs eager 0.9998.
-    The check is then only as sharp as eager's bf16 error: on such a model it cannot see errors smaller than that.
+    fp32 inside its fused kernels) cannot match eager's rounding, such as Mamba-2.8B with random weights (stock
+    Inductor fails the cosine test there too; docs/BENCHMARKS.md, bf16 checks). The check is then only as sharp as
+    eager's bf16 error: on such a model it cannot see errors smaller than that.
     """
     want = prog.want
     err = float((got.float() - want.float()).abs().max())
@@ -155,13 +153,8 @@ def prefer_fill_drain(plans: dict[str, Any], wl: Any, in_flight: int) -> tuple[d
     naming it with both scores.
 
     The planner searches under the cycle model alone, where a program passing back and forth between devices costs
-    only its per-hop charge; measured, such a program idles each device while a round of calls fills and drains.
-    Measured 2026-11-30 on two H200s (the MMDiT, 8 layers, GPU 1 at 24 SMs, docs/BENCHMARKS.md session 7): the
-    planner's placement (13 device segments per call, predicted 8.69 ms per step) ran at 10.94 ms, homo-L at 9.44
-    (predicted 9.65); with the fill/drain term (+1.96 ms) the planner's placement scores 10.65 ms and homo-L's is
-    kept. Over the 11 runs of 2026-11-30 with saved per-launch costs, choosing this way keeps the planner's
-    placement in 9 and takes homo-L's in the MMDiT's two 24-SM runs, where homo-L measured fastest (in 4 of the 9 a
-    baseline still measured 0.8-8.7 % faster; ``tessera report step-model``).
+    only its per-hop charge; executed, such a program idles each device while a round of calls fills and drains
+    (docs/BENCHMARKS.md, step model; ``tessera report step-model``).
     """
     import dataclasses
 
@@ -200,10 +193,8 @@ def program_priorities(freq: Mapping[str, float], enabled: bool = True) -> dict[
     """Stream priority class of each program (:data:`~torch_tessera.runtime.pipelining.PRIORITY_CLASSES`): when
     programs run at different frequencies, the most frequent (an LLM's decode, on every output token's path) is
     ``"urgent"`` and the others (its prefill, bulk work) ``"background"``; otherwise, or when not ``enabled``, all
-    ``"normal"``. Why it was tried: measured 2026-11-30 on two H200s (call C, Llama, 24 SMs), a decode split over
-    both GPUs left GPU 1 idle 26 % of each concurrent step while the prefill's kernels on GPU 0 ran between decode's
-    stages (docs/BENCHMARKS.md, "Model refit on session-5 runs"); measured after, it did not help reliably
-    (:class:`~torch_tessera.measure.settings.MeasureSettings` ``priorities``), so it is opt-in."""
+    ``"normal"``. Opt-in (:class:`~torch_tessera.measure.settings.MeasureSettings` ``priorities``): it does not help
+    reliably (docs/BENCHMARKS.md, stream priorities)."""
     if not enabled or len(freq) < 2 or len(set(freq.values())) < 2:
         return {n: "normal" for n in freq}
     top = max(freq.values())
@@ -304,7 +295,7 @@ def run_plan(progs: Sequence[Compiled], p: Any, s: MeasureSettings) -> dict:
             if s.micro_batches >= 2 and used != {runner.executor.home}:
                 # one slot per micro-batch: each slot always sees the same micro-batch's state tensors, so with CUDA
                 # graphs it captures once (a slot fed another micro-batch's state re-captures, and the timing
-                # would measure captures: 85 ms per micro-batch instead of ~12 ms, seen 2026-11-29 on two H200s)
+                # would measure captures, several times the replay's time)
                 slots = s.micro_batches
                 mbs = pipes[prog.name] = [PlacedCall(prog, save_large=False) for _ in range(s.micro_batches)]
                 batches = [c.args for c in mbs]
@@ -386,8 +377,7 @@ def _own_streams(runner: Any, priority_class: str = "normal") -> Any:
 
     The executor orders each call after the caller's current stream on every device it uses (the inputs and the
     state may still be in flight there) and a home-only graph replays on it. Threads that share the default streams
-    therefore wait for each other's calls: measured 2026-11-30 on two H200s, a request stream per GPU (prefill and
-    decode threads each) ran at 0.47x of the same programs on separate GPUs, as if one after another. A serving
+    therefore wait for each other's calls, as if one after another (docs/BENCHMARKS.md, request streams). A serving
     process gives each request stream its own CUDA streams; so does this timing. They have the priority of the
     program's ``priority_class`` (a graph kept on one device replays on them, at their priority)."""
     import contextlib
@@ -406,10 +396,8 @@ def _own_streams(runner: Any, priority_class: str = "normal") -> Any:
 
 
 #: Fewest calls any program makes in the concurrent timing on GPUs. With a fixed number of workload steps a rare
-#: program rounds to one or two calls and the step count is off by up to half a call: a request-streams plan of the
-#: MMDiT (frequencies 0.82 / 0.18, 8 steps) made 7 and 1 calls, so the measured step (12.99 ms, 2026-11-30, two
-#: H200s, GPU 1 at 24 SMs) came out 1.5x what its threads' call times allow (the threads alone: 12.24 ms with those
-#: counts, 8.20 ms with >= 16 calls each). 16 keeps the rounding under 1/32 of a call count.
+#: program rounds to one or two calls and the step count is off by up to half a call (docs/BENCHMARKS.md, request
+#: streams). 16 keeps the rounding under 1/32 of a call count.
 MIN_CONCURRENT_CALLS = 16
 
 
@@ -438,15 +426,13 @@ def concurrent_step_seconds(progs: Sequence[Compiled], s: MeasureSettings, calls
 
     This is what a throughput plan's model assumes for a workload of several programs (a prefill for one request
     while the decode of others runs elsewhere) and what the serial composition ``sum_p frequency_p x T_p`` cannot
-    show: measured 2026-11-29 on two H200s, throughput plans that put most decode work on the GPU1 partition and the
-    prefill on GPU0 ran at 0.25-0.3x of their model when their programs were timed one after another. The programs
+    show (docs/BENCHMARKS.md, concurrent steps). The programs
     share STATE (the KV cache): ``calls`` (program name -> :class:`PlacedCall`) runs each on its executor with its
     state on its owner; each call restores the small counters first, so positions stay inside the cache; values
     written concurrently are not checked here (each plan's result is checked alone). A program in ``pipes``
     (program name -> its micro-batches' :class:`PlacedCall`) runs them through ``run_pipelined`` instead, so
     that besides the two programs overlapping, several calls of one program are in flight, as the throughput model
-    assumes (one call at a time leaves a thread waiting out each call's latency: measured 2026-11-29 on two H200s,
-    a decode placement with 6.6 ms of kernels on its busier GPU took 9.6 ms per call). ``frequencies``: runs per
+    assumes (one call at a time leaves a thread waiting out each call's latency). ``frequencies``: runs per
     workload step per program (default the settings' composition; a streams plan's own, one thread per program of
     every stream). ``threads_out``, when given, receives per program ``{"calls": n, "seconds": s}``: the calls its
     thread made and the seconds from the common start until that thread's work had finished on its streams (which

@@ -85,12 +85,11 @@ class MeasureSettings:
         cuda_graphs: capture CUDA graphs (``None``: when every device is a GPU).
         profile_cache: profile cache directory (``None``: ``$TESSERA_CACHE_DIR`` or ``~/.cache/torch_tessera``).
         streams: also plan one request stream per device (:func:`~torch_tessera.scheduler.plan_streams`) and make
-            it ``tessera`` where the model prefers it (``tessera-single`` beside it). Off by default: on two H200s
-            (2026-11-30) every streams plan ran at 0.47-0.60x its model and below the single placement.
+            it ``tessera`` where the model prefers it (``tessera-single`` beside it). Off by default: executed
+            streams plans ran below their model and below the single placement (docs/BENCHMARKS.md, request streams).
         priorities: give the most frequent program of a multi-program workload (an LLM's decode) ``"urgent"``
             streams and the others ``"background"`` ones (:func:`~torch_tessera.measure.execute.program_priorities`).
-            Off by default: on two H200s (2026-11-30, Llama 8 layers, 24 SMs, one call) the same ``layer`` plan ran
-            at 4,823 tok/s with them against 5,445 without (-11 %), ``af`` at 3,254 against 3,151 (+3 %).
+            Off by default: they did not help reliably (docs/BENCHMARKS.md, stream priorities).
     """
 
     model: str = "llama"

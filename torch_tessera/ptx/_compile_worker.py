@@ -11,9 +11,9 @@ import warnings
 def main() -> int:
     requests = json.load(sys.stdin)
     warnings.simplefilter("ignore")  # the kernel modules warn about the missing CPU driver; irrelevant to PTX
-    from torch_tessera.ptx.compile import _compile_here
+    from torch_tessera.ptx.compile import compile_here
 
-    results = _compile_here(requests)
+    results = compile_here(requests)
     sys.stdout.write("\n" + json.dumps(results) + "\n")
     return 0
 

@@ -71,7 +71,9 @@ def _compile_in_subprocess(requests: Sequence[dict]) -> list[dict]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _compile_here(requests: Sequence[dict]) -> list[dict]:
+def compile_here(requests: Sequence[dict]) -> list[dict]:
+    """Compile each request in this process: ``{"ptx": text}`` or ``{"error": message}`` per request, in order
+    (the subprocess worker's body; needs ``TRITON_INTERPRET`` unset)."""
     results = []
     for r in requests:
         try:
@@ -116,7 +118,7 @@ def compile_many(jobs: Iterable[tuple[KernelSource, Mapping[str, Any], int]]) ->
         requests = [_request(*jobs[i]) for i in todo]
         log.info("compiling %d kernel/target pairs to PTX%s", len(todo),
                  " in a subprocess (TRITON_INTERPRET is set)" if compat.interpreting() else "")
-        results = _compile_in_subprocess(requests) if compat.interpreting() else _compile_here(requests)
+        results = _compile_in_subprocess(requests) if compat.interpreting() else compile_here(requests)
         folder.mkdir(parents=True, exist_ok=True)
         for i, res in zip(todo, results):
             s, _, t = jobs[i]

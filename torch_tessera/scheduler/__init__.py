@@ -255,11 +255,12 @@ def _best_of_baselines(pb, sol, sim: "_Simulated | None" = None):
     also request-dist: stream r on device r) when that scores better.
 
     Every such baseline is a point of the same search space, so the throughput plan must never lose to one; on real
-    model DAGs the counts relaxation's realisation can land above them (seen on Llama-3.1-8B, 2026-11-29), and this
-    makes them warm starts that bound the result. They are scored by the same model as the solver's plan
+    model DAGs the counts relaxation's realisation can land above them (docs/BENCHMARKS.md, solver constants), and
+    this makes them warm starts that bound the result. They are scored by the same model as the solver's plan
     (:func:`evaluate.cycle_many`: with each cut edge's per-hop charge on its devices), or with ``sim`` by the
     simulated step of their pipelined schedules, so a plan the model says is slower than a baseline is never
-    returned. Candidates that break a memory budget or a pin are skipped. The solver's lower bound is kept.
+    returned. Candidates that break a memory budget or a pin are skipped. The
+    solver's lower bound is kept.
     """
     from dataclasses import replace as dc_replace
 

@@ -62,16 +62,15 @@ def project(pb: Problem, place: np.ndarray, prefer: np.ndarray | None = None) ->
 def _heaviest(pb: Problem, prefer: np.ndarray | None) -> np.ndarray:
     """``[G]``: the heaviest member kernel of each hard group (members with ``prefer`` first; the last of equals in
     kernel order); without ``prefer`` computed once per problem."""
-    rep = getattr(pb, "_heaviest", None) if prefer is None else None
-    if rep is None:
+    def compute() -> np.ndarray:
         weight = pb.cost.min(1) + (1e9 * prefer if prefer is not None else 0.0)
         order = np.lexsort((weight, pb.group))  # by group, heaviest last
         last = np.r_[pb.group[order][1:] != pb.group[order][:-1], True]
         rep = np.zeros(int(pb.group.max()) + 1, dtype=np.int64)
         rep[pb.group[order][last]] = order[last]
-        if prefer is None:
-            pb._heaviest = rep
-    return rep
+        return rep
+
+    return pb.memo("heaviest", compute) if prefer is None else compute()
 
 
 def _score(pb: Problem, place: np.ndarray, objective: str) -> float:

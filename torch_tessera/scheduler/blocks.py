@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torch_tessera.scheduler.evaluate import _holder_entries, device_coef, link_coef
-from torch_tessera.scheduler.problem import Problem
+from torch_tessera.scheduler.evaluate import device_coef, holder_entries, link_coef
+from torch_tessera.scheduler.problem import Memo, Problem
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class Blocks:
+class Blocks(Memo):
     """The problem aggregated over a partition of the kernels.
 
     Attributes:
@@ -84,7 +84,7 @@ def aggregate(pb: Problem, label: np.ndarray) -> Blocks:
     else:
         coef, esrc, edst = np.zeros((0, D, D)), np.zeros(0, np.int64), np.zeros(0, np.int64)
     merged: dict[tuple[int, ...], int] = {}
-    buf, ker, nbytes = _holder_entries(pb)
+    buf, ker, nbytes = holder_entries(pb)
     pairs = np.unique(buf * max(B, 1) + label[ker])  # (buffer, block) holding it, by buffer then block
     owner = pairs // max(B, 1)
     cuts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1], True]).tolist() if len(pairs) else [0]
@@ -104,9 +104,10 @@ def layer_units(pb: Problem) -> list[int | None]:
     provenance spans two layers) the layer of the nearest preceding layered kernel; ``None`` before a program's first
     layer and after its last (embedding, final norm, head), so that the last layer keeps the shape of the others.
     Computed once per problem (the list is shared: do not modify it)."""
-    unit = getattr(pb, "_units", None)
-    if unit is not None:
-        return unit
+    return pb.memo("layer_units", lambda: _layer_units(pb))
+
+
+def _layer_units(pb: Problem) -> list[int | None]:
     lay = np.array([-1 if l is None else int(l) for l in pb.layer], dtype=np.int64)
     out = np.full(pb.n, -1, dtype=np.int64)
     for p in range(len(pb.programs)):
@@ -118,9 +119,7 @@ def layer_units(pb: Problem) -> list[int | None]:
         last = np.maximum.accumulate(np.where(l >= 0, np.arange(len(ks)), -1))  # nearest labelled kernel before
         span = slice(labelled[0], labelled[-1] + 1)
         out[ks[span]] = l[last[span]]
-    unit = [None if u < 0 else u for u in out.tolist()]
-    pb._units = unit
-    return unit
+    return [None if u < 0 else u for u in out.tolist()]
 
 
 def tie_layers(pb: Problem, align: bool = True) -> tuple[np.ndarray, int]:
@@ -255,15 +254,14 @@ def block_loads_many(blocks: Blocks, bplaces: np.ndarray) -> tuple[np.ndarray, n
 def incident_edges(blocks: Blocks) -> tuple[np.ndarray, np.ndarray]:
     """CSR incidence of the aggregated edges: block ``b``'s edges (either end) are ``edge[ptr[b]:ptr[b + 1]]``, in
     ascending order; built once per :class:`Blocks`."""
-    inc = getattr(blocks, "_incidence", None)
-    if inc is None:
+    def compute() -> tuple[np.ndarray, np.ndarray]:
         E = len(blocks.esrc)
         ends = np.concatenate([blocks.esrc, blocks.edst])
         edge = np.concatenate([np.arange(E), np.arange(E)])
         order = np.lexsort((edge, ends))
-        inc = np.r_[0, np.cumsum(np.bincount(ends, minlength=blocks.B))], edge[order]
-        blocks._incidence = inc
-    return inc
+        return np.r_[0, np.cumsum(np.bincount(ends, minlength=blocks.B))], edge[order]
+
+    return blocks.memo("incidence", compute)
 
 
 def moved_loads_many(blocks: Blocks, bplace: np.ndarray, move: np.ndarray, group: np.ndarray, to: np.ndarray,
@@ -385,13 +383,12 @@ def block_memory_over(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np.nd
     P, D = bplaces.shape[0], pb.D
     if not memory_binds(pb, blocks):
         return np.zeros((P, D), dtype=bool)
-    held = getattr(blocks, "_held", None)
-    if held is None:  # (buffer, holder block) entries, once per Blocks
+    def compute() -> tuple[np.ndarray, np.ndarray]:  # (buffer, holder block) entries, once per Blocks
         sizes = [len(h) for h in blocks.res_holders]
-        held = (np.repeat(np.arange(len(sizes)), sizes),
+        return (np.repeat(np.arange(len(sizes)), sizes),
                 np.concatenate(blocks.res_holders) if sizes else np.zeros(0, np.int64))
-        blocks._held = held
-    buf, hold = held
+
+    buf, hold = blocks.memo("held", compute)
     rows = np.arange(P)[:, None]
     on = np.zeros((P, len(blocks.res_bytes), D), dtype=bool)
     on[rows, buf[None], bplaces[:, hold]] = True

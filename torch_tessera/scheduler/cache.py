@@ -25,10 +25,8 @@ from torch_tessera.scheduler.types import Plan
 
 log = logging.getLogger(__name__)
 
-#: Bump when the plan format or the solver's meaning of a key changes (2: the cycle time charges each cut edge's
-#: per-hop overhead and exposed copy time on the devices it joins, issue 9; 3: with that charge the throughput solver
-#: also searches whole-layer splits, counts.layer_split, and finds other plans; 4: with the charge it searches whole
-#: layers an interval at a time, chains.chain_search, and skips the counts MILP).
+#: Version of the cached plans: bump when the plan format or the solver's meaning of a key changes (a cached plan of
+#: another version is never read).
 SCHEMA = 4
 
 

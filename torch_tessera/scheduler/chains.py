@@ -3,9 +3,8 @@
 Why: when cut edges charge the devices they join (:attr:`Problem.hop`), a plan pays for every boundary between two
 devices inside a program, and the counts LP does not see the boundaries *between* layers (see
 :func:`counts.layer_split`). ``layer_split`` searches splits seeded by the LP's shares and moves one boundary at a
-time; on Mamba-2.8B over four devices its best plan was 14.9 % slower than the best whole-layer plan (the MILP over
-whole layers, 2026-11-30, docs/BENCHMARKS.md "Ninth measurement"): that plan runs prefill on two devices and decode on
-the other two, which no single boundary move reaches from the LP's four-way shares.
+time, and so misses plans no single boundary move reaches from the LP's shares, such as prefill on two devices and
+decode on the other two (docs/BENCHMARKS.md, solver constants).
 
 The search works on *units*: the groups of one (program, layer unit) (:func:`blocks.layer_units`) merged into one
 block; groups outside the layers (embedding, head) and pinned groups stay blocks of their own. A program's blocks, in
@@ -186,13 +185,13 @@ def interval_descent(pb: Problem, units: Units, ups: np.ndarray, deadline: float
     ``deadline``; all placements step together (one scoring call per step). Moves that break a memory budget are not
     taken. Returns the ``[S, B]`` placements reached (a placement that reaches another's is dropped: rows may be
     fewer)."""
-    from torch_tessera.scheduler.counts import _key
+    from torch_tessera.scheduler.counts import load_key
 
     ub = units.blocks
     ups = np.unique(np.atleast_2d(np.asarray(ups, dtype=np.int64)), axis=0)
     binds = memory_binds(pb, ub)
     dev, link = block_loads_many(ub, ups)
-    key = _key(dev, link)
+    key = load_key(dev, link)
     active = np.ones(len(ups), dtype=bool)
     for _ in range(max_steps):
         if time.perf_counter() > deadline or not active.any():
@@ -207,7 +206,7 @@ def interval_descent(pb: Problem, units: Units, ups: np.ndarray, deadline: float
             break
         move, block, to = (np.concatenate(x) for x in zip(*parts))
         mseed = np.concatenate(mseed)
-        k = _key(*moved_loads_batched(ub, ups, mseed, move, block, to, dev, link))
+        k = load_key(*moved_loads_batched(ub, ups, mseed, move, block, to, dev, link))
         cur = key[:, mseed]
         better = (k[0] < cur[0] * (1 - 1e-9)) | ((k[0] <= cur[0] * (1 + 1e-12)) & (k[1] < cur[1] * (1 - 1e-9)))
         cand = np.flatnonzero(better)
@@ -228,7 +227,7 @@ def interval_descent(pb: Problem, units: Units, ups: np.ndarray, deadline: float
         active &= stepped
         if stepped.any():
             dev[stepped], link[stepped] = block_loads_many(ub, ups[stepped])  # exact sums again
-            key = _key(dev, link)
+            key = load_key(dev, link)
             _, first = np.unique(ups, axis=0, return_index=True)
             dup = np.ones(len(ups), dtype=bool)
             dup[first] = False

@@ -29,7 +29,7 @@ import numpy as np
 from torch_tessera.scheduler.blocks import (Blocks, block_cycle_many, block_loads_many, block_memory_ok_many,
                                             layer_units, memory_binds, moved_loads_many)
 from torch_tessera.scheduler.evaluate import budgets_bind
-from torch_tessera.scheduler.milp import EPS, MilpResult, _Model, _result
+from torch_tessera.scheduler.milp import EPS, MilpModel, MilpResult, milp_result
 from torch_tessera.scheduler.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ def solve_counts(pb: Problem, cls: Classes, forbidden: np.ndarray, time_limit: f
     D, C, F = pb.D, cls.C, len(cls.fk)
     scale = float(upper) if upper and np.isfinite(upper) and upper > 0 else float(np.minimum(
         cls.cost.min(1) * cls.L, 1e30).sum() or 1.0)
-    m = _Model()
+    m = MilpModel()
     T = m.vars(1, lb=0.0, ub=np.inf, cost=1.0)[0]
     ub = np.repeat(cls.L[:, None], D, 1).astype(float)
     ub[:, forbidden] = 0.0
@@ -222,7 +222,7 @@ def solve_counts(pb: Problem, cls: Classes, forbidden: np.ndarray, time_limit: f
     shrink = 1.0 + EPS * D
     ob = upper / scale * shrink * (1 + 1e-6) if upper and np.isfinite(upper) else None
     res = m.solve(time_limit, ob, mip_gap, relax=relax, presolve=presolve)
-    out = _result(res, scale, lambda xs: None, t0, shrink)
+    out = milp_result(res, scale, lambda xs: None, t0, shrink)
     counts = None if res.x is None else res.x[n] if relax else np.rint(res.x[n]).astype(np.int64)
     log.debug("counts %s: %d classes, %d edge classes, %d vars: %s %.3f s", "LP" if relax else "MILP", C, F, m.nv,
               out.status, out.wall)
@@ -266,7 +266,7 @@ def identical_device_pairs(pb: Problem, forbidden: np.ndarray) -> list[tuple[int
     return pairs
 
 
-def _memory_rows(m: _Model, pb: Problem, cls: Classes, n: np.ndarray, forbidden: np.ndarray) -> None:
+def _memory_rows(m: MilpModel, pb: Problem, cls: Classes, n: np.ndarray, forbidden: np.ndarray) -> None:
     """Resident bytes of each device within its budget less the activation reserve (in GB); no rows when every
     resident buffer fits on every device together (then no placement can break a budget)."""
     if not budgets_bind(pb):
@@ -472,7 +472,7 @@ def shift_search(pb: Problem, groups: Blocks, cls: Classes, gp: np.ndarray, dead
     prev, nxt = np.where(pos == first, last, pos - 1), np.where(pos == last, first, pos + 1)
     binds = memory_binds(pb, groups)
     dev, link = (loads[0] for loads in block_loads_many(groups, gp[None]))
-    key = _key(dev[None], link[None])[:, 0]
+    key = load_key(dev[None], link[None])[:, 0]
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
@@ -486,7 +486,7 @@ def shift_search(pb: Problem, groups: Blocks, cls: Classes, gp: np.ndarray, dead
             move = np.concatenate([2 * seg[moved[0]], 2 * seg[moved[1]] + 1])
             at = np.concatenate(moved)
             to = np.concatenate([x[prev[moved[0]]], x[nxt[moved[1]]]])
-            k = _key(*moved_loads_many(groups, gp, move, mem[at], to, 2 * len(movable), dev, link))
+            k = load_key(*moved_loads_many(groups, gp, move, mem[at], to, 2 * len(movable), dev, link))
             better = (k[0] < key[0] * (1 - 1e-9)) | ((k[0] <= key[0] * (1 + 1e-12)) & (k[1] < key[1] * (1 - 1e-9)))
             better[:2 * start] = False
             cand = np.flatnonzero(better)
@@ -502,12 +502,12 @@ def shift_search(pb: Problem, groups: Blocks, cls: Classes, gp: np.ndarray, dead
             sel = move == t
             gp[mem[at[sel]]] = to[sel]
             dev, link = (loads[0] for loads in block_loads_many(groups, gp[None]))  # exact sums again
-            key, improved = _key(dev[None], link[None])[:, 0], True
+            key, improved = load_key(dev[None], link[None])[:, 0], True
             start = t // 2 + 1
     return gp
 
 
-def _key(dev: np.ndarray, link: np.ndarray) -> np.ndarray:
+def load_key(dev: np.ndarray, link: np.ndarray) -> np.ndarray:
     """``[2, P]``: cycle time and sum of squared resource loads from ``[P, D]`` device and ``[P, D * D]`` link loads."""
     allr = np.concatenate([dev, link], axis=1)
     return np.stack([allr.max(1), (allr ** 2).sum(1)])

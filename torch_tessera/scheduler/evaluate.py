@@ -6,8 +6,8 @@ Cycle time (throughput policies). With enough micro-batches in flight, compute a
 step takes ``max(max_g load_g, max_(a,b) link_ab)`` where ``load_g`` sums ``frequency x seconds`` of the kernels on
 ``g`` and ``link_ab`` sums ``frequency x (bytes / bandwidth_ab + micro_batches x latency_ab)`` over edges cut
 ``a -> b`` (each micro-batch pays the per-hop latency; Tessera paper §III-C, "min-max GPU load and link load").
-The overlap is not perfect on real GPUs (issue 9: measured on two H200s, each cut edge cost ~50 us of step time that
-this model did not charge), so ``load_g`` also holds, for every edge cut ``a -> b`` with ``g`` in ``{a, b}``,
+The overlap is not perfect on real GPUs (each cut edge costs tens of microseconds of step time beyond its bytes;
+docs/BENCHMARKS.md, cut cost), so ``load_g`` also holds, for every edge cut ``a -> b`` with ``g`` in ``{a, b}``,
 ``frequency x micro_batches x hop_ab + frequency x exposure_ab x bytes / bandwidth_ab``
 (:meth:`Problem.device_coef`; figures in :attr:`Topology.hop_overhead`, :attr:`Topology.copy_exposure`).
 
@@ -30,22 +30,14 @@ if TYPE_CHECKING:
 
 def link_coef(pb: Problem) -> np.ndarray:
     """``pb.link_coef()``, computed once per problem."""
-    c = getattr(pb, "_coef", None)
-    if c is None:
-        c = pb.link_coef()
-        pb._coef = c
-    return c
+    return pb.memo("link_coef", pb.link_coef)
 
 
 def device_coef(pb: Problem) -> np.ndarray | None:
     """``pb.device_coef()``, computed once per problem; ``None`` when cut edges charge no device."""
     if not pb.charges_devices:
         return None
-    c = getattr(pb, "_dcoef", None)
-    if c is None:
-        c = pb.device_coef()
-        pb._dcoef = c
-    return c
+    return pb.memo("device_coef", pb.device_coef)
 
 
 def loads(pb: Problem, place: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -99,26 +91,21 @@ def cycle_many(pb: Problem, places: np.ndarray) -> np.ndarray:
 def _preds(pb: Problem) -> list[list[tuple[int, float]]]:
     """Per kernel its ``(source kernel, bytes)`` over the program's edges (STATE hand-overs left out), in edge order;
     computed once per problem."""
-    p = getattr(pb, "_preds", None)
-    if p is None:
+    def compute() -> list[list[tuple[int, float]]]:
         keep = np.flatnonzero(np.array(pb.ekind) != "STATE")
         keep = keep[np.argsort(pb.edst[keep], kind="stable")]  # by target kernel, each in edge order
         pairs = list(zip(pb.esrc[keep].tolist(), pb.ebytes[keep].tolist()))
         ptr = np.r_[0, np.cumsum(np.bincount(pb.edst[keep], minlength=pb.n))].tolist()
-        p = [pairs[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
-        pb._preds = p
-    return p
+        return [pairs[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
+
+    return pb.memo("preds", compute)
 
 
 def _as_lists(pb: Problem) -> tuple[list, list, list, list]:
     """``(cost, per-hop latency (:attr:`Problem.hop_latency`), bw, kernels of each program)`` as Python lists, for
     the list-schedule loop (indexing numpy arrays element by element costs several times more); once per problem."""
-    c = getattr(pb, "_lists", None)
-    if c is None:
-        c = (pb.cost.tolist(), pb.hop_latency.tolist(), pb.bw.tolist(),
-             [pb.program_slice(p).tolist() for p in range(len(pb.programs))])
-        pb._lists = c
-    return c
+    return pb.memo("lists", lambda: (pb.cost.tolist(), pb.hop_latency.tolist(), pb.bw.tolist(),
+                                     [pb.program_slice(p).tolist() for p in range(len(pb.programs))]))
 
 
 def makespans(pb: Problem, place: np.ndarray) -> np.ndarray:
@@ -157,10 +144,7 @@ def makespans(pb: Problem, place: np.ndarray) -> np.ndarray:
 
 def handover_seconds(pb: Problem, place: np.ndarray) -> float:
     """Seconds of STATE hand-overs between programs per workload step (one copy each, when owners differ)."""
-    state = getattr(pb, "_state_edges", None)
-    if state is None:
-        state = [e for e, kind in enumerate(pb.ekind) if kind == "STATE"]
-        pb._state_edges = state
+    state = pb.memo("state_edges", lambda: [e for e, kind in enumerate(pb.ekind) if kind == "STATE"])
     tot = 0.0
     for e in state:
         a, b = place[pb.esrc[e]], place[pb.edst[e]]
@@ -184,7 +168,7 @@ def memory(pb: Problem, place: np.ndarray) -> dict[str, np.ndarray | list]:
     """
     D = pb.D
     on = resident_on(pb, np.asarray(place)[None])[0]  # [R, D]
-    nbytes = _holder_entries(pb)[2]
+    nbytes = holder_entries(pb)[2]
     kinds = np.array([r.kind for r in pb.resident], dtype=object)
     part = {k: (nbytes * (kinds == k)) @ on.astype(np.int64) for k in ("parameter", "state")}
     weight, state = part["parameter"].astype(np.float64), part["state"].astype(np.float64)
@@ -207,31 +191,28 @@ def _peak(kernels: np.ndarray, pb: Problem) -> float:
     """Peak TEMP bytes of ``kernels`` (ascending, one program) run in order on one device."""
     from torch_tessera.scheduler.problem import live_peak, temp_entries
 
-    temps = getattr(pb, "_temps", None)
-    if temps is None:  # a Problem not made by compile_problem
-        temps = temp_entries([r | w for r, w in zip(pb.reads, pb.writes)], pb.temp_bytes, pb.prog.tolist())
-        pb._temps = temps
+    temps = pb.memo("temps", lambda: temp_entries([r | w for r, w in zip(pb.reads, pb.writes)], pb.temp_bytes,
+                                                  pb.prog.tolist()))  # compile_problem stores them first
     return float(live_peak(kernels, temps, pb.n))
 
 
-def _holder_entries(pb: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def holder_entries(pb: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(buffer, kernel, nbytes)``: one entry per (resident buffer, holder kernel) pair, and the buffers' bytes;
     computed once per problem."""
-    h = getattr(pb, "_holder_entries", None)
-    if h is None:
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         sizes = [len(r.holders) for r in pb.resident]
         buf = np.repeat(np.arange(len(pb.resident)), sizes)
         ker = np.concatenate([r.holders for r in pb.resident]) if pb.resident else np.zeros(0, np.int64)
-        h = (buf, ker.astype(np.int64), np.array([r.nbytes for r in pb.resident], dtype=np.int64))
-        pb._holder_entries = h
-    return h
+        return buf, ker.astype(np.int64), np.array([r.nbytes for r in pb.resident], dtype=np.int64)
+
+    return pb.memo("holder_entries", compute)
 
 
 def resident_on(pb: Problem, places: np.ndarray) -> np.ndarray:
     """Whether each resident buffer lives on each device: ``[P, R, D]`` bool for ``[P, n]`` placements (a buffer
     lives wherever one of its holder kernels runs)."""
     places = np.asarray(places, dtype=np.int64)
-    buf, ker, _ = _holder_entries(pb)
+    buf, ker, _ = holder_entries(pb)
     on = np.zeros((places.shape[0], len(pb.resident), pb.D), dtype=bool)
     on[np.arange(places.shape[0])[:, None], buf[None], places[:, ker]] = True
     return on
@@ -247,7 +228,7 @@ def resident_bytes(pb: Problem, place: np.ndarray) -> np.ndarray:
     place = np.asarray(place, dtype=np.int64)
     many = place.ndim == 2
     on = resident_on(pb, place if many else place[None])
-    nbytes = _holder_entries(pb)[2]
+    nbytes = holder_entries(pb)[2]
     out = np.einsum("prd,r->pd", on.astype(np.int64), nbytes).astype(np.float64)  # integers: exact
     return out if many else out[0]
 
@@ -257,7 +238,7 @@ def budgets_bind(pb: Problem) -> bool:
     activation reserve fit on every device (then every placement fits)."""
     if np.isinf(pb.budgets).all():
         return False
-    total = float(_holder_entries(pb)[2].sum())
+    total = float(holder_entries(pb)[2].sum())
     return bool(np.any(total + pb.reserve > pb.budgets * (1 + 1e-9)))
 
 
@@ -287,11 +268,8 @@ def fill_drain_seconds(plan: "Plan", workload: "Workload", in_flight: int) -> fl
     device busy all the time; a program whose calls pass from one device to the other leaves each device idle while
     a round of ``M`` calls fills and drains, about the other devices' share of one call.
 
-    Not fitted: checked on the executed plans of ``tessera bench --measure`` on two H200s that saved per-launch
-    costs (2026-11-30: 19 plans of session 5, 32 of session 7; docs/BENCHMARKS.md, session 7): added to the cycle
-    with the per-hop charge, it cut the mean |predicted / measured throughput - 1| from 15.1 to 10.4 % and from 18.9
-    to 12.5 %, and on plans with a program spanning both GPUs from 21.6 to 13.5 % and from 25.7 to 13.7 %
-    (``tessera report step-model``).
+    Not fitted: a model term with no free parameter, checked against executed plans (docs/BENCHMARKS.md, step
+    model; ``tessera report step-model``).
 
     Raises:
         ValueError: ``in_flight`` < 1, or a program of the plan has no costs in ``workload``.

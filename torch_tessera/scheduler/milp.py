@@ -59,7 +59,7 @@ class MilpResult:
     wall: float
 
 
-class _Model:
+class MilpModel:
     """Accumulates variables and sparse rows; ``solve`` calls HiGHS once."""
 
     def __init__(self) -> None:
@@ -112,7 +112,7 @@ class _Model:
                      np.concatenate(self.ub), A, np.concatenate(self.rlo), np.concatenate(self.rhi), opts)
 
 
-def _placement_vars(m: _Model, blocks: Blocks, D: int) -> np.ndarray:
+def _placement_vars(m: MilpModel, blocks: Blocks, D: int) -> np.ndarray:
     """Binary x ``[B, D]`` with one device per block, pins and forbidden devices as bounds."""
     B = blocks.B
     ub = np.ones((B, D))
@@ -127,7 +127,7 @@ def _placement_vars(m: _Model, blocks: Blocks, D: int) -> np.ndarray:
     return x
 
 
-def _cut_vars(m: _Model, x: np.ndarray, src: np.ndarray, dst: np.ndarray, D: int, cost: np.ndarray | float = 0.0):
+def _cut_vars(m: MilpModel, x: np.ndarray, src: np.ndarray, dst: np.ndarray, D: int, cost: np.ndarray | float = 0.0):
     """z ``[E, D, D]`` (diagonal unused) with z[e,a,c] >= x[src,a] + x[dst,c] - 1."""
     E = len(src)
     pairs = [(a, c) for a in range(D) for c in range(D) if a != c]
@@ -141,7 +141,7 @@ def _cut_vars(m: _Model, x: np.ndarray, src: np.ndarray, dst: np.ndarray, D: int
     return z, pairs
 
 
-def _memory_rows(m: _Model, pb: Problem, blocks: Blocks, x: np.ndarray, slack: np.ndarray | None = None) -> None:
+def _memory_rows(m: MilpModel, pb: Problem, blocks: Blocks, x: np.ndarray, slack: np.ndarray | None = None) -> None:
     """Resident bytes per device within ``budget - reserve`` (in GB); ``slack`` adds a per-device overflow var."""
     D = pb.D
     cap = (pb.budgets - pb.reserve) / 1e9
@@ -170,7 +170,9 @@ def _memory_rows(m: _Model, pb: Problem, blocks: Blocks, x: np.ndarray, slack: n
         m.rows_coo(np.zeros(len(cols), np.int64), np.array(cols), np.array(vals), -np.inf, cap[g], 1)
 
 
-def _result(res, scale: float, bplace_from, t0: float, shrink: float = 1.0) -> MilpResult:
+def milp_result(res, scale: float, bplace_from, t0: float, shrink: float = 1.0) -> MilpResult:
+    """A :class:`MilpResult` from HiGHS' result ``res``: the objective times ``scale``, the bound times
+    ``scale / shrink``, the placement from ``bplace_from(x)``, wall seconds since ``t0``."""
     status = {0: "optimal", 1: "time limit", 2: "infeasible"}.get(res.status, "failed")
     wall = time.perf_counter() - t0
     nodes = int(getattr(res, "mip_node_count", 0) or 0)
@@ -186,7 +188,7 @@ def _result(res, scale: float, bplace_from, t0: float, shrink: float = 1.0) -> M
 def memory_shortfall(pb: Problem, blocks: Blocks, time_limit: float = 5.0) -> np.ndarray | None:
     """Least bytes each device lacks for any placement to fit (``[D]``), or ``None`` if it could not be computed."""
     D, B = pb.D, blocks.B
-    m = _Model()
+    m = MilpModel()
     x = _placement_vars(m, blocks, D)
     slack = m.vars(D, lb=0.0, ub=np.inf, cost=1.0)
     _memory_rows(m, pb, blocks, x, slack=slack)
@@ -201,7 +203,7 @@ def solve_latency(pb: Problem, blocks: Blocks, time_limit: float, upper: float |
     t0 = time.perf_counter()
     D, B, n = pb.D, blocks.B, pb.n
     scale = float(upper) if upper and np.isfinite(upper) and upper > 0 else 1e-3
-    m = _Model()
+    m = MilpModel()
     x = _placement_vars(m, blocks, D)
     _memory_rows(m, pb, blocks, x)
     P = len(pb.programs)
@@ -251,7 +253,7 @@ def solve_latency(pb: Problem, blocks: Blocks, time_limit: float, upper: float |
                        np.concatenate([[1.0], -c[ks, g]]), 0.0, np.inf, 1)
     ob = upper / scale * (1 + 1e-6) if upper and np.isfinite(upper) else None
     res = m.solve(time_limit, ob)
-    out = _result(res, scale, lambda xs: xs[x].reshape(B, D).argmax(1), t0)
+    out = milp_result(res, scale, lambda xs: xs[x].reshape(B, D).argmax(1), t0)
     if out.bplace is None and out.status == "infeasible" and ob is not None:
         out.status = "no better than cutoff"
     log.debug("latency MILP: %d blocks, %d vars, %d rows: %s in %.3f s", B, m.nv, m.nr, out.status, out.wall)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -33,8 +33,19 @@ class Resident:
     holders: np.ndarray  # kernel indices
 
 
+class Memo:
+    """Derived data computed once per object, by key (the object's arrays are not changed after construction)."""
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, called on the first request for ``key`` only; later calls return the same object."""
+        store = self.__dict__.setdefault("_memo", {})
+        if key not in store:
+            store[key] = compute()
+        return store[key]
+
+
 @dataclass
-class Problem:
+class Problem(Memo):
     """Flat view of a planning problem (internal to the scheduler; arrays indexed by global kernel index).
 
     Edge arrays include STATE hand-over edges between programs (kind ``"STATE"``) and ordering-only edges
@@ -101,8 +112,8 @@ class Problem:
     @property
     def hop_latency(self) -> np.ndarray:
         """``[D, D]`` seconds one cut edge adds to a run's critical path besides its bytes: the link's latency plus
-        the topology's measured per-hop charge (:attr:`hop`; what a hop cost inside one CUDA graph spanning two
-        H200s, fitted 2026-11-30). Used by the latency policy; STATE hand-overs pay only ``alpha``."""
+        the topology's per-hop charge (:attr:`hop`; docs/BENCHMARKS.md, per-hop charge). Used by the latency policy;
+        STATE hand-overs pay only ``alpha``."""
         return self.alpha + self.hop
 
     def link_coef(self) -> np.ndarray:
@@ -126,8 +137,8 @@ class Problem:
         time whichever device binds.
 
         STATE hand-overs between programs (one copy per workload step, outside both programs' runs) are left out:
-        the charge was fitted on cut edges inside a program's run (``bench/fit_hop_overhead.py``), and charging each
-        hand-over buffer a hop made ``pd`` on Mamba (16 state buffers) 23 % slower than its measured derivation."""
+        the charge describes cut edges inside a program's run (``bench/fit_hop_overhead.py``; docs/BENCHMARKS.md,
+        per-hop charge)."""
         with np.errstate(divide="ignore", invalid="ignore"):
             inv_bw = np.where(self.bw > 0, 1.0 / self.bw, np.inf)
             exposed = np.where(self.expose > 0, self.expose * inv_bw, 0.0)
@@ -188,7 +199,7 @@ def _cost_matrix(p: WorkloadProgram, devices: tuple[str, ...], nodes: list[int])
         raise ConfigError(f"cost table of {p.name!r} covers devices {c.devices}, topology has {devices}; "
                           f"profile or model the same device set")
     cols = [c.devices.index(d) for d in devices]
-    index = c._index
+    index = c.kernel_index
     missing = [k for k in nodes if k not in index]
     if missing:
         raise ConfigError(f"cost table of {p.name!r} lacks launches {missing[:5]} ({len(missing)} missing); "
@@ -285,7 +296,7 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
         alpha=np.asarray(topology.latency, dtype=np.float64), micro_batches=int(micro_batches), notes=notes,
         streams=tuple(p.stream for p in wl.programs),
         hop=_pair_matrix(topology, "hop_overhead", D), expose=_pair_matrix(topology, "copy_exposure", D))
-    pb._temps = temps  # for evaluate.memory's per-device peaks
+    pb.memo("temps", lambda: temps)  # for evaluate.memory's per-device peaks
     return pb
 
 
@@ -355,7 +366,7 @@ def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, edges: tuple[lis
                     k = f"{nm}@{stream}"
                     raw[k] = nm
                 key[nm] = k
-                mine[k] = (b.kind._value_, int(b.nbytes), b.kind is STATE)
+                mine[k] = (b.kind.value, int(b.nbytes), b.kind is STATE)
         temp_bytes.append(tb)
         info.append(mine)
         c = {nm: rid.setdefault(k, len(rid)) for nm, k in key.items()}

@@ -44,50 +44,39 @@ from torch_tessera.scheduler.transfers import trim_limit, trim_transfers
 log = logging.getLogger(__name__)
 
 
-#: Relative gap at which the counts MILP stops when layers repeat: its placement is realised and polished afterwards,
-#: so proving the last fraction of a percent costs time without improving the plan (Llama-3.1-8B, 4 devices: 0.9 s
-#: at 1 % vs 1.3 s at 0.5 %, the same polished plan).
+#: Relative gap at which the counts MILP stops when layers repeat (its placement is realised and polished afterwards,
+#: so a tighter gap costs time without changing the plan; docs/BENCHMARKS.md, solver constants).
 COUNTS_GAP = 1e-2
 #: Method name of a plan polished from a whole-layer split of each program (:func:`counts.layer_split`).
 SPLIT = "lp-split+local"
 #: Method name of a plan polished from the interval search over whole layers (:func:`chains.chain_search`).
 CHAIN = "chain+local"
-#: Whether the counts MILP still runs after the whole-layer searches (only made when cut edges charge devices). Its
-#: relaxation misses the same cuts between layers as the LP's, so its bound stays as weak and it ran on every real DAG;
-#: measured 2026-11-30 (docs/BENCHMARKS.md, "Ninth measurement") on Llama-3.1-8B, Mixtral and Mamba over 2 and 4
-#: devices it changed no plan while taking 35-100 ms on 2 devices and 0.5-2 s on 4.
+#: Whether the counts MILP still runs after the whole-layer searches (made only when cut edges charge devices). Off:
+#: its relaxation misses the cuts between layers as the LP's does, so its bound is as weak and it changed no plan on
+#: the registry models (docs/BENCHMARKS.md, solver constants).
 CHARGED_COUNTS_MILP = False
 #: A tied plan realised from the rounded counts LP is returned without the counts MILP when it is within this relative
 #: gap of the LP bound (or within ``mip_gap``, if larger). The counts MILP, which would run next, stops at
-#: ``max(2 mip_gap, COUNTS_GAP)`` and its counts are realised and polished the same way, so it promises no more than
-#: this; measured, it did not give better plans either: on Mamba-2.8B (2 devices, 2026-11-30) the rounded LP plan was
-#: 0.54 % from the bound, the MILP's counts realised to 0.54 % or 0.44 % depending on which optimal counts HiGHS
-#: returned, and 12 randomised roundings of the LP counts to 0.37-0.67 %, while the MILP took 70 of the 134 ms.
+#: ``max(2 mip_gap, COUNTS_GAP)`` and its counts are realised and polished the same way, so it promises no more
+#: (docs/BENCHMARKS.md, solver constants).
 LP_PLAN_GAP = COUNTS_GAP
-#: A tied plan proven within this relative gap of the counts bound is returned without the untied MILP, which takes
-#: seconds on real DAGs (Llama-3.1-8B, 4 devices: 9 s to the time limit without improving a plan 1.2 % from the
-#: bound). 2 % is the quality target of docs/BENCHMARKS.md; pass ``tie_layers=False`` for the exact MILP.
+#: A tied plan proven within this relative gap of the counts bound is returned without the untied MILP (seconds on
+#: model DAGs). 2 %: the plan-quality target (docs/BENCHMARKS.md, solver constants); ``tie_layers=False`` runs the
+#: exact MILP.
 RESOLVE_GAP = 2e-2
 #: Below this many (group x device) binaries the untied MILP also runs when the polished counts plan is left more
 #: than ``max(2 mip_gap, RESOLVE_GAP)`` from its bound, provided ``time_limit`` also allows
 #: :data:`EXACT_BINARIES_PER_SECOND`.
 EXACT_BLOCKS = 20000
-#: Binaries (groups x devices) the untied MILP is given per second of ``time_limit``: above
-#: ``EXACT_BINARIES_PER_SECOND x time_limit`` it is not started, since it cannot finish. Measured on this 2-core machine
-#: (2026-11-29, SciPy 1.17.1 / HiGHS): Llama-3.1-8B on 2 devices (2824 binaries) optimal in 2.9 s; Mamba-2.8B on 4
-#: (5656) ran to the 10 s limit without improving the plan, and improved it by 1.2 % only after about 100 s; Llama on
-#: 4 (5648) and Mixtral on 2 (3720) were still short of their plans' value after 104 s. So at the default 10 s it
-#: runs up to 4000 binaries; a longer ``time_limit`` (or ``tie_layers=False``) admits larger problems.
+#: Binaries (groups x devices) the untied MILP is given per second of ``time_limit`` (binaries/s): above
+#: ``EXACT_BINARIES_PER_SECOND x time_limit`` it is not started, since it cannot finish (4000 binaries at the default
+#: 10 s). HiGHS through SciPy on a 2-core CPU (docs/BENCHMARKS.md, solver constants).
 EXACT_BINARIES_PER_SECOND = 400.0
 
 
 #: With the per-hop charge, once the whole-layer search ran (:func:`chains.chain_search`), the untied MILP starts
-#: only up to this many binaries (groups x devices): the counts bound misses the cuts between layers, so the plan is
-#: rarely within ``RESOLVE_GAP`` of it and the MILP would run to ``time_limit`` on every mid-sized DAG. Measured
-#: 2026-11-30 (docs/BENCHMARKS.md "Ninth measurement"), synthetic transformers with the 52 us charge: on 201-1004
-#: kernels (2-4 devices, 603-3012 binaries) it changed no plan and took 0.9-10 s; below, it gained 1.3-5.6 % (47
-#: kernels on 3-4 devices, 102 on 4) and 1.3 / 4.0 % on the 8-layer Llama and dit workloads of bench/replan_hop.py
-#: (442-712 binaries).
+#: only up to this many binaries (groups x devices): the counts bound misses the cuts between layers, so above it the
+#: MILP runs to ``time_limit`` without changing the plan (docs/BENCHMARKS.md, solver constants).
 CHARGED_EXACT_BINARIES = 800
 
 #: Share of ``time_limit`` each MILP may take: the counts MILP (on a DAG without repeated layers, the exact placement
@@ -107,17 +96,13 @@ EXACT_MILP_UNCAPPED = 64
 TRANSFER_TOLERANCE = 5e-3
 
 #: With tied layers, the latency MILP runs only up to this many kernels: its finish-time and cut variables grow with
-#: kernels and edges, not with tied blocks. On Llama-3.1-8B (1412 kernels) and Mixtral (1860), 2 and 4 devices, it
-#: ran to the 10 s limit without beating HEFT or the layer baseline, and the local search reached the same plans
-#: without it (Llama, 2 devices: 1.4 s instead of 10 s; 2026-11-29).
+#: kernels and edges, not with tied blocks, and above it the local search reaches the same plans sooner
+#: (docs/BENCHMARKS.md, solver constants).
 LATENCY_TIED_MILP_KERNELS = 500
 
-#: Relative latency increase a latency plan may take to keep fewer cut edges (:func:`shed_latency_cuts`). A cut buys
-#: a predicted gain only as good as the hop model behind it: fitted on the H200 pair, the per-hop charge left a mean
-#: error of 11 % on plans with cuts (docs/BENCHMARKS.md, "Per-hop charge in the throughput model", 2026-11-30), and on
-#: the simulated A100 + L40S pair the latency plan kept 156 cut edges for a predicted 1.5 % over the A100 alone
-#: (2026-11-30). 5 %: a gain smaller than half the model's error does not justify a cut; the serving sweep of
-#: 2026-11-30 (call D) measured the latency plan with 103-111 cuts at 2x homo-L's time per token.
+#: Relative latency increase a latency plan may take to keep fewer cut edges (:func:`shed_latency_cuts`). 5 %: half
+#: the per-hop model's mean error on plans with cuts, so a smaller predicted gain does not justify a cut
+#: (docs/BENCHMARKS.md, per-hop charge).
 LATENCY_CUT_TOLERANCE = 5e-2
 
 
@@ -250,17 +235,16 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             # program's layers split into whole-layer ranges by the LP's shares (counts.layer_split), then
             # whole-layer placements searched an interval of layers at a time from those splits, the plan so far and
             # each program wholly on one device (chains.chain_search); only the latter's best (two; one on two
-            # devices) are polished: they are no slower than the splits they start from, and polishing the splits or
-            # a second chain plan on 2 devices changed no plan on the real DAGs (2026-11-30, docs/BENCHMARKS.md
-            # "Ninth measurement") while it took 20-40 ms; dropping the splits as seeds lost 0.2 % on Mixtral
+            # devices) are polished: they are no slower than the splits they start from, and polishing more changed
+            # no plan on the registry models (docs/BENCHMARKS.md, solver constants)
             splits = layer_split(pb, groups, cls, frac, base)
             for gp in chain_search(pb, groups, [base] + splits, t0 + 0.5 * time_limit, top=1 if pb.D == 2 else 2):
                 polish(gp, CHAIN)
     searched = split is not None and not CHARGED_COUNTS_MILP  # the whole-layer searches ran (cut edges charge)
     if (incumbent() > bound * (1 + max(mip_gap, LP_PLAN_GAP)) or not tied) and not searched:
         # the cut-off is the list heuristic's plan, not a better realised LP plan: the MILP's objective is a
-        # relaxation of the realised cycle time, and a cut-off that close to its optimum made HiGHS search longer for
-        # a first solution (4-layer transformer, 3 devices: 184 ms instead of ~60 ms)
+        # relaxation of the realised cycle time, and a cut-off that close to its optimum makes HiGHS search longer
+        # for a first solution (docs/BENCHMARKS.md, solver constants)
         heuristic = warm_start()
         upper = heuristic if heuristic is not None else best[0] if best else None
         res, counts = solve_counts(pb, cls, groups.forbidden, max(1e-3, counts_end - time.perf_counter()),
@@ -287,9 +271,8 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
                          f"no feasible placement found within time_limit={time_limit:.3g} s; raise time_limit")
     value, place = best
     # the untied MILP (when it runs) is cut off at the counts path's plan, not at a better whole-layer split: that
-    # cut-off only prunes, and HiGHS' time-limited search from it is the one measured before the splits existed (from
-    # the split's value it stopped 2.8 % worse on the 8-layer dit workload; docs/BENCHMARKS.md); the split is kept
-    # if it is still the better plan afterwards
+    # cut-off only prunes, and HiGHS' time-limited search from the split's value can stop at a worse plan
+    # (docs/BENCHMARKS.md, solver constants); the split is kept if it is still the better plan afterwards
     loose = tied and min(value, incumbent()) > bound * (1 + max(2 * mip_gap, RESOLVE_GAP))
     if loose and not untied_fits(groups.B * pb.D, time_limit):
         notes.append(f"untied MILP not started: {groups.B} groups x {pb.D} devices exceed "
@@ -493,8 +476,8 @@ def shed_latency_cuts(pb: Problem, cands: list[tuple[float, np.ndarray, str]], g
 
 def _latency_baselines(pb: Problem) -> list[tuple[str, np.ndarray]]:
     """The ``layer``, ``af`` and ``pd`` baselines' placements chosen for latency (those that apply and fit): cheap
-    candidates that respect memory budgets, which HEFT and single devices may not (Mixtral on two devices: the
-    layer split is 27 % faster than the tied MILP's plan after 10 s)."""
+    candidates that respect memory budgets, which HEFT and single devices may not (a layer split can beat the tied
+    MILP's time-limited plan; docs/BENCHMARKS.md, solver constants)."""
     from torch_tessera.errors import NotApplicableError
     from torch_tessera.scheduler import baselines
 

@@ -2,10 +2,8 @@
 
 The throughput model counts a transfer only as load on its link, overlapped with compute by micro-batching; while no
 link binds, a plan that copies gigabytes per step scores the same as one that copies nothing. Executed, the copies are
-not free: measured 2026-11-29 on two H200s (Llama-3.1-8B shapes, 8 layers, GPU1 restricted to 24 SMs, ``tessera
-bench --measure``), the throughput plan read 14 KV caches on the GPU other than the one whose kernel updates them,
-copying 2.0 GB per decode call (5.1 ms of copy engine on GPU1 per call), and ran at 54 % of its predicted throughput;
-moving each cache's update next to its reader would have cost the model nothing but that update's few microseconds.
+not free: they take copy-engine time and memory bandwidth the model does not charge (docs/BENCHMARKS.md, transfer
+trimming), while moving, say, a KV cache's update next to its reader costs the model only that update's time.
 
 :func:`trim_transfers` takes a plan and moves single groups (hard groups: a STATE buffer's writers, an unsure kernel
 and its neighbour) to another device while the total link load falls and the cycle time stays under a limit

@@ -28,8 +28,8 @@ from torch_tessera.serving.monitor import LATENCY_PLAN, THROUGHPUT_PLAN
 
 _PLAN_FIELDS = ("prefill_s_per_token", "decode_base_s", "decode_s_per_seq", "prefill_overhead_s", "decode_s_by_bucket")
 
-#: Llama-3.1-8B decode-step and prefill figures per decoder layer on one H200, microseconds, from docs/DESIGN.md
-#: ("Per-kernel-class time for one Llama-3.1-8B decoder layer", 2026-11-29, CUDA events, median of 30):
+#: Llama-3.1-8B decode-step and prefill figures per decoder layer on one H200, microseconds (CUDA events, median of
+#: 30; docs/BENCHMARKS.md, per-kernel-class time of one Llama-3.1-8B decoder layer):
 #: (batch 64 ctx 1024 decode, batch 256 ctx 2048 decode, prefill of 4 x 1024 tokens), whole GPU and 72-SM partition.
 H200_LAYER_US = {"whole": (179 + 82 + 61, 249 + 505 + 57, 2407 + 102 + 380),
                  "72sm": (199 + 93 + 53, 371 + 514 + 70, 3873 + 156 + 622)}

@@ -5,9 +5,9 @@ Peaks are *dense* (no 2:4 structured sparsity): vendor datasheets print the spar
 it. Tensor-core peaks are bf16/fp16 inputs with fp32 accumulate; ``peak_fp32`` is the non-tensor fp32 (FMA) peak.
 
 Units: FLOP/s, bytes/s, bytes, and a count of streaming multiprocessors (SMs). Decimal prefixes as vendors use them
-(1 TB/s = 1e12 bytes/s, 1 GB of memory = 1e9 bytes). The figures were read on 2026-11-29 from stored copies of the pages
-named in :data:`SOURCES`; where NVIDIA publishes no datasheet (H20, A10G, SM counts of some parts) the source says so and
-names the secondary source we used.
+(1 TB/s = 1e12 bytes/s, 1 GB of memory = 1e9 bytes). The figures were read on :data:`READ_DATE` from stored copies of
+the pages named in :data:`SOURCES`; where NVIDIA publishes no datasheet (H20, A10G, SM counts of some parts) the source
+says so and names the secondary source we used.
 """
 
 from __future__ import annotations

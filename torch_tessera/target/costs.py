@@ -32,10 +32,11 @@ class CostTable:
 
     def row(self, kernel: int) -> np.ndarray:
         """Times of one launch on every device (seconds)."""
-        return self.seconds[self._index[kernel]]
+        return self.seconds[self.kernel_index[kernel]]
 
     @property
-    def _index(self) -> dict[int, int]:
+    def kernel_index(self) -> dict[int, int]:
+        """Row of each launch index in :attr:`seconds` (built once; do not modify)."""
         idx = self.__dict__.get("_idx_cache")
         if idx is None:
             idx = {k: i for i, k in enumerate(self.kernels)}
@@ -86,7 +87,7 @@ class Topology:
             object.__setattr__(self, name, arr)
 
     def without_overheads(self) -> "Topology":
-        """The same links with no per-hop charge on the devices (what the model assumed before issue 9)."""
+        """The same links with no per-hop charge on the devices (the cycle model of bytes and latency alone)."""
         from dataclasses import replace
 
         return replace(self, hop_overhead=None, copy_exposure=None, overhead_source="none")

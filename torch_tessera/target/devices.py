@@ -264,9 +264,8 @@ def partition_bandwidth(bandwidth: float, total_sms: int, sms: int, throttle_sms
 
 
 #: Measured share of the whole GPU's peaks that an SM partition keeps, used instead of the model above where measured:
-#: (catalog key, granted SMs) -> (bf16 GEMM share, copy bandwidth share). Source: docs/BENCHMARKS.md "Measured peaks"
-#: (2026-11-29, one H200, green contexts, no streamer): whole 814 TFLOP/s / 4242 GB/s, 72 SMs 485 / 3818, 24 SMs
-#: 167 / 1756.
+#: (catalog key, granted SMs) -> (bf16 GEMM share, copy bandwidth share), each a fraction of the whole GPU's figure
+#: (TFLOP/s and GB/s of one H200 in green contexts, no streamer; docs/BENCHMARKS.md, measured peaks).
 MEASURED_PARTITION_SHARE: dict[tuple[str, int], tuple[float, float]] = {
     ("h200", 72): (485 / 814, 3818 / 4242),
     ("h200", 24): (167 / 814, 1756 / 4242),

@@ -243,8 +243,8 @@ class BandwidthStreamer:
     """A memory-streaming kernel that runs on its own SMs and takes DRAM bandwidth from everyone else on the GPU.
 
     A background thread keeps an elementwise copy (``torch.neg(src, out=dst)``: reads and writes ``nbytes`` each) queued
-    on ``stream``, at most ``max_in_flight`` launches ahead, until :meth:`stop`. On the H200 a 36-SM streamer slowed
-    decode attention on a 96-SM partition 1.31x and a decode GEMM 1.03x (DESIGN.md, measured 2026-11).
+    on ``stream``, at most ``max_in_flight`` launches ahead, until :meth:`stop`. It slows memory-bound kernels on the
+    other SMs more than compute-bound ones (docs/DESIGN.md, green-context partitions).
 
     Args:
         stream: a stream of a green-context partition holding the streamer's SMs.

@@ -7,8 +7,8 @@ Model. A link moves ``nbytes`` in ``latency + nbytes / bandwidth`` seconds. Figu
   Specification 4.0); the Tessera artifact measured A100<->A100 peer copies at 21-23 GB/s over it, so we take 0.75.
 * PCIe 5.0 x16: 32 GT/s per lane -> 63 GB/s per direction (PCI Express Base Specification 5.0); same fraction.
 * NVLink 3 (A100 SXM): 600 GB/s total, 300 per direction (NVIDIA A100 datasheet).
-* NVLink 4 (H100/H200 SXM): 900 GB/s total, 450 per direction (H100/H200 datasheets); we measured 394 GB/s for 1 GiB
-  peer copies on our H200 pair (DESIGN.md, 2026-11), a fraction of 0.875.
+* NVLink 4 (H100/H200 SXM): 900 GB/s total, 450 per direction (H100/H200 datasheets); 1 GiB peer copies between two
+  H200s reach 394 GB/s (docs/DESIGN.md, measured facts), a fraction of 0.875.
 * NVLink 5 (B200): 1.8 TB/s total, 900 per direction (NVIDIA HGX B200 specifications).
 
 Pairing rule for simulated devices: two GPUs of the same NVLink model share an NVLink domain; any other pair talks over
@@ -88,17 +88,13 @@ class HopFigure:
     source: str
 
 
-#: Fitted to every plan executed by ``tessera bench --measure`` on two H200s after the state fix (2026-11-29 session 4,
-#: ``docs/results/2026-11-29-s4``: Llama-3.1-8B / Mamba-2.8B / SD3.5 MMDiT shapes, 8 layers, GPU 1 restricted to 24 or
-#: 72 SMs, the whole placed program as one CUDA graph spanning both GPUs, micro-batches and programs in flight):
-#: ``measured step = model step + kappa x calls + h x cut edges per step + phi x copy seconds per step`` gave h = 52 us
-#: (45-54 us leaving any one run out), phi = 0.62 (0.51-0.78), kappa = 271 us (placement-independent: not planned
-#: with); ``python bench/fit_hop_overhead.py``, docs/BENCHMARKS.md "Per-hop charge". The bare hop inside one graph is
-#: smaller (12-15.5 us per cut edge measured serially: ``bench/gpu_multidevice_graph.py``, ``bench/gpu_runtime_check.py``,
-#: 2026-11-29); the rest is overlap the runtime loses around each hop.
-H200_HOP = HopFigure(52e-6, 0.6, "our measurement, 2026-11-29, two H200s, one CUDA graph (bench/gpu_multidevice_graph.py, "
-                     "bench/gpu_runtime_check.py: 12-15.5 us bare hop), fitted over tessera bench --measure runs "
-                     "(bench/fit_hop_overhead.py: 52 us per cut edge per run, 0.6 of copy time exposed)")
+#: Per-hop charge between two H200s: 52 us of step time per cut edge per run, and 0.6 of each copy's time exposed, from
+#: ``measured step = model step + kappa x calls + h x cut edges per step + phi x copy seconds per step`` fitted over
+#: executed plans (``bench/fit_hop_overhead.py``; docs/BENCHMARKS.md, per-hop charge). The bare hop inside one CUDA
+#: graph is smaller; the rest is overlap the runtime loses around each hop.
+H200_HOP = HopFigure(52e-6, 0.6, "two H200s, one CUDA graph, 2026-11-29: fitted over tessera bench --measure runs "
+                     "(bench/fit_hop_overhead.py: 52 us per cut edge per run, 0.6 of copy time exposed; bare hop "
+                     "12-15.5 us, bench/gpu_multidevice_graph.py; docs/BENCHMARKS.md, per-hop charge)")
 
 #: Per pair kind. Pairs we have not measured carry the H200 figure over (an assumption, said in the source); two SM
 #: partitions of one GPU share memory (no copy, so nothing to expose) but pay the cross-stream wait; CPU virtual

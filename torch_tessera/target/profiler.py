@@ -146,10 +146,9 @@ def calibrate_to_total(column: ProfileColumn, total_s: float, floor_s: float = 1
     program run back to back (a CUDA graph replay of every launch in order on that device).
 
     A launch timed alone between two CUDA events also pays the host's launch latency while the GPU waits (tens of
-    microseconds; more than a decode-sized kernel itself takes), which a graph replay does not. Measured 2026-11-29 on
-    an H200 (``tessera bench --measure``): an 8-layer Llama-3.1-8B-shaped decode program's launches summed to
-    12.6-18.5 ms one by one against 6.6 ms replayed as one graph (Mamba's prefill: 28.6 vs 1.9 ms), which made every
-    "bound" computed from them wrong. The excess is modelled as a constant per
+    microseconds; more than a decode-sized kernel itself takes), which a graph replay does not, so launches timed
+    alone can sum to several times the replayed program (docs/BENCHMARKS.md, profile calibration). The excess is
+    modelled as a constant per
     launch: ``o = (sum(seconds) - total_s) / n`` is subtracted from every launch (not below ``floor_s``; what the
     floor keeps is taken from the others in proportion). If the launches sum to less than ``total_s``, they are
     scaled up uniformly.
