@@ -103,9 +103,19 @@ class RunRunner(Runner):
 
 
 class TransferRunner(Runner):
-    """A cut edge's byte ranges, on the producer's stream, into the consumer's storage of the micro-batch."""
+    """A cut edge's byte ranges, on the producer's stream, into the consumer's storage of the micro-batch.
+
+    Args:
+        machine: what it runs on.
+        move: copy the bytes; ``False`` ("null hop", a diagnosis mode: results are wrong) counts the transfer and
+            keeps every wait, but moves nothing.
+    """
 
     kind = "transfer"
+
+    def __init__(self, machine: Machine, move: bool = True) -> None:
+        super().__init__(machine)
+        self.move = move
 
     def __call__(self, step: TransferStep, ctx: ReplayContext) -> None:
         m = self.machine
@@ -116,6 +126,8 @@ class TransferRunner(Runner):
             m.ensure(flight.pools[step.dst], step.dst, buffer)
             src, dst = m.slices(copy, flight.pools)
             count_copy(m, copy, flight)
+            if not self.move:
+                continue
             timed = log.isEnabledFor(logging.DEBUG)
             t0 = time.perf_counter()
             with m.devices[step.src].guard(), stream_ctx(stream):
@@ -256,6 +268,10 @@ class ScheduleReplay:
         check: refuse a schedule whose waits do not cover every RAW/WAR/WAW edge (:func:`check_schedule`) before
             anything runs. ``False`` only to test what a broken schedule does.
         host_order: see :func:`issue_order`.
+        move_bytes: ``False`` for the "null hop" diagnosis (waits kept, no bytes moved: wrong results).
+
+    Attributes:
+        last_issue_seconds: host seconds the last replay took to issue its steps (without the final wait).
 
     Raises:
         ScheduleError: ``check`` found an uncovered edge (named, with its micro-batch), or the waits deadlock.
@@ -263,7 +279,7 @@ class ScheduleReplay:
     """
 
     def __init__(self, executor: Any, schedule: PipelinedSchedule, check: bool = True,
-                 host_order: str = "round-robin") -> None:
+                 host_order: str = "round-robin", move_bytes: bool = True) -> None:
         self.executor = executor
         if schedule.devices != len(executor.devices):
             raise TesseraError(f"the schedule is for {schedule.devices} devices, the executor has "
@@ -277,7 +293,8 @@ class ScheduleReplay:
             check_schedule(schedule, executor.dag)
         self.schedule = schedule
         m = executor.machine
-        runners = {RunStep: RunRunner(m), TransferStep: TransferRunner(m), RecordStep: RecordRunner(m),
+        self.last_issue_seconds = 0.0
+        runners = {RunStep: RunRunner(m), TransferStep: TransferRunner(m, move_bytes), RecordStep: RecordRunner(m),
                    WaitStep: WaitRunner(m)}
         self.items = [ExecItem(runners[type(s)], s, i) for i, s in enumerate(issue_order(schedule, host_order))]
         copy = CopyRunner(m)
@@ -329,7 +346,9 @@ class ScheduleReplay:
         for f in flights:
             run_schedule(self.inputs, f)
         ctx = ReplayContext(flights, ex.streams, trace=ex.trace)
+        t0 = time.perf_counter()
         run_schedule(self.items, ctx)
+        self.last_issue_seconds = time.perf_counter() - t0
         for f in flights:
             run_schedule(self.gathers, f)
         self._wait(ctx, first)
