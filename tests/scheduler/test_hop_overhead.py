@@ -4,6 +4,8 @@ changing the optimum, the cache key, the baselines scored alike, and the topolog
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import replace
 
 import numpy as np
@@ -16,6 +18,10 @@ from torch_tessera.scheduler.cache import plan_key
 from torch_tessera.scheduler.evaluate import cycle_seconds, fill_drain_seconds
 from torch_tessera.scheduler.synthetic import nvlink_topology
 from torch_tessera.scheduler.problem import as_workload, compile_problem
+
+#: these tests check the cycle model's solver (the per-cut charge of Topology.hop_overhead): the model
+#: ``score="cycle"`` keeps; the simulated score is tested in test_pipeline_plan.py
+plan = functools.partial(plan, score="cycle")
 
 
 def charged_topo(D: int, hop: float, exposure: float = 0.0, bw: float = 1e8, lat: float = 2e-5) -> Topology:

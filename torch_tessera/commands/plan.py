@@ -20,6 +20,7 @@ from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler import NotApplicableError, Plan, Workload, available_baselines, plan
 from torch_tessera.scheduler.gantt import write_gantt
+from torch_tessera.scheduler.pipeline_plan import PipelineModel
 from torch_tessera.scheduler.report import compare
 
 HELP = "plan a model over devices (lowered without weights): the plan, every baseline, a Gantt chart"
@@ -82,7 +83,7 @@ def report(plans: Mapping[str, Plan | TesseraError], policy: str) -> str:
     return head + "\n\n" + compare(plans, ref)
 
 
-def _synthetic_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
+def _synthetic_inputs(args: argparse.Namespace) -> tuple[Workload, Topology, PipelineModel]:
     from torch_tessera.scheduler import synthetic
 
     devices = tuple(d.strip().removeprefix("sim:") for d in args.devices.split(","))
@@ -93,10 +94,11 @@ def _synthetic_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
     dec = synthetic.transformer_dag(args.synthetic_layers, tokens=64, context=1024)
     wl = Workload.llm(pre, synthetic.roofline_costs(pre, devices), dec, synthetic.roofline_costs(dec, devices),
                       args.output_tokens)
-    return wl, synthetic.nvlink_topology(devices)
+    topo = synthetic.nvlink_topology(devices)
+    return wl, topo, PipelineModel.from_names(topo.devices)
 
 
-def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
+def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology, PipelineModel]:
     """Lower ``args.model`` without weights (prefill and decode graphs for LLMs) and cost it on ``args.devices``."""
     from torch_tessera.backend.workload import model_workload
     from torch_tessera.target.devices import parse_devices
@@ -108,7 +110,7 @@ def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology]:
           "(45-135 s for llama-3.1-8b on a 2-core machine, 2026-11-30)", flush=True)
     mw = model_workload(name, specs, size=args.size, mean_output_tokens=args.output_tokens)
     print(f"lowered, analysed and costed {args.model} ({args.size}) in {mw.seconds:.1f} s")
-    return mw.workload, mw.topology
+    return mw.workload, mw.topology, PipelineModel.from_specs(specs)
 
 
 def _warn_assumed(devices: str) -> None:
@@ -129,15 +131,15 @@ MODEL_ALIASES = {"llama-3.1-8b": "llama", "mixtral-8x7b": "moe", "mamba-2.8b": "
 
 
 def run(args: argparse.Namespace) -> int:
-    wl, topo = _synthetic_inputs(args) if args.synthetic_layers else _model_inputs(args)
+    wl, topo, model = _synthetic_inputs(args) if args.synthetic_layers else _model_inputs(args)
     budgets = [float(x) * 1e9 for x in args.memory.split(",")] if args.memory else None
     plans = plan_all(wl, None, topo, args.policy, not args.no_baselines, memory_budgets=budgets,
                      micro_batches=args.micro_batches, time_limit=args.time_limit,
-                     cache_dir=False if args.no_cache else None,
+                     cache_dir=False if args.no_cache else None, pipeline=model,
                      **({"dump_dir": args.dump_dir} if args.dump_dir else {}))
     print(report(plans, args.policy))
     chosen = plans[args.policy]
     if args.gantt and isinstance(chosen, Plan):
-        path = write_gantt(chosen, wl, None, topo, Path(args.gantt))
+        path = write_gantt(chosen, wl, None, topo, Path(args.gantt), pipeline=model)
         print(f"\nGantt chart: {path}")
     return 0 if isinstance(chosen, Plan) else 1

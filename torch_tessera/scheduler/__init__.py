@@ -161,7 +161,9 @@ def _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_l
         result = _baseline(pb, policy, objective or "cycle", t0)
     if sim is not None and not result.replicas:
         place = np.array([result.placements[pb.programs[p]][k] for p, k in zip(pb.prog.tolist(), pb.launch.tolist())])
-        result = replace(result, simulated_seconds=sim(pb, place))
+        result = replace(result, simulated_seconds=sim(pb, place, exact=True))
+        if policy == "throughput" and micro_batches == MICRO_BATCH_CHOICES[0]:
+            result = _more_micro_batches(pb, place, result, sim)
     if key is not None:
         cache.store(directory, key, result)
     log.info("plan %s: %s", policy, f"{result.predicted_seconds:.6g} s, gap {100 * result.gap:.2f} %")
@@ -185,17 +187,67 @@ def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:
 
 
 class _Simulated:
-    """Simulated seconds per workload step of placements (``score="simulate"``), cached per placement."""
+    """Simulated seconds per workload step of placements (``score="simulate"``), cached per placement: the cheap
+    surrogate while comparing candidates (:func:`pipeline_plan.simulated_seconds`), ``exact`` for the plan's own."""
 
     def __init__(self, wl, topology, model, micro_batches):
         self.wl, self.topology, self.model, self.M = wl, topology, model, micro_batches
         self.seen: dict[bytes, float] = {}
 
-    def __call__(self, pb, place) -> float:
-        key = np.asarray(place, dtype=np.int64).tobytes()
+    def __call__(self, pb, place, exact: bool = False) -> float:
+        key = (np.asarray(place, dtype=np.int64).tobytes(), exact)
         if key not in self.seen:
-            self.seen[key] = simulated_seconds(pb, self.wl, place, self.topology, self.model, self.M)
+            self.seen[key] = simulated_seconds(pb, self.wl, place, self.topology, self.model, self.M, exact)
         return self.seen[key]
+
+
+#: Micro-batch counts a throughput plan may take with ``score="simulate"`` when planned at the default 2: a larger
+#: count only where the simulator predicts a step at least :data:`MICRO_BATCH_GAIN` shorter per workload step (each
+#: more micro-batch in flight holds one more set of activations and requests, and fine cuts need large micro-batches
+#: to keep GEMM tiles full: the systems of issue 23 run exactly two).
+MICRO_BATCH_CHOICES = (2, 3, 4)
+MICRO_BATCH_GAIN = 0.02
+
+
+def _more_micro_batches(pb, place: np.ndarray, result: Plan, sim: _Simulated) -> Plan:
+    """``result`` with more micro-batches (:data:`MICRO_BATCH_CHOICES`) where the simulator says it helps."""
+    best_m, best_s = result.micro_batches, result.simulated_seconds
+    load = np.bincount(place, weights=pb.wcost[np.arange(pb.n), place], minlength=pb.D).max()
+    if len(np.unique(place)) < 2 or best_s <= load * (1 + MICRO_BATCH_GAIN):
+        return result  # no stall left for more micro-batches to fill
+    base = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, best_m)  # the surrogate first
+    cheap = base
+    for m in MICRO_BATCH_CHOICES[1:]:
+        s = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, m)
+        if s < cheap * (1 - MICRO_BATCH_GAIN):
+            best_m, cheap = m, s
+    if best_m == result.micro_batches:
+        return result
+    best_s = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, best_m, exact=True)
+    if best_s >= result.simulated_seconds * (1 - MICRO_BATCH_GAIN):
+        return result
+    note = (f"{best_m} micro-batches: simulated {best_s * 1e3:.4g} ms per step vs {result.simulated_seconds * 1e3:.4g} "
+            f"ms with {result.micro_batches}")
+    log.info("throughput: %s", note)
+    return replace(result, micro_batches=best_m, simulated_seconds=best_s,
+                   solver=replace(result.solver, notes=result.solver.notes + (note,)))
+
+
+def _simulate_candidates(pb, stack: np.ndarray, fits: np.ndarray, sim: _Simulated) -> np.ndarray:
+    """Simulated seconds of the placements ``stack`` that fit (``inf`` for the others and for those not simulated):
+    in order of their kernels' busiest-device load, which no simulated step is below (launches only stretch), and
+    only while that load is below the best simulated step so far."""
+    wc = pb.wcost[np.arange(pb.n)[None], stack]
+    rows = np.arange(len(stack))[:, None] * pb.D
+    load = np.bincount((rows + stack).ravel(), weights=wc.ravel(), minlength=len(stack) * pb.D)
+    lower = load.reshape(len(stack), pb.D).max(1)
+    values = np.full(len(stack), np.inf)
+    best = np.inf
+    for i in [0] + sorted(range(1, len(stack)), key=lambda i: lower[i]):
+        if fits[i] and lower[i] < best * (1 - 1e-9):
+            values[i] = sim(pb, stack[i])
+            best = min(best, values[i])
+    return values
 
 
 def _best_of_baselines(pb, sol, sim: "_Simulated | None" = None):
@@ -231,10 +283,7 @@ def _best_of_baselines(pb, sol, sim: "_Simulated | None" = None):
     pinned = pb.pinned[pb.group]  # baselines ignore pins: a candidate that breaks one is not a warm start
     fits &= ((pinned < 0)[None] | (stack == pinned[None])).all(1)
     fits[0] = True
-    if sim is None:
-        values = cycle_many(pb, stack)
-    else:
-        values = np.array([sim(pb, p) if f else np.inf for p, f in zip(stack, fits)])
+    values = cycle_many(pb, stack) if sim is None else _simulate_candidates(pb, stack, fits, sim)
     best = 0
     for i in [names.index(nm) for nm in ["layer", "af", "pd", "request-dist"] + [f"homo-{g}" for g in range(pb.D)]
               if nm in names]:

@@ -1,7 +1,12 @@
 """A plan's pipelined timeline and its Gantt chart (PNG; matplotlib with the Agg backend, no display needed).
 
-The timeline runs one step of one program split into ``micro_batches`` equal micro-batches (each kernel takes
-``seconds / micro_batches``, each cut edge moves ``bytes / micro_batches`` plus the per-hop latency), list-scheduled
+With a simulated plan (``Plan.simulated_seconds``, the default ``score="simulate"``) the chart draws the plan's
+explicit pipelined schedule as the simulator runs it (:func:`schedule_intervals`): one row per device stream with
+its launches, transfers and waits, coloured by micro-batch. Otherwise (``score="cycle"``) it draws the older
+approximate timeline below.
+
+The approximate timeline runs one step of one program split into ``micro_batches`` equal micro-batches (each kernel
+takes ``seconds / micro_batches``, each cut edge moves ``bytes / micro_batches`` plus the per-hop latency), list-scheduled
 micro-batch by micro-batch: a task starts in the earliest idle gap of its lane (a device, or a directed link) after
 its inputs are ready and after the previous task of its micro-batch on that device, so micro-batch 1 fills the gaps
 micro-batch 0 leaves, as separate CUDA streams per micro-batch do.
@@ -12,7 +17,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -20,6 +25,9 @@ from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler.problem import as_workload, compile_problem
 from torch_tessera.scheduler.types import Plan, Workload
+
+if TYPE_CHECKING:
+    from torch_tessera.scheduler.pipeline_plan import PipelineModel, ProgramSim
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,7 @@ def render(intervals: list[Interval], path: str | Path, title: str = "") -> Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lanes = sorted({iv.lane for iv in intervals}, key=lambda s: ("->" in s, s))
+    lanes = sorted({iv.lane for iv in intervals}, key=lambda s: ("->" in s, s.removesuffix(" waits"), s))
     row = {lane: i for i, lane in enumerate(lanes)}
     colors = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(14, 1.0 + 0.6 * len(lanes)))
@@ -123,7 +131,8 @@ def render(intervals: list[Interval], path: str | Path, title: str = "") -> Path
                                linewidth=0.2, label=f"micro-batch {mb}" if lane == lanes[0] else None)
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
-    ax.set_xlabel("time (ms)")
+    ax.set_xlabel("time from the step's start (ms)")
+    ax.set_ylabel("device stream / link")
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize="small")
     fig.tight_layout()
@@ -134,10 +143,60 @@ def render(intervals: list[Interval], path: str | Path, title: str = "") -> Path
     return path
 
 
+def schedule_intervals(sim: "ProgramSim", devices: tuple[str, ...]) -> list[Interval]:
+    """Intervals of a simulated schedule: each launch on its device's row; transfers on a ``src -> dst`` row; waits
+    (their cost, not the time blocked) on the waiting device's row."""
+    from torch_tessera.scheduler.pipeline_schedule import RunStep, TransferStep, WaitStep
+
+    out: list[Interval] = []
+    for d, st in enumerate(sim.schedule.streams):
+        for i, step in enumerate(st):
+            a, b = float(sim.result.start[d][i]), float(sim.result.end[d][i])
+            if isinstance(step, RunStep):
+                out.append(Interval(devices[d], a, b, str(step.launch), step.micro_batch, sim.name))
+            elif isinstance(step, TransferStep) and b > a:
+                out.append(Interval(f"{devices[step.src]} -> {devices[step.dst]}", a, b, f"{step.edge}",
+                                    step.micro_batch, sim.name))
+            elif isinstance(step, WaitStep) and b > a:
+                out.append(Interval(f"{devices[d]} waits", a, b, f"event {step.event_id}", step.micro_batch,
+                                    sim.name))
+    return out
+
+
+def simulated_schedule(plan: Plan, dag_or_workload: DependencyGraph | Workload,
+                       costs: CostTable | Mapping[str, CostTable] | None, topology: Topology, *,
+                       program: str | None = None, pipeline: "PipelineModel | None" = None) -> "ProgramSim":
+    """The pipelined schedule of one program of ``plan`` (default: the one with the most time per workload step)
+    and its simulation."""
+    from torch_tessera.scheduler.pipeline_plan import PipelineModel, program_simulations
+
+    wl = as_workload(dag_or_workload, costs)
+    pb = compile_problem(wl, topology, micro_batches=plan.micro_batches)
+    place = np.array([plan.placements[pb.programs[pb.prog[k]]][int(pb.launch[k])] for k in range(pb.n)])
+    if program is None:
+        per = [(pb.freq[p] * pb.cost[pb.program_slice(p), place[pb.program_slice(p)]].sum(), p)
+               for p in range(len(pb.programs))]
+        p = max(per)[1]
+    else:
+        p = pb.programs.index(program)
+    model = pipeline if pipeline is not None else PipelineModel.from_names(topology.devices)
+    sub = Workload((wl.programs[p],))
+    return program_simulations(pb, sub, place, topology, model, plan.micro_batches, programs=[p])[0]
+
+
 def write_gantt(plan: Plan, dag_or_workload: DependencyGraph | Workload,
                 costs: CostTable | Mapping[str, CostTable] | None, topology: Topology, path: str | Path, *,
-                program: str | None = None, micro_batches: int | None = None) -> Path:
-    """Timeline of ``plan`` drawn to ``path`` (PNG). Returns the path."""
+                program: str | None = None, micro_batches: int | None = None,
+                pipeline: "PipelineModel | None" = None) -> Path:
+    """Timeline of ``plan`` drawn to ``path`` (PNG): its simulated pipelined schedule when the plan was simulated
+    (``plan.simulated_seconds`` set), else the approximate timeline. Returns the path."""
+    if plan.simulated_seconds is not None and micro_batches is None:
+        sim = simulated_schedule(plan, dag_or_workload, costs, topology, program=program, pipeline=pipeline)
+        ivs = schedule_intervals(sim, plan.devices)
+        title = (f"{plan.policy} ({sim.name} program): pipelined schedule of {plan.micro_batches} micro-batches on "
+                 f"{len(plan.devices)} devices, simulated step {sim.result.step_seconds * 1e3:.3f} ms "
+                 f"({sim.schedule.num_waits} waits, {sim.schedule.transfer_bytes / 1e6:.2f} MB moved)")
+        return render(ivs, path, title)
     ivs = timeline(plan, dag_or_workload, costs, topology, program=program, micro_batches=micro_batches)
     span = max((iv.end for iv in ivs), default=0.0)
     what = f" ({ivs[0].program} program, one call)" if ivs and ivs[0].program else ""

@@ -11,8 +11,8 @@ Contract of a :class:`PipelinedSchedule` (what :func:`check_schedule` enforces):
 * An edge ``(u, v)`` of micro-batch ``m`` with both launches on one device is covered by the issue order (``u``
   before ``v`` on the stream).
 * An edge across devices is covered by a :class:`WaitStep` on ``v``'s device, issued before ``v``, that NAMES the
-  edge (in ``edges`` when the wait is micro-batch ``m``'s, else in ``other_edges``), and whose event is recorded (:class:`RecordStep`) after ``u`` ran (happens-before
-  through streams and earlier waits).
+  edge (in ``edges`` when the wait is micro-batch ``m``'s, else in ``other_edges``), and whose event is recorded
+  (:class:`RecordStep`) after ``u`` ran (happens-before through streams and earlier waits).
 * A RAW edge carrying bytes between devices of different memory domains also needs a :class:`TransferStep` of that
   edge and micro-batch, after ``u`` and before ``v``. Between devices of one memory domain (SM partitions of one GPU)
   the consumer reads the producer's bytes in place: the cut is an event wait with no bytes. The same holds for WAR

@@ -44,6 +44,10 @@ def plan_summary(plan: Plan) -> str:
            f"{fmt_seconds(plan.lower_bound_seconds)}   gap {100 * plan.gap:.2f} %",
            f"cycle {fmt_seconds(plan.cycle_seconds)} ({plan.throughput_per_s:.1f} steps/s)   "
            f"latency {fmt_seconds(plan.latency_seconds)}"]
+    if plan.simulated_seconds is not None:
+        out.append(f"simulated step (pipelined schedule, {plan.micro_batches} micro-batches): "
+                   f"{fmt_seconds(plan.simulated_seconds)} per workload step "
+                   f"({1.0 / plan.simulated_seconds if plan.simulated_seconds > 0 else float('inf'):.1f} steps/s)")
     if plan.replicas:
         out.append(f"full replica on devices {', '.join(plan.devices[d] for d in plan.replicas)}")
     rows = []
@@ -86,16 +90,22 @@ def compare(plans: Mapping[str, Plan | Exception], reference: str | None = None)
     rows, why = [], []
     for name, p in plans.items():
         if isinstance(p, BaseException):
-            rows.append([name, "n/a", "", "", "", "", "", "", "see below"])
+            rows.append([name, "n/a", "", "", "", "", "", "", "", "", "see below"])
             why.append(f"{name}: {str(p).split('. Fix')[0]}")  # whole, under the table (a cell would cut it)
             continue
         up = f"{ref.cycle_seconds / p.cycle_seconds:.2f}x" if ref and p.cycle_seconds > 0 else "-"
-        rows.append([name, fmt_seconds(p.cycle_seconds), up, fmt_seconds(p.latency_seconds),
+        sim = p.simulated_seconds
+        sim_ref = ref.simulated_seconds if ref is not None and ref.simulated_seconds is not None else None
+        rows.append([name, fmt_seconds(p.cycle_seconds), up,
+                     "-" if sim is None else fmt_seconds(sim),
+                     f"{sim_ref / sim:.2f}x" if sim and sim_ref else "-", fmt_seconds(p.latency_seconds),
                      " / ".join(fmt_bytes(m) for m in p.memory_bytes), str(len(p.cut_edges)),
                      fmt_bytes(p.bytes_per_step), f"{100 * p.gap:.1f} %", f"{p.solver.wall_seconds * 1e3:.0f} ms"])
-    legend = [f"speed-up: throughput over {next(k for k, v in ok.items() if v is ref)}'s (cycle/step ratio); gap: "
+    legend = [f"speed-up: throughput over {next(k for k, v in ok.items() if v is ref)}'s (cycle/step ratio; "
+              "sim. speed-up: the same from the simulated step of the pipelined schedule); gap: "
               "from the lower bound of the plan's own objective (latency for a latency plan, cycle otherwise); "
               "memory: per device, weights included (a weight is held on every device whose kernels read it)"] \
         if ref is not None else []
-    return "\n".join(_table(["plan", "cycle/step", "speed-up", "latency", "memory per device", "cuts",
+    return "\n".join(_table(["plan", "cycle/step", "speed-up", "simulated", "sim. speed-up", "latency",
+                             "memory per device", "cuts",
                              "bytes/step", "gap", "solve"], rows) + why + legend)

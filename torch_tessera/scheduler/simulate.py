@@ -76,21 +76,33 @@ class SimResult:
         return self.step_seconds / self.micro_batches
 
 
+#: step kind codes of :func:`step_kinds`
+RUN, TRANSFER, RECORD, WAIT = 0, 1, 2, 3
+
+
+def step_kinds(schedule: PipelinedSchedule) -> list[np.ndarray]:
+    """Per device, the kind code (:data:`RUN`, :data:`TRANSFER`, :data:`RECORD`, :data:`WAIT`) of every step."""
+    code = {RunStep: RUN, TransferStep: TRANSFER, RecordStep: RECORD, WaitStep: WAIT}
+    return [np.array([code[type(s)] for s in st], dtype=np.int8) for st in schedule.streams]
+
+
 def step_durations(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topology: Topology | None,
                    wait_seconds: float) -> list[np.ndarray]:
     """Solo duration (seconds) of every step, per device; records take 0.
 
     ``costs`` is a cost table (columns in device order) or an array ``[launches, D]`` indexed by launch index."""
     out = []
+    dense = not isinstance(costs, CostTable)
     for d, st in enumerate(schedule.streams):
         dur = np.zeros(len(st))
         for i, s in enumerate(st):
-            if isinstance(s, RunStep):
-                dur[i] = costs.row(s.launch)[d] if isinstance(costs, CostTable) else costs[s.launch, d]
-            elif isinstance(s, TransferStep):
+            t = type(s)
+            if t is RunStep:
+                dur[i] = costs[s.launch, d] if dense else costs.row(s.launch)[d]
+            elif t is TransferStep:
                 same = schedule.domain(s.src) == schedule.domain(s.dst)
                 dur[i] = 0.0 if same or topology is None else topology.transfer_seconds(s.src, s.dst, s.nbytes)
-            elif isinstance(s, WaitStep):
+            elif t is WaitStep:
                 dur[i] = wait_seconds
         out.append(dur)
     return out
@@ -135,6 +147,9 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
     """
     D = schedule.devices
     dur = step_durations(schedule, costs, topology, wait_seconds)
+    if memory is None:  # nothing shared: every step takes its solo time, one pass in dependency order
+        start, end, t = _longest_path(schedule, dur)
+        return _result(schedule, dur, start, end, t)
     streams = schedule.streams
     demand = _demands(schedule, dur, memory)
     rec_time: dict[int, float] = {}
@@ -179,6 +194,48 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
     return _result(schedule, dur, start, end, t)
 
 
+def _longest_path(schedule: PipelinedSchedule, dur: list[np.ndarray]):
+    """Start and end of every step when none stretches: ``end = max(end of the previous step, the record's time
+    for a wait) + duration``, streams advanced round-robin until each blocks on a wait not yet recorded."""
+    streams = schedule.streams
+    D = len(streams)
+    start = [np.empty(len(st)) for st in streams]
+    end = [np.empty(len(st)) for st in streams]
+    rec: dict[int, float] = {}
+    pos = [0] * D
+    last = [0.0] * D
+    left = sum(len(st) for st in streams)
+    while left:
+        moved = False
+        for d in range(D):
+            st, du, sd, ed = streams[d], dur[d], start[d], end[d]
+            i, t = pos[d], last[d]
+            n = len(st)
+            while i < n:
+                s = st[i]
+                kind = type(s)
+                if kind is WaitStep:
+                    r = rec.get(s.event_id)
+                    if r is None:
+                        break
+                    if r > t:
+                        t = r
+                sd[i] = t
+                t += du[i]
+                ed[i] = t
+                if kind is RecordStep:
+                    rec[s.event_id] = t
+                i += 1
+            if i != pos[d]:
+                moved = True
+                left -= i - pos[d]
+                pos[d], last[d] = i, t
+        if not moved:
+            blocked = [d for d in range(D) if pos[d] < len(streams[d])]
+            raise ScheduleError(f"simulation deadlock: streams {blocked} wait for events never recorded")
+    return start, end, max(last, default=0.0)
+
+
 def _demands(schedule: PipelinedSchedule, dur: list[np.ndarray], memory: MemoryShare | None) -> list[np.ndarray]:
     """Bytes/s each run step asks for (0 for other steps or without ``memory``)."""
     out = []
@@ -216,16 +273,12 @@ def _rates(schedule, run, pos, demand, memory) -> dict[int, float]:
 def _result(schedule, dur, start, end, t_end) -> SimResult:
     D = schedule.devices
     busy, transfer, waiting, stretch = (np.zeros(D) for _ in range(4))
-    for d, st in enumerate(schedule.streams):
+    for d, kinds in enumerate(step_kinds(schedule)):
         took = end[d] - start[d]
-        for i, s in enumerate(st):
-            if isinstance(s, RunStep):
-                busy[d] += took[i]
-                stretch[d] += took[i] - dur[d][i]
-            elif isinstance(s, TransferStep):
-                transfer[d] += took[i]
-            elif isinstance(s, WaitStep):
-                waiting[d] += took[i]
+        busy[d] = took[kinds == RUN].sum()
+        stretch[d] = busy[d] - dur[d][kinds == RUN].sum()
+        transfer[d] = took[kinds == TRANSFER].sum()
+        waiting[d] = took[kinds == WAIT].sum()
     t0 = min((float(s[0]) for s in start if len(s)), default=0.0)
     step = t_end - t0
     return SimResult(step, schedule.micro_batches, busy, transfer, waiting, step - busy - transfer - waiting,

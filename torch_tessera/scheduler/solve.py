@@ -95,8 +95,12 @@ CHARGED_EXACT_BINARIES = 800
 #: DAGs of up to 2,000 kernels on up to 4 devices at the default ``time_limit`` (issue 23); measured on the 2-core
 #: machine (docs/results, pipesched NOTES.md: ``bench/bench_scheduler.py --hop-us 52``), these MILPs ran to the time
 #: limit on 47-201 kernels (3-10 s) and their plans are polished by the local searches afterwards. A larger
-#: ``time_limit`` gives them proportionally more.
+#: ``time_limit`` gives them proportionally more; ``tie_layers=False`` (the exact MILP) is not bounded by this.
 EXACT_MILP_SHARE = 0.04
+#: MILPs of at most this many placement binaries (classes or groups x devices) are not bounded by
+#: :data:`EXACT_MILP_SHARE`: tiny problems (a handful of kernels) finish when they can, and under load HiGHS took
+#: 0.45 s to prove a 6-kernel, 3-device placement optimal (tests/scheduler/test_optimal.py).
+EXACT_MILP_UNCAPPED = 64
 
 #: Relative cycle-time increase a throughput plan may take to move fewer bytes (:mod:`.transfers`): the MILP's own
 #: default stopping gap, so the plan stays as close to optimal as the solver promised.
@@ -226,7 +230,8 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             class_bytes[c] += nbytes * q
     counts_end = t0 + 0.85 * time_limit
     counts_gap, bound, res = mip_gap, 0.0, None
-    counts_end = min(counts_end, time.perf_counter() + EXACT_MILP_SHARE * time_limit)  # bounded like the untied MILP
+    if use_ties and cls.C * pb.D > EXACT_MILP_UNCAPPED:  # bounded like the untied MILP below
+        counts_end = min(counts_end, time.perf_counter() + EXACT_MILP_SHARE * time_limit)
     if tied:  # the counts MILP is a relaxation whose plan is polished afterwards: stop it at a looser gap
         counts_gap = max(2 * mip_gap, COUNTS_GAP)
         # its LP relaxation first: a bound as good as the MILP's root bound on real DAGs, and rounded counts that
@@ -295,7 +300,9 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     elif loose:
         # small enough for the untied MILP: solve it exactly (within the time left), from the incumbent
         exact = build_classes(pb, groups, np.arange(groups.B))
-        left = min(deadline - time.perf_counter(), EXACT_MILP_SHARE * time_limit)
+        left = deadline - time.perf_counter()
+        if groups.B * pb.D > EXACT_MILP_UNCAPPED:
+            left = min(left, EXACT_MILP_SHARE * time_limit)
         r2, c2 = solve_counts(pb, exact, groups.forbidden, max(1e-3, left),
                               upper=value, mip_gap=mip_gap)
         if r2.status in ("optimal", "time limit"):
