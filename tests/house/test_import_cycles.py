@@ -22,6 +22,25 @@ def _resolve(name: str, modules: set[str]) -> str | None:
     return name or None
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): imports under it never run, so they form no circle."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` except the bodies of ``if TYPE_CHECKING:`` blocks (their ``else`` is kept)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
 def import_graph(root: Path = PACKAGE_ROOT) -> nx.DiGraph:
     """Directed graph of torch_tessera modules: an edge ``a -> b`` when ``a`` imports ``b`` anywhere in its body."""
     files = {_module_name(p): p for p in root.rglob("*.py")}
@@ -30,7 +49,7 @@ def import_graph(root: Path = PACKAGE_ROOT) -> nx.DiGraph:
     graph.add_nodes_from(modules)
     for name, path in files.items():
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -56,6 +75,13 @@ def test_graph_sees_function_level_imports():
     # backend/__init__.py opens devices inside a function body: that edge must be in the graph.
     assert graph.number_of_edges() > 100
     assert any(dst.startswith("torch_tessera.target") for dst in graph.successors("torch_tessera.backend"))
+
+
+def test_type_checking_imports_are_skipped_but_others_seen():
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
+                     "def f():\n    import c\n")
+    names = {a.name for n in _runtime_nodes(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert names == {"b", "c"}
 
 
 def test_no_import_circles():

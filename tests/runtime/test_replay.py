@@ -203,7 +203,6 @@ def test_a_wait_that_never_completes_names_its_edge_and_micro_batch(monkeypatch)
     _, batches = _batches(template, inputs, 2)
     monkeypatch.setattr(replay._HostEvent, "query", lambda self: False)
     monkeypatch.setattr(realize, "SPIN_S", 0.0)
-    monkeypatch.setattr(replay, "SPIN_S", 0.0)
     with pytest.raises(TransferTimeout, match=r"edges \[\(\d+, \d+\).*\] of micro-batch \d\) did not complete within"):
         with torch.no_grad():
             ex.run_pipelined(batches, schedule=sched)

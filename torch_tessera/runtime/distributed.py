@@ -816,7 +816,7 @@ def shutdown(ctx: DistContext | None, failed: bool = False) -> None:
 
     After a failure (``failed=True``) the process exits at once with status 2 (``os._exit``, after flushing the
     standard streams and logs): with a dead or hung peer, NCCL communicators stay stuck on it and gloo's teardown
-    waits for it (~10 s measured), so a clean teardown could outlast the timeout the caller asked for.
+    waits for it (about 10 s), so a clean teardown could outlast the timeout the caller asked for.
     """
     if failed:
         sys.stdout.flush()

@@ -33,8 +33,8 @@ import torch
 
 from torch_tessera.errors import ScheduleError, TesseraError, TransferTimeout
 from torch_tessera.runtime.pipelining import check_shared_weights, plan_waves
+from torch_tessera.runtime import realize
 from torch_tessera.runtime.realize import (
-    SPIN_S,
     CallContext,
     CopyRunner,
     ExecItem,
@@ -367,7 +367,7 @@ class ScheduleReplay:
         """
         timeout = self.executor.timeout_s
         deadline = time.monotonic() + timeout
-        spin_until = time.monotonic() + SPIN_S
+        spin_until = time.monotonic() + realize.SPIN_S
         for step, ev in ctx.waited:
             while not ev.query():
                 if time.monotonic() < spin_until:
