@@ -56,7 +56,8 @@ def build(args) -> tuple[Any, Any, tuple, list]:
     on_cuda = args.devices.startswith("cuda")
     dtype = torch.float32 if args.size == "tiny" else torch.bfloat16
     model = build_module(args.model, args.size, device="cuda" if on_cuda else None, dtype=dtype)
-    cut_layers(model, spec.family, args.layers)
+    if args.layers and hasattr(model, "model"):  # the registry's wrappers hold the transformers / diffusers module
+        cut_layers(model.model, spec.family, args.layers)
     inputs = spec.example_inputs(args.size, device="cuda" if on_cuda else "cpu", dtype=dtype, seed=0)
     backend = RecordingBackend(devices=args.devices, policy="home")
     compiled = torch.compile(model, backend=backend, dynamic=False)
