@@ -29,7 +29,7 @@ if TEST_DEVICE != "cpu":
 
 #: random placements per registry model (each with a random micro-batch count in 1..4, fixed seeds). 100 per model
 #: take too long in Triton's interpreter on a shared 2-core machine; TESSERA_REPLAY_PLACEMENTS=100 runs the full set
-PLACEMENTS = int(os.environ.get("TESSERA_REPLAY_PLACEMENTS", "10"))
+PLACEMENTS = int(os.environ.get("TESSERA_REPLAY_PLACEMENTS", "4"))
 
 
 def _mlp_runner():
