@@ -353,6 +353,7 @@ class DistributedExecutor:
         self._fresh = fresh_extern_outputs(program)
         self._items, self._item_pos = self._my_items(self.schedule.steps)
         launch, post = RankLaunchRunner(self), RankPostRunner(self)
+        self.pipeline = DistPipeline(self)  # its lanes and slot groups are made once per executor
         self.exec_items = [ExecItem(launch if isinstance(it, LaunchStep) else post, it, i)
                            for i, it in enumerate(self._items)]
         self._free_after = self._last_uses()
@@ -489,7 +490,7 @@ class DistributedExecutor:
                 (raised on every rank).
             RendezvousError: the ranks could not exchange the micro-batch plan.
         """
-        return pipelining.run_pipelined(DistPipeline(self), batches, slots)
+        return pipelining.run_pipelined(self.pipeline, batches, slots)
 
     # -- the pieces of a call (also driven micro-batch by micro-batch by dist_pipelining) -------------------------
     def new_call(self, inputs: Sequence[Any] | None, index: int, **where: Any) -> _Call:
