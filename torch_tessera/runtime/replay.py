@@ -272,6 +272,7 @@ class ScheduleReplay:
 
     Attributes:
         last_issue_seconds: host seconds the last replay took to issue its steps (without the final wait).
+        last_pools: the buffer pools of each micro-batch of the last replay (see :meth:`run`'s ``pools``).
 
     Raises:
         ScheduleError: ``check`` found an uncovered edge (named, with its micro-batch), or the waits deadlock.
@@ -294,6 +295,7 @@ class ScheduleReplay:
         self.schedule = schedule
         m = executor.machine
         self.last_issue_seconds = 0.0
+        self.last_pools: list | None = None
         runners = {RunStep: RunRunner(m), TransferStep: TransferRunner(m, move_bytes), RecordStep: RecordRunner(m),
                    WaitStep: WaitRunner(m)}
         self.items = [ExecItem(runners[type(s)], s, i) for i, s in enumerate(issue_order(schedule, host_order))]
@@ -304,8 +306,14 @@ class ScheduleReplay:
         log.debug("replaying a %s schedule: %d micro-batches, %d steps, %d waits", schedule.source,
                   schedule.micro_batches, len(self.items), schedule.num_waits)
 
-    def run(self, batches: Sequence[Sequence[Any]]) -> list[list]:
+    def run(self, batches: Sequence[Sequence[Any]], pools: Sequence[Any] | None = None) -> list[list]:
         """Run ``batches`` (a multiple of the schedule's micro-batches), one replay per group of them.
+
+        Args:
+            batches: one input list per micro-batch, as for the executor's ``run``.
+            pools: for one replay, each micro-batch's pools to run in (another replay's :attr:`last_pools`: every
+                buffer exists and holds that run's values) instead of fresh ones. For diagnosis modes that drop
+                steps, whose launches then read real data.
 
         Returns:
             the outputs of each micro-batch, in order, equal to what the executor's ``run`` returns for its inputs.
@@ -332,17 +340,19 @@ class ScheduleReplay:
                 raise TesseraError(f"micro-batches {g}..{g + M - 1} pass overlapping state storages (a KV cache both "
                                    "write): an explicit schedule runs its micro-batches in disjoint storage; give each "
                                    "its own state, or use run_pipelined without a schedule (waves in order)")
-            outputs += self._replay(group, g)
+            outputs += self._replay(group, g, pools)
         ex.calls += len(batches)
         return outputs
 
-    def _replay(self, group: Sequence[Sequence[Any]], first: int) -> list[list]:
+    def _replay(self, group: Sequence[Sequence[Any]], first: int, pools: Sequence[Any] | None) -> list[list]:
         ex = self.executor
         ex.join_caller()
         if not ex.setup_done or ex.stale_static(group[0], ex.static_placed):
             ex.bind_call(group[0])  # weights and static inputs placed once, before any micro-batch reads them
-        flights = [CallContext(ex.bind_call(b, place=False), ex.streams, batch=first + k, trace=ex.trace)
-                   for k, b in enumerate(group)]
+        if pools is None:
+            pools = [ex.bind_call(b, place=False) for b in group]
+        flights = [CallContext(p, ex.streams, batch=first + k, trace=ex.trace) for k, p in enumerate(pools)]
+        self.last_pools = [f.pools for f in flights]
         for f in flights:
             run_schedule(self.inputs, f)
         ctx = ReplayContext(flights, ex.streams, trace=ex.trace)
