@@ -292,7 +292,7 @@ def main() -> int:
                         plain[base] = y.clone()
                     if cuda_graphs == "whole":
                         outputs[(base, graph_copies)] = y.clone()
-                    state = ex._graphs
+                    state = ex.graphs.entry()
                     whole = cuda_graphs == "whole" and state is not None and state.whole is not None
                     rows.append(dict(
                         placement=name, base=base, suffix=suffix, cuts=cut_edge_count(dag, pl),

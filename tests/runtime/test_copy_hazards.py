@@ -85,8 +85,11 @@ def _run(compiled, runner, seed, inputs, order_of):
     runner.set_placement(random_placement(runner.dag, 2, seed))
     ex = runner.executor
     order = order_of(ex.schedule.steps)
+    waits = dict(ex.copy_waits)  # the hazards of the schedule's own order, by step (the same step objects)
     ex.schedule = type(ex.schedule)(ex.schedule.setup, tuple(order), ex.schedule.placement, ex.schedule.cut_edges)
-    ex._free_after = {}  # frees were placed for program order
+    ex.derive_from_schedule()  # exec items in the new order
+    ex.machine.copy_waits = waits
+    ex.free_after = {}  # frees were placed for program order
     return compiled(*inputs)
 
 

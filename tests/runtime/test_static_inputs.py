@@ -120,7 +120,7 @@ def test_static_input_copied_once_and_again_when_the_caller_changes_it(graphs, r
     assert ex.bytes_moved["static"] == 4 * nbytes and ex.bytes_moved["input"] == x_bytes * 8
     if graphs:
         assert ex.captures == 3  # each move recaptured (placing the table again); the in-place change did not
-        assert not any(s.buffer == "table" for s in ex._graphs.copies)
+        assert not any(s.buffer == "table" for s in ex.graphs.entry().copies)
 
 
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])

@@ -382,7 +382,7 @@ def _own_streams(runner: Any, priority_class: str = "normal") -> Any:
     program's ``priority_class`` (a graph kept on one device replays on them, at their priority)."""
     import contextlib
 
-    from torch_tessera.runtime.pipelining import greatest_priority, single_priority
+    from torch_tessera.runtime.streams import greatest_priority, single_priority
 
     prio = single_priority(priority_class, greatest_priority(runner.devices))
     stack = contextlib.ExitStack()

@@ -89,6 +89,8 @@ class DistPipeline:
     def __init__(self, executor: Any) -> None:
         self.executor = executor
         self.batches: list | None = None
+        self._lanes: dict[int, list[Lane]] = {}
+        self._groups: list[Any] = [None]  # slot 0: the default group
 
     def check(self, batches: Sequence[Sequence[Any]] | None) -> list | None:
         ex = self.executor
@@ -127,16 +129,15 @@ class DistPipeline:
         return n, waves
 
     def lanes(self, slots: int) -> list[Lane]:
-        cache = self.executor.__dict__.setdefault("pipeline_lanes", {})
-        if slots not in cache:
-            cache[slots] = make_lanes([_RankDevice(self.executor.ctx.device)], slots)
-        return cache[slots]
+        if slots not in self._lanes:
+            self._lanes[slots] = make_lanes([_RankDevice(self.executor.ctx.device)], slots)
+        return self._lanes[slots]
 
     def groups(self, slots: int) -> list[Any]:
         """The process group of each slot: the default group for slot 0, one new group per further slot (made once,
         in slot order, by every rank: ``new_group`` is collective)."""
         ex = self.executor
-        groups = ex.__dict__.setdefault("slot_groups", [None])
+        groups = self._groups
         ctx = ex.ctx
         backstop = datetime.timedelta(seconds=max(2 * ctx.timeout_s, ctx.timeout_s + 30))
         while len(groups) < slots:

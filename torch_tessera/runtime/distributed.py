@@ -353,6 +353,7 @@ class DistributedExecutor:
         self._fresh = fresh_extern_outputs(program)
         self._items, self._item_pos = self._my_items(self.schedule.steps)
         launch, post = RankLaunchRunner(self), RankPostRunner(self)
+        self.pipeline = DistPipeline(self)  # its lanes and slot groups are made once per executor
         self.exec_items = [ExecItem(launch if isinstance(it, LaunchStep) else post, it, i)
                            for i, it in enumerate(self._items)]
         self._free_after = self._last_uses()
@@ -489,7 +490,7 @@ class DistributedExecutor:
                 (raised on every rank).
             RendezvousError: the ranks could not exchange the micro-batch plan.
         """
-        return pipelining.run_pipelined(DistPipeline(self), batches, slots)
+        return pipelining.run_pipelined(self.pipeline, batches, slots)
 
     # -- the pieces of a call (also driven micro-batch by micro-batch by dist_pipelining) -------------------------
     def new_call(self, inputs: Sequence[Any] | None, index: int, **where: Any) -> _Call:
@@ -816,7 +817,7 @@ def shutdown(ctx: DistContext | None, failed: bool = False) -> None:
 
     After a failure (``failed=True``) the process exits at once with status 2 (``os._exit``, after flushing the
     standard streams and logs): with a dead or hung peer, NCCL communicators stay stuck on it and gloo's teardown
-    waits for it (~10 s measured), so a clean teardown could outlast the timeout the caller asked for.
+    waits for it (about 10 s), so a clean teardown could outlast the timeout the caller asked for.
     """
     if failed:
         sys.stdout.flush()

@@ -140,9 +140,9 @@ class KernelLauncher:
     One configuration per kernel per process: the first launch of a Triton kernel anywhere in the process settles
     its configuration (benchmarking the candidates, as Inductor does); every later kernel object of the same source,
     on any device or SM partition, is pinned to it before its first run (:func:`~torch_tessera.compat.torch_inductor.
-    pin_config`). A placement then computes what the home device computes, bit for bit, for Triton kernels: each
-    freshly loaded kernel object used to autotune anew, and reductions got other block sizes on every fresh load,
-    even on the same GPU (measured 2026-11-30 on two H200s, docs/BENCHMARKS.md, session 7).
+    pin_config`). A placement then computes what the home device computes, bit for bit, for Triton kernels: a
+    freshly loaded kernel object would autotune anew, and a reduction could get another block size on each fresh
+    load, even on the same GPU (docs/BENCHMARKS.md, settled configurations).
     """
 
     def __init__(

@@ -251,7 +251,7 @@ class PlacedExecutor:
         hazards = copy_hazards(self.schedule, self.dag, self.domains)
         self.machine.copy_waits = {id(self.schedule.steps[i]): h for i, h in hazards.items()}  # see copy_hazards
         self.items = lower(self.schedule.steps, eager_runners(self.machine))
-        self._replays: dict = {}  # (id(schedule), check, host_order) -> ScheduleReplay
+        self._replays: dict = {}  # (id(schedule), check, host_order, move_bytes) -> ScheduleReplay
         self.pipeline = pipelining.InProcessPipeline(self)
 
     @property
@@ -376,13 +376,14 @@ class PlacedExecutor:
             return self.replay(schedule).run(batches)
         return pipelining.run_pipelined(self.pipeline, batches, slots)
 
-    def replay(self, schedule: Any, check: bool = True, host_order: str = "round-robin") -> ScheduleReplay:
+    def replay(self, schedule: Any, check: bool = True, host_order: str = "round-robin",
+               move_bytes: bool = True) -> ScheduleReplay:
         """The :class:`~torch_tessera.runtime.replay.ScheduleReplay` of ``schedule`` on this executor (checked and
-        lowered once per schedule; see there for ``check`` and ``host_order``)."""
-        key = (id(schedule), check, host_order)
+        lowered once per schedule; see there for ``check``, ``host_order`` and ``move_bytes``)."""
+        key = (id(schedule), check, host_order, move_bytes)
         cached = self._replays.get(key)
         if cached is None or cached.schedule is not schedule:
-            cached = self._replays[key] = ScheduleReplay(self, schedule, check, host_order)
+            cached = self._replays[key] = ScheduleReplay(self, schedule, check, host_order, move_bytes)
         return cached
 
     def stale_static(self, inputs: Sequence[Any], placed: Mapping[str, tuple]) -> set[str]:

@@ -27,10 +27,9 @@ import triton.language as tl
 
 from torch_tessera.runtime.streams import order_copy
 
-#: Largest copy pushed by a kernel (bytes); larger ones keep the memcpy node on the link's copy stream. The push
-#: kernel beat the memcpy by 4.4-5.0 us per hop at every measured size (8 KiB-4 MiB, module docstring); 16 MiB is
-#: an extrapolation (untested above 4 MiB), chosen because beyond it the copy engine's bandwidth (394 GB/s at 1 GiB on
-#: this link) and leaving the producer's SMs free matter more than ~5 us of latency.
+#: Largest copy pushed by a kernel (bytes); larger ones keep the memcpy node on the link's copy stream. Beyond it
+#: the copy engine's bandwidth and the producer's free SMs matter more than ~5 us of latency; untested above 4 MiB
+#: (docs/BENCHMARKS.md, hop variants).
 PUSH_MAX_BYTES = 16 << 20
 
 #: Bytes each program of the kernel copies (the hop bench's kernel: 1024 float32 per program, 4 warps).

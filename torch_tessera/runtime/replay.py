@@ -33,8 +33,8 @@ import torch
 
 from torch_tessera.errors import ScheduleError, TesseraError, TransferTimeout
 from torch_tessera.runtime.pipelining import check_shared_weights, plan_waves
+from torch_tessera.runtime import realize
 from torch_tessera.runtime.realize import (
-    SPIN_S,
     CallContext,
     CopyRunner,
     ExecItem,
@@ -103,9 +103,19 @@ class RunRunner(Runner):
 
 
 class TransferRunner(Runner):
-    """A cut edge's byte ranges, on the producer's stream, into the consumer's storage of the micro-batch."""
+    """A cut edge's byte ranges, on the producer's stream, into the consumer's storage of the micro-batch.
+
+    Args:
+        machine: what it runs on.
+        move: copy the bytes; ``False`` ("null hop", a diagnosis mode: results are wrong) counts the transfer and
+            keeps every wait, but moves nothing.
+    """
 
     kind = "transfer"
+
+    def __init__(self, machine: Machine, move: bool = True) -> None:
+        super().__init__(machine)
+        self.move = move
 
     def __call__(self, step: TransferStep, ctx: ReplayContext) -> None:
         m = self.machine
@@ -116,6 +126,8 @@ class TransferRunner(Runner):
             m.ensure(flight.pools[step.dst], step.dst, buffer)
             src, dst = m.slices(copy, flight.pools)
             count_copy(m, copy, flight)
+            if not self.move:
+                continue
             timed = log.isEnabledFor(logging.DEBUG)
             t0 = time.perf_counter()
             with m.devices[step.src].guard(), stream_ctx(stream):
@@ -256,6 +268,11 @@ class ScheduleReplay:
         check: refuse a schedule whose waits do not cover every RAW/WAR/WAW edge (:func:`check_schedule`) before
             anything runs. ``False`` only to test what a broken schedule does.
         host_order: see :func:`issue_order`.
+        move_bytes: ``False`` for the "null hop" diagnosis (waits kept, no bytes moved: wrong results).
+
+    Attributes:
+        last_issue_seconds: host seconds the last replay took to issue its steps (without the final wait).
+        last_pools: the buffer pools of each micro-batch of the last replay (see :meth:`run`'s ``pools``).
 
     Raises:
         ScheduleError: ``check`` found an uncovered edge (named, with its micro-batch), or the waits deadlock.
@@ -263,7 +280,7 @@ class ScheduleReplay:
     """
 
     def __init__(self, executor: Any, schedule: PipelinedSchedule, check: bool = True,
-                 host_order: str = "round-robin") -> None:
+                 host_order: str = "round-robin", move_bytes: bool = True) -> None:
         self.executor = executor
         if schedule.devices != len(executor.devices):
             raise TesseraError(f"the schedule is for {schedule.devices} devices, the executor has "
@@ -277,7 +294,9 @@ class ScheduleReplay:
             check_schedule(schedule, executor.dag)
         self.schedule = schedule
         m = executor.machine
-        runners = {RunStep: RunRunner(m), TransferStep: TransferRunner(m), RecordStep: RecordRunner(m),
+        self.last_issue_seconds = 0.0
+        self.last_pools: list | None = None
+        runners = {RunStep: RunRunner(m), TransferStep: TransferRunner(m, move_bytes), RecordStep: RecordRunner(m),
                    WaitStep: WaitRunner(m)}
         self.items = [ExecItem(runners[type(s)], s, i) for i, s in enumerate(issue_order(schedule, host_order))]
         copy = CopyRunner(m)
@@ -287,8 +306,14 @@ class ScheduleReplay:
         log.debug("replaying a %s schedule: %d micro-batches, %d steps, %d waits", schedule.source,
                   schedule.micro_batches, len(self.items), schedule.num_waits)
 
-    def run(self, batches: Sequence[Sequence[Any]]) -> list[list]:
+    def run(self, batches: Sequence[Sequence[Any]], pools: Sequence[Any] | None = None) -> list[list]:
         """Run ``batches`` (a multiple of the schedule's micro-batches), one replay per group of them.
+
+        Args:
+            batches: one input list per micro-batch, as for the executor's ``run``.
+            pools: for one replay, each micro-batch's pools to run in (another replay's :attr:`last_pools`: every
+                buffer exists and holds that run's values) instead of fresh ones. For diagnosis modes that drop
+                steps, whose launches then read real data.
 
         Returns:
             the outputs of each micro-batch, in order, equal to what the executor's ``run`` returns for its inputs.
@@ -315,21 +340,25 @@ class ScheduleReplay:
                 raise TesseraError(f"micro-batches {g}..{g + M - 1} pass overlapping state storages (a KV cache both "
                                    "write): an explicit schedule runs its micro-batches in disjoint storage; give each "
                                    "its own state, or use run_pipelined without a schedule (waves in order)")
-            outputs += self._replay(group, g)
+            outputs += self._replay(group, g, pools)
         ex.calls += len(batches)
         return outputs
 
-    def _replay(self, group: Sequence[Sequence[Any]], first: int) -> list[list]:
+    def _replay(self, group: Sequence[Sequence[Any]], first: int, pools: Sequence[Any] | None) -> list[list]:
         ex = self.executor
         ex.join_caller()
         if not ex.setup_done or ex.stale_static(group[0], ex.static_placed):
             ex.bind_call(group[0])  # weights and static inputs placed once, before any micro-batch reads them
-        flights = [CallContext(ex.bind_call(b, place=False), ex.streams, batch=first + k, trace=ex.trace)
-                   for k, b in enumerate(group)]
+        if pools is None:
+            pools = [ex.bind_call(b, place=False) for b in group]
+        flights = [CallContext(p, ex.streams, batch=first + k, trace=ex.trace) for k, p in enumerate(pools)]
+        self.last_pools = [f.pools for f in flights]
         for f in flights:
             run_schedule(self.inputs, f)
         ctx = ReplayContext(flights, ex.streams, trace=ex.trace)
+        t0 = time.perf_counter()
         run_schedule(self.items, ctx)
+        self.last_issue_seconds = time.perf_counter() - t0
         for f in flights:
             run_schedule(self.gathers, f)
         self._wait(ctx, first)
@@ -348,7 +377,7 @@ class ScheduleReplay:
         """
         timeout = self.executor.timeout_s
         deadline = time.monotonic() + timeout
-        spin_until = time.monotonic() + SPIN_S
+        spin_until = time.monotonic() + realize.SPIN_S
         for step, ev in ctx.waited:
             while not ev.query():
                 if time.monotonic() < spin_until:

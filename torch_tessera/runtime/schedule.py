@@ -109,9 +109,8 @@ def build_schedule(program: KernelProgram, dag: DependencyGraph, placement: Mapp
 
     A static INPUT (named in ``program.static_inputs``: Dynamo passes it at the same address every call, e.g. a
     module buffer) is a setup step of purpose ``"static"`` instead of a per-call ``"input"`` copy, over exactly the
-    byte spans the per-call copy would have had. Measured 2026-11-30 on two H200s, session 7 bench.json of the
-    MMDiT, homo-R at 72 SMs: 15.50 ms of kernels and 1.16 ms of copies per call, the per-call copy of the 453,509,120
-    bytes of its ``pos_embed`` buffer to GPU 1. The executors place such a step again before a call whose tensor
+    byte spans the per-call copy would have had (the MMDiT's 453 MB ``pos_embed`` would otherwise cross the link
+    every call; docs/BENCHMARKS.md, static inputs). The executors place such a step again before a call whose tensor
     for it has another ``data_ptr()`` or ``_version`` than when it was placed. With ``static_inputs="copy"`` static
     INPUTs are per-call ``"input"`` copies like any other input (for callers that write them without bumping
     ``_version``: through ``.data``, numpy or DLPack aliases, custom kernels).
@@ -294,9 +293,8 @@ def copy_hazards(schedule: Schedule, dag: DependencyGraph, domains: Sequence[int
     * WAR on the source: a later launch in the source's domain writes the buffer (a reused buffer overwritten while
       the copy still reads it) -> the source's stream waits for the copy before going on.
 
-    Issued from Python the copies usually won these races by host latency; inside one CUDA graph they do not
-    (seen 2026-11-29 on two H200s: a random placement replayed as one graph gave cosine 0.84 until these waits).
-    Buffer-name granularity (conservative).
+    Issued from Python the copies usually win these races by host latency; inside one CUDA graph they do not
+    (docs/BENCHMARKS.md, copy hazards). Buffer-name granularity (conservative).
     """
     steps = schedule.steps
     touched_before: dict[int, set[str]] = {}  # domain -> buffers touched by launches so far
