@@ -7,10 +7,8 @@ from typing import Mapping
 
 import networkx as nx
 
+from torch_tessera.lowering.op_class import OP_CLASSES  # noqa: F401 - the DAG's op_class values
 from torch_tessera.lowering.program import Buffer
-
-#: Kernel classes used for provenance-based baselines (``af``) and cost-model calibration.
-OP_CLASSES = ("gemm", "attention", "norm", "elementwise", "reduction", "other")
 
 
 @dataclass(frozen=True)

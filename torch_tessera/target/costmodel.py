@@ -19,7 +19,6 @@ bf16/fp16 tensor-core peak for GEMM and attention on 16-bit inputs, the fp32 pea
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from dataclasses import dataclass, field, replace
@@ -29,6 +28,8 @@ import numpy as np
 import torch
 
 from torch_tessera.errors import DeviceUnavailableError
+from torch_tessera.lowering.op_class import GEMM_OPS, OpClass, op_name
+from torch_tessera.lowering.op_class import classify as classify_launch
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, Launch, TensorArg, TritonLaunch
 from torch_tessera.target.costs import CostTable
 from torch_tessera.target.devices import DeviceSpec, parse_device
@@ -36,23 +37,8 @@ from torch_tessera.target.devices import DeviceSpec, parse_device
 log = logging.getLogger(__name__)
 
 
-class KernelClass(str, enum.Enum):
-    """What bounds a kernel, roughly: the efficiencies of the roofline are fitted per class."""
-
-    GEMM = "gemm"
-    ATTENTION = "attention"
-    NORM = "norm"
-    ELEMENTWISE = "elementwise"
-    REDUCTION = "reduction"
-    OTHER = "other"
-
-
-GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_int_mm", "addmv", "mv", "_scaled_mm",
-            "convolution", "_convolution", "conv2d", "conv1d", "conv3d"}
-NORM_OPS = {"native_layer_norm", "layer_norm", "rms_norm", "_fused_rms_norm", "native_group_norm", "group_norm",
-            "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "batch_norm"}
-REDUCTION_OPS = {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "_softmax", "softmax",
-                 "_log_softmax", "log_softmax", "logsumexp", "var", "var_mean", "std", "prod", "cumsum", "any", "all"}
+#: The cost model's kernel classes are the one classifier's (:mod:`torch_tessera.lowering.op_class`).
+KernelClass = OpClass
 REDUCTION_PARAMS = {"rnumel", "r0_numel", "r1_numel"}
 NUMEL_PARAMS = {"xnumel", "ynumel", "znumel"} | REDUCTION_PARAMS
 #: Inductor's pointwise / persistent-reduction / looped-reduction kernels: each index of their iteration space
@@ -60,32 +46,9 @@ NUMEL_PARAMS = {"xnumel", "ynumel", "znumel"} | REDUCTION_PARAMS
 ITERATION_BOUND_PREFIXES = ("triton_poi_", "triton_per_", "triton_red_")
 
 
-def op_name(qualified: str) -> str:
-    """``"aten::mm.out"`` / ``"aten.mm.default"`` / ``"mm"`` -> ``"mm"``."""
-    parts = qualified.replace("::", ".").split(".")
-    return parts[1] if len(parts) > 1 and parts[0] in ("aten", "prims", "torch") else parts[0]
-
-
-def _is_attention(name: str) -> bool:
-    return "attention" in name or "sdpa" in name or name.startswith("_flash")
-
-
 def classify(launch: Launch) -> KernelClass:
-    """The kernel class of a launch, from its op (extern) or the ATen ops fused into it (Triton)."""
-    fused = {op_name(o) for o in launch.provenance.aten_ops}
-    if isinstance(launch, ExternLaunch):
-        name = op_name(launch.op)
-        fused = fused | {name}
-    if fused & GEMM_OPS:
-        return KernelClass.GEMM
-    if any(_is_attention(n) for n in fused):
-        return KernelClass.ATTENTION
-    if fused & NORM_OPS or ("rsqrt" in fused and fused & {"mean", "var", "var_mean", "sum"}):
-        return KernelClass.NORM
-    if isinstance(launch, TritonLaunch):
-        reduces = bool(set(launch.param_names) & REDUCTION_PARAMS) or bool(fused & REDUCTION_OPS)
-        return KernelClass.REDUCTION if reduces else KernelClass.ELEMENTWISE
-    return KernelClass.REDUCTION if fused & REDUCTION_OPS else KernelClass.OTHER
+    """The kernel class of a launch: :func:`torch_tessera.lowering.op_class.classify`."""
+    return classify_launch(launch)
 
 
 @dataclass(frozen=True)
@@ -205,7 +168,7 @@ def _extern_features(launch: ExternLaunch, kclass: KernelClass) -> LaunchFeature
     name = op_name(launch.op)
     tensors = distinct([*_tensors(launch.args), *_tensors(launch.kwargs), *launch.outputs])
     nbytes = sum(view_bytes(t) for t in tensors)
-    if kclass is KernelClass.GEMM:
+    if name in GEMM_OPS:  # a GEMM, or the batched product of a decomposed attention (class attention)
         flops = _gemm_flops(name, launch)
     elif kclass is KernelClass.ATTENTION:
         flops = _attention_flops(name, launch)
