@@ -33,6 +33,10 @@ FREE = {"eta_tensor": (0.05, 1.0), "eta_cuda": (0.01, 1.0), "eta_memory": (0.1, 
         "l2_bytes_per_clock_per_sm": (4.0, 512.0), "latency_cycles": (100.0, 40000.0), "floor_s": (1e-7, 2e-5)}
 
 
+#: Settings of the measured bench that decide its programs (the rest decide how plans were run).
+SHAPE_KEYS = ("model", "size", "layers", "prefill_tokens", "decode_batch", "context", "output_tokens")
+
+
 @dataclass(frozen=True)
 class Sample:
     """One measured launch: the model, program, device string (``sim:h200@24sm``), features and seconds."""
@@ -101,14 +105,20 @@ def _programs(settings: dict):
 def load_samples(results: str, min_s: float) -> tuple[list[Sample], list[str]]:
     """Measured launches matched to lowered features, and one coverage line per (model, program)."""
     from torch_tessera.target.costmodel import launch_features
+    from torch_tessera.target.devices import parse_device
 
     by_setting: dict[str, list[dict]] = {}
     for path in sorted(glob.glob(f"{results}/**/bench.json", recursive=True)):
         meta = json.loads(Path(path).read_text()).get("measured", {}).get("meta", {})
         if "kernel_seconds" in meta and "launch_names" in meta:
-            by_setting.setdefault(json.dumps(meta["settings"], sort_keys=True), []).append(meta)
-    samples, coverage = [], []
+            shape = {k: meta["settings"].get(k) for k in SHAPE_KEYS}  # what the programs depend on
+            by_setting.setdefault(json.dumps(shape, sort_keys=True), []).append(meta)
+    samples, coverage, specs = [], [], {}
     for setting, metas in by_setting.items():
+        for meta in metas:
+            for d in meta["devices"]:
+                name = _sim_name(d, _gpu_key(meta))
+                specs.setdefault(name, parse_device(name))
         programs = _programs(json.loads(setting))
         for name, prog in programs.items():
             gpu_names = [_signature(n) for n in metas[0]["launch_names"][name]]
@@ -122,19 +132,23 @@ def load_samples(results: str, min_s: float) -> tuple[list[Sample], list[str]]:
                     for a, _ in pairs:
                         times.setdefault((_sim_name(d, gpu), a), []).append(col[a])
             feats = {a: launch_features(prog.launches[b], prog.buffers) for a, b in pairs}
-            seen, used = set(), 0
+            seen, used, impossible = set(), 0, 0
             for (dev, a), ts in times.items():
                 t = float(np.median(ts))
                 f = feats[a]
                 key = (dev, f.label, f.flops, f.nbytes)
                 if t < min_s or key in seen:
                     continue
+                if f.param_bytes / t > 1.05 * specs[dev].mem_bandwidth:
+                    impossible += 1  # weights streamed faster than the DRAM's datasheet figure: not a measurement
+                    continue
                 seen.add(key)
                 used += 1
                 samples.append(Sample(metas[0]["model"], name, dev, f, t))
             coverage.append(f"{metas[0]['model']} {name}: {len(pairs)} of {len(gpu_names)} measured launches matched "
                             f"by name ({len(ours)} lowered here); {used} distinct (device, launch) samples >= "
-                            f"{min_s * 1e6:g} us, {len(metas)} bench.json")
+                            f"{min_s * 1e6:g} us ({impossible} left out: weights faster than DRAM), "
+                            f"{len(metas)} bench.json")
     return samples, coverage
 
 
@@ -143,8 +157,8 @@ def _errors(model, samples: list[Sample], specs: dict) -> np.ndarray:
 
 
 def fit(samples: list[Sample], specs: dict, start=None):
-    """The :class:`KernelModel` minimising the mean squared log error over ``samples`` (Nelder-Mead over the log of
-    the free constants, clipped to :data:`FREE`)."""
+    """The :class:`KernelModel` minimising the mean absolute log error over ``samples`` (robust to the outliers of
+    one-by-one timing; Nelder-Mead over the log of the free constants, clipped to :data:`FREE`)."""
     from scipy.optimize import minimize
 
     from torch_tessera.target.kernelmodel import KernelModel
@@ -160,7 +174,7 @@ def fit(samples: list[Sample], specs: dict, start=None):
 
     def loss(x):
         e = _errors(model_at(x), samples, specs)
-        return float(np.mean(np.log1p(e) ** 2))
+        return float(np.mean(np.abs(np.log1p(e))))
 
     x0 = np.log([getattr(start, n) for n in names])
     res = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-3, "fatol": 1e-6})
