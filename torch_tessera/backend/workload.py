@@ -79,8 +79,9 @@ def _build_fn(name: str, size: str, batch: int, seq: int):
         from torch_tessera.models import build_module, get_model
 
         spec = get_model(name)
-        module = build_module(name, size, device="meta", dtype=torch.bfloat16 if size == "full" else torch.float32)
-        return module, spec.example_inputs(size, batch, seq or None, device="meta")
+        dtype = torch.bfloat16 if size == "full" else torch.float32
+        module = build_module(name, size, device="meta", dtype=dtype)
+        return module, spec.example_inputs(size, batch, seq or None, device="meta", dtype=dtype)
 
     return build
 
