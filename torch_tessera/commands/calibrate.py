@@ -156,7 +156,7 @@ def _errors(model, samples: list[Sample], specs: dict) -> np.ndarray:
     return np.array([model.predict(s.features, specs[s.device]) / s.seconds - 1 for s in samples])
 
 
-def fit(samples: list[Sample], specs: dict, start=None):
+def fit(samples: list[Sample], specs: dict, start=None, restarts: int = 4):
     """The :class:`KernelModel` minimising the mean absolute log error over ``samples`` (robust to the outliers of
     one-by-one timing; Nelder-Mead over the log of the free constants, clipped to :data:`FREE`)."""
     from scipy.optimize import minimize
@@ -176,9 +176,10 @@ def fit(samples: list[Sample], specs: dict, start=None):
         e = _errors(model_at(x), samples, specs)
         return float(np.mean(np.abs(np.log1p(e))))
 
-    x0 = np.log([getattr(start, n) for n in names])
-    res = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-3, "fatol": 1e-6})
-    return model_at(res.x)
+    x = np.log([getattr(start, n) for n in names])
+    for _ in range(restarts):  # Nelder-Mead restarted from its own result escapes the simplex's early collapse
+        x = minimize(loss, x, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-4, "fatol": 1e-8}).x
+    return model_at(x)
 
 
 def run(args: argparse.Namespace) -> int:

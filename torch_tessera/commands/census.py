@@ -68,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time every launch on the (real) --devices instead of predicting (models: llama, moe, "
                              "mamba, dit; --layers as in tessera bench --measure)")
     parser.add_argument("--layers", type=int, default=None, help="--measure: repeated blocks kept (default 8 full)")
+    parser.add_argument("--prefill-tokens", type=int, default=1024,
+                        help="prompt tokens of an LLM/SSM's prefill program (predicted census)")
     parser.add_argument("--out", default="tessera_out", help="directory for census.json and census_<model>.png")
 
 
@@ -103,12 +105,12 @@ def census_rows(tables: Sequence[tuple[str, float, np.ndarray, Sequence[str]]],
     return rows
 
 
-def predicted_tables(model: str, specs, size: str):
+def predicted_tables(model: str, specs, size: str, prefill_tokens: int = 1024):
     """``(program, runs per step, seconds [n, 2], op classes)`` per program, from the kernel cost model."""
     from torch_tessera.backend.workload import model_workload
     from torch_tessera.lowering.op_class import classify
 
-    mw = model_workload(model, specs, size=size)
+    mw = model_workload(model, specs, size=size, prefill_tokens=prefill_tokens)
     out = []
     for wp, prog in zip(mw.workload.programs, mw.programs):
         out.append((wp.name, wp.frequency, np.asarray(wp.costs.seconds), [classify(l).value for l in prog.launches]))
@@ -217,10 +219,11 @@ def run(args: argparse.Namespace) -> int:
     if args.measure:
         tables = measured_tables(args.model, args.devices, args.size, args.layers)
     else:
-        tables = predicted_tables(args.model, specs, args.size)
+        tables = predicted_tables(args.model, specs, args.size, args.prefill_tokens)
     names = [s.name for s in specs]
     rows = census_rows(tables, paper_figures(args.model, specs))
-    print(f"tessera census --model {args.model} --devices {args.devices}" + (" --measure" if args.measure else ""))
+    print(f"tessera census --model {args.model} --devices {args.devices}" + (" --measure" if args.measure else "")
+          + (f" --prefill-tokens {args.prefill_tokens}" if args.prefill_tokens != 1024 else ""))
     print(format_rows(rows, names, args.measure))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
