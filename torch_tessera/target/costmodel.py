@@ -64,7 +64,8 @@ class LaunchFeatures:
         nbytes: bytes read plus bytes written.
         tensor_core: whether the FLOPs run on tensor cores (16-bit GEMM/attention inputs).
         label: kernel name or op, for tables.
-        param_bytes: the part of ``nbytes`` read from parameter buffers (weights: from DRAM every step).
+        param_bytes: the part of ``nbytes`` in parameter and state buffers (weights, KV caches: resident across calls
+            and, all layers together, larger than any L2, so read from DRAM every step).
         blocks: CTAs of the grid (Triton: the launch grid; extern GEMM/attention: 128 x 128 output tiles); 0: unknown.
         threads_per_block: threads of one CTA (Triton: ``num_warps x 32``); 0: unknown.
         dtype: compute dtype, ``"bf16"``, ``"fp16"``, ``"fp32"`` or ``"fp8"``.
@@ -225,11 +226,11 @@ def _dtype(dtypes: Iterable[torch.dtype]) -> str:
 
 
 def _param_bytes(tensors: Sequence[TensorArg], buffers: Mapping[str, Any], nbytes: float) -> float:
-    """Bytes of ``tensors`` that live in parameter buffers (capped at ``nbytes``)."""
+    """Bytes of ``tensors`` that live in parameter or state buffers (capped at ``nbytes``)."""
     if not buffers:
         return 0.0
     total = sum(view_bytes(t) for t in tensors
-                if getattr(buffers.get(t.buffer), "kind", None) is BufferKind.PARAMETER)
+                if getattr(buffers.get(t.buffer), "kind", None) in (BufferKind.PARAMETER, BufferKind.STATE))
     return float(min(total, nbytes))
 
 

@@ -15,11 +15,11 @@ where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, e
 * the tensor-core peak per dtype and generation (bf16/fp16, tf32 for fp32 GEMMs, fp8) and the CUDA-core fp16/fp32
   peak (elementwise, norm, softmax);
 * wave quantization: a grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x
-  resident CTAs per SM`` (resident threads per SM / threads per CTA; one tensor-core tile CTA per SM), and a grid smaller than ``slots`` occupies
-  only ``ceil(blocks / resident CTAs)`` SMs, whose DRAM bandwidth follows the partition model
-  (:func:`torch_tessera.target.devices.partition_bandwidth`);
-* L2 capacity: a launch's activation bytes (not parameters, which are read once per step from DRAM) come from L2
-  when they fit in half of it (producer and consumer both resident);
+  resident CTAs per SM`` (resident threads per SM / threads per CTA; one tensor-core tile CTA per SM); a grid smaller
+  than ``slots`` spreads over ``min(SMs, blocks)`` SMs, which run at their full rate and whose DRAM bandwidth follows
+  the partition model (:func:`torch_tessera.target.devices.partition_bandwidth`);
+* L2 capacity: a launch's activation bytes (not parameters or state such as KV caches, which persist across calls
+  and are read from DRAM every step) come from L2 when they fit in half of it (producer and consumer both resident);
 * the launch floor.
 
 The free constants (:class:`KernelModel` fields) are the ones no datasheet prints: the fractions of the tensor,
@@ -84,9 +84,12 @@ class KernelModel:
         per_sm = 1 if f.tensor_core else max(1, int(k.max_threads_per_sm.value) // threads)
         blocks = f.blocks or sms * per_sm
         slots = sms * per_sm
-        waves = math.ceil(blocks / slots)
-        wave_eff = blocks / (waves * slots)
-        occupied = min(sms, math.ceil(blocks / per_sm))
+        if blocks >= slots:  # full waves and a partial last one
+            wave_eff = blocks / (math.ceil(blocks / slots) * slots)
+            occupied = sms
+        else:  # one partial wave, its CTAs spread one per SM first: each occupied SM runs at its full rate
+            occupied = min(sms, blocks)
+            wave_eff = occupied / sms
 
         tc_peak, cc_peak = _peaks(e, f.dtype)
         tc_flops = f.flops if f.tensor_core else 0.0
