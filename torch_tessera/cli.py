@@ -11,7 +11,8 @@ from torch_tessera.errors import TesseraError
 
 #: Subcommand name -> module under ``torch_tessera.commands``.
 COMMANDS = {"bench": "bench", "inspect": "inspect", "devices": "devices", "plan": "plan", "serve-bench": "serve_bench",
-            "dist-run": "dist_run", "report": "report"}
+            "dist-run": "dist_run", "report": "report", "calibrate": "calibrate", "census": "census",
+            "pairs": "pairs", "advise": "advise"}
 
 
 def build_parser() -> argparse.ArgumentParser:

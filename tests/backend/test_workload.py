@@ -19,8 +19,9 @@ def test_llm_workload_has_prefill_and_decode_and_recosts_on_other_devices():
     for a, b in zip(mw.workload.programs, other.workload.programs):
         assert a.dag is b.dag and a.costs.kernels == b.costs.kernels
         assert b.costs.devices == ("sim:h100", "sim:l4")
-        # the L4 (121 TFLOP/s, 300 GB/s) is never faster than the H100 at any kernel
-        assert np.all(b.costs.seconds[:, 1] >= b.costs.seconds[:, 0])
+        # the L4 (121 TFLOP/s, 300 GB/s) is faster than the H100 at no kernel by more than its boost clock is
+        # higher (2,040 vs 1,980 MHz: latency-bound tiny kernels)
+        assert np.all(b.costs.seconds[:, 1] >= b.costs.seconds[:, 0] * 1980 / 2040 * (1 - 1e-9))
 
 
 # -- decode with a KV context ------------------------------------------------------------------------------------------
@@ -101,22 +102,25 @@ def test_decode_reads_a_context_sized_kv_cache_marked_state_and_prefill_hands_it
 def test_predicted_decode_cost_grows_with_the_context():
     from torch_tessera.backend.workload import _cached_build_fn
     from torch_tessera.lowering.fake import lower_without_weights
-    from torch_tessera.target.costmodel import KernelClass, estimate_costs, launch_features
+    from torch_tessera.target.costmodel import KernelClass, RooflineModel, estimate_costs, launch_features
 
     specs = parse_devices("sim:a100,sim:l40s")
-    attention_bytes, seconds = [], []
+    attention_bytes, seconds, roofline = [], [], []
     for context in (64, 2048):
         program = lower_without_weights(_cached_build_fn("llama", "tiny", BATCH, 1, context)).program
         feats = [launch_features(l) for l in program.launches]
         attention_bytes.append(sum(f.nbytes for f in feats if f.kernel_class is KernelClass.ATTENTION))
         seconds.append(estimate_costs(program, specs).seconds.sum(axis=0))
+        roofline.append(estimate_costs(program, specs, model=RooflineModel()).seconds.sum(axis=0))
     _, per_position = _kv_geometry()
     # attention moves at least the whole K and V caches of every layer: bytes grow with the context, ~linearly
     assert attention_bytes[1] >= 2 * 2 * BATCH * 2048 * per_position
     assert attention_bytes[1] / attention_bytes[0] > 0.5 * 2048 / 64
     assert np.all(seconds[1] > seconds[0])  # on both devices
-    # the slower-memory L40S (864 GB/s) loses more time to the longer context than the A100 (2039 GB/s)
-    growth = seconds[1] - seconds[0]
+    # over bandwidth alone (the roofline), the slower-memory L40S (864 GB/s) loses more time to the longer context
+    # than the A100 (2039 GB/s); the kernel model adds the L40S's 4.7x fp32 CUDA-core rate for the tiny model's
+    # fp32 attention arithmetic, so there the comparison can go either way
+    growth = roofline[1] - roofline[0]
     assert growth[1] > growth[0]
 
 

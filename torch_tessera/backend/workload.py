@@ -29,6 +29,7 @@ from typing import Sequence
 import torch
 
 from torch_tessera.backend.pipeline import analyze, estimate
+from torch_tessera.lowering.cache import cached_program
 from torch_tessera.lowering.fake import lower_without_weights
 from torch_tessera.target.costs import Topology
 from torch_tessera.target.devices import DeviceSpec
@@ -78,8 +79,9 @@ def _build_fn(name: str, size: str, batch: int, seq: int):
         from torch_tessera.models import build_module, get_model
 
         spec = get_model(name)
-        module = build_module(name, size, device="meta", dtype=torch.bfloat16 if size == "full" else torch.float32)
-        return module, spec.example_inputs(size, batch, seq or None, device="meta")
+        dtype = torch.bfloat16 if size == "full" else torch.float32
+        module = build_module(name, size, device="meta", dtype=dtype)
+        return module, spec.example_inputs(size, batch, seq or None, device="meta", dtype=dtype)
 
     return build
 
@@ -143,8 +145,11 @@ def model_workload(
         else:
             build_prefill = _build_fn(name, size, 1, prefill_tokens)
             build_decode = _build_fn(name, size, decode_batch, 1)
-        prefill = lower_without_weights(build_prefill).program
-        decode = lower_without_weights(build_decode).program
+        cached = "static-cache" if kv_cache and has_kv_cache(name) else "cacheless"
+        prefill = cached_program(f"{name}/{size}/{cached}/prefill/b1/t{prefill_tokens}/ctx{context}",
+                                 lambda: lower_without_weights(build_prefill).program)
+        decode = cached_program(f"{name}/{size}/{cached}/decode/b{decode_batch}/t1/ctx{context}",
+                                lambda: lower_without_weights(build_decode).program)
         pdag, ddag = analyze(prefill), analyze(decode)
         pcost, topo = estimate(prefill, specs)
         dcost, _ = estimate(decode, specs)
@@ -153,7 +158,8 @@ def model_workload(
         programs = (prefill, decode)
     else:
         b = batch or spec.default_shape[size][0]
-        program = lower_without_weights(_build_fn(name, size, b, 0)).program
+        program = cached_program(f"{name}/{size}/forward/b{b}",
+                                 lambda: lower_without_weights(_build_fn(name, size, b, 0)).program)
         dag = analyze(program)
         cost, topo = estimate(program, specs)
         wl = Workload.single(dag, cost)

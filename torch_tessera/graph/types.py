@@ -8,10 +8,8 @@ from typing import Mapping
 
 import networkx as nx
 
+from torch_tessera.lowering.op_class import OP_CLASSES  # noqa: F401 - the DAG's op_class values
 from torch_tessera.lowering.program import Buffer
-
-#: Kernel classes used for provenance-based baselines (``af``) and cost-model calibration.
-OP_CLASSES = ("gemm", "attention", "norm", "elementwise", "reduction", "other")
 
 #: The networkx node attribute that holds a node's :class:`KernelNode`.
 NODE_KEY = "kernel"

@@ -71,6 +71,12 @@ SOURCES: Mapping[str, Source] = {
     "b200-sm": Source("NVIDIA Blackwell architecture technical brief (148 SMs per B200, two dies)",
                       "https://resources.nvidia.com/en-us-blackwell-architecture", primary=True),
     "l4-ds": Source("NVIDIA L4 Tensor Core GPU datasheet", "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet"),
+    "cuda-guide": Source("NVIDIA CUDA C++ Programming Guide, 'Technical Specifications per Compute Capability' "
+                         "(maximum resident threads per SM: 2048 on 8.0/9.0/10.0, 1536 on 8.6/8.9/12.0)",
+                         "https://docs.nvidia.com/cuda/cuda-c-programming-guide/#compute-capabilities"),
+    "gpu-clocks-sec": Source("Boost clocks and L2 sizes NVIDIA does not print for these boards, as listed by "
+                             "TechPowerUp's GPU database (secondary)", "https://www.techpowerup.com/gpu-specs/",
+                             primary=False),
     "a10g-sec": Source("Baseten, 'NVIDIA A10 vs A10G for ML model inference' (NVIDIA publishes no A10G datasheet; "
                        "AWS lists 24 GB for G5); SM count 80 from the AWS G5 announcement",
                        "https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/", primary=False),
@@ -93,6 +99,40 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class KernelFigures:
+    """What a roofline over peak FLOP/s and DRAM bandwidth leaves out, per GPU model (used by the cost model).
+
+    Attributes:
+        boost_clock_hz: maximum boost clock, Hz (latency-bound kernels scale with it).
+        l2_bytes: L2 cache capacity, bytes (working sets that stay in cache).
+        peak_fp16_cuda_flops: non-tensor (CUDA-core) fp16/bf16 peak, FLOP/s (elementwise, norm, softmax).
+        peak_tf32_flops: dense TF32 tensor-core peak, FLOP/s.
+        peak_fp8_flops: dense FP8 tensor-core peak, FLOP/s (0: no FP8 tensor cores).
+        max_threads_per_sm: resident threads per SM (occupancy, hence waves of a grid).
+    """
+
+    boost_clock_hz: Figure
+    l2_bytes: Figure
+    peak_fp16_cuda_flops: Figure
+    peak_tf32_flops: Figure
+    peak_fp8_flops: Figure
+    max_threads_per_sm: Figure
+
+
+MEGA = 1e6
+MB = 1024 * 1024  # L2 sizes are printed in binary megabytes
+
+
+def _kernel_figures(src: str, clock_mhz: float, l2_mb: float, fp16_cuda_tflops: float, tf32_tflops: float,
+                    fp8_tflops: float, threads: int, clock_src: str | None = None, l2_src: str | None = None,
+                    notes: tuple[str, ...] = ("", "", "", "", "")) -> KernelFigures:
+    return KernelFigures(
+        Figure(clock_mhz * MEGA, clock_src or src, notes[0]), Figure(l2_mb * MB, l2_src or src, notes[1]),
+        Figure(fp16_cuda_tflops * TERA, src, notes[2]), Figure(tf32_tflops * TERA, src, notes[3]),
+        Figure(fp8_tflops * TERA, src, notes[4]), Figure(threads, "cuda-guide"))
+
+
+@dataclass(frozen=True)
 class CatalogEntry:
     """One real GPU model.
 
@@ -109,6 +149,7 @@ class CatalogEntry:
             (``"nvlink3"``, ``"nvlink4"``, ``"nvlink5"``, ``"pcie4"``, ``"pcie5"``).
         peer_access: whether two of these in one host can use CUDA peer copies.
         aliases: other spellings accepted after ``sim:`` and substrings matched in detected GPU names.
+        kernel: clocks, L2, CUDA-core and per-dtype tensor rates (:class:`KernelFigures`); ``None``: unknown.
     """
 
     key: str
@@ -122,6 +163,7 @@ class CatalogEntry:
     interconnect: str
     peer_access: bool = True
     aliases: tuple[str, ...] = ()
+    kernel: KernelFigures | None = None
 
     @property
     def figures(self) -> dict[str, Figure]:
@@ -142,6 +184,9 @@ _ENTRIES = (
         memory_bytes=Figure(80 * GIGA, "a100-ds"),
         sm_count=Figure(108, "ampere-wp"),
         interconnect="nvlink3", aliases=("a100-sxm", "a100-80gb", "a100-sxm4-80gb"),
+        kernel=_kernel_figures("ampere-wp", 1410, 40, 78, 156, 0, 2048,
+                               notes=("", "", "FP16 non-tensor 78 TFLOPS", "TF32 tensor 156 dense (312 sparse)",
+                                      "no FP8 tensor cores on sm_80")),
     ),
     CatalogEntry(
         "a100-pcie", "NVIDIA A100 80GB PCIe", "sm_80",
@@ -151,6 +196,9 @@ _ENTRIES = (
         memory_bytes=Figure(80 * GIGA, "a100-ds"),
         sm_count=Figure(108, "ampere-wp"),
         interconnect="pcie4", aliases=("a100-80gb-pcie",),
+        kernel=_kernel_figures("ampere-wp", 1410, 40, 78, 156, 0, 2048,
+                               notes=("", "", "FP16 non-tensor 78 TFLOPS", "TF32 tensor 156 dense (312 sparse)",
+                                      "no FP8 tensor cores on sm_80")),
     ),
     CatalogEntry(
         "l40s", "NVIDIA L40S", "sm_89",
@@ -160,6 +208,10 @@ _ENTRIES = (
         memory_bytes=Figure(48 * GIGA, "l40s-ds"),
         sm_count=Figure(142, "ada-wp", "142 RT cores = one per SM"),
         interconnect="pcie4", peer_access=False,
+        kernel=_kernel_figures("l40s-ds", 2520, 96, 91.6, 183, 733, 1536, l2_src="ada-wp",
+                               notes=("boost clock 2,520 MHz", "AD102: 96 MB L2", "Ada runs non-tensor FP16 at the "
+                                      "FP32 rate (ada-wp)", "TF32 tensor 183 dense (366 sparse)",
+                                      "FP8 tensor 733 dense (1,466 sparse)")),
     ),
     CatalogEntry(
         "h100", "NVIDIA H100 SXM", "sm_90",
@@ -169,6 +221,9 @@ _ENTRIES = (
         memory_bytes=Figure(80 * GIGA, "h100-ds"),
         sm_count=Figure(132, "hopper-wp"),
         interconnect="nvlink4", aliases=("h100-sxm", "h100-80gb-hbm3"),
+        kernel=_kernel_figures("hopper-wp", 1980, 50, 133.8, 494.7, 1979, 2048,
+                               notes=("H100 SXM5 max boost 1,980 MHz", "50 MB L2", "FP16 non-tensor 133.8 TFLOPS",
+                                      "TF32 989.4 sparse, halved", "FP8 3,958 sparse, halved")),
     ),
     CatalogEntry(
         "h200", "NVIDIA H200", "sm_90",
@@ -178,6 +233,9 @@ _ENTRIES = (
         memory_bytes=Figure(141 * GIGA, "h200-ds"),
         sm_count=Figure(132, "hopper-wp", "same GH100 configuration as H100 SXM; 132 also reported by torch on H200"),
         interconnect="nvlink4", aliases=("h200-sxm", "h200-141gb"),
+        kernel=_kernel_figures("hopper-wp", 1980, 50, 133.8, 494.7, 1979, 2048,
+                               notes=("GH100 as H100 SXM5: 1,980 MHz", "50 MB L2", "FP16 non-tensor 133.8 TFLOPS",
+                                      "TF32 989 sparse, halved (h200-ds)", "FP8 3,958 sparse, halved (h200-ds)")),
     ),
     CatalogEntry(
         "h20", "NVIDIA H20", "sm_90",
@@ -187,6 +245,10 @@ _ENTRIES = (
         memory_bytes=Figure(96 * GIGA, "h20-brief"),
         sm_count=Figure(78, "h20-brief"),
         interconnect="nvlink4",
+        kernel=_kernel_figures("h20-brief", 1980, 60, 88, 74, 296, 2048, clock_src="gpu-clocks-sec",
+                               l2_src="gpu-clocks-sec",
+                               notes=("GH100 clock as H100 SXM5 (secondary)", "60 MB L2 (secondary)",
+                                      "2x FP32 as on Hopper", "TF32 74 dense", "FP8 296 dense")),
     ),
     CatalogEntry(
         "rtxpro6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm_120",
@@ -198,6 +260,9 @@ _ENTRIES = (
         memory_bytes=Figure(96 * GIGA, "rtxpro-ds"),
         sm_count=Figure(188, "blackwell-rtx-wp"),
         interconnect="pcie5", peer_access=False, aliases=("rtx-pro-6000", "rtxpro", "rtx6000pro", "rtx-pro-6000-blackwell"),
+        kernel=_kernel_figures("blackwell-rtx-wp", 2617, 128, 120, 126, 1007.6, 1536,
+                               notes=("boost clock 2,617 MHz", "GB202: 128 MB L2", "non-tensor FP16 at the FP32 rate",
+                                      "TF32 tensor a quarter of FP16", "FP8 tensor twice FP16/BF16")),
     ),
     CatalogEntry(
         "b200", "NVIDIA B200 (HGX)", "sm_100",
@@ -207,6 +272,11 @@ _ENTRIES = (
         memory_bytes=Figure(180 * GIGA, "hgx-b200"),
         sm_count=Figure(148, "b200-sm"),
         interconnect="nvlink5",
+        kernel=_kernel_figures("hgx-b200", 1965, 126, 150, 1100, 4500, 2048, clock_src="gpu-clocks-sec",
+                               l2_src="gpu-clocks-sec",
+                               notes=("boost clock 1,965 MHz (secondary)", "126 MB L2, two dies (secondary)",
+                                      "not printed: 2x FP32 as on Hopper", "TF32 2.2 PF sparse, halved",
+                                      "FP8 9 PF sparse, halved")),
     ),
     CatalogEntry(
         "l4", "NVIDIA L4", "sm_89",
@@ -216,6 +286,9 @@ _ENTRIES = (
         memory_bytes=Figure(24 * GIGA, "l4-ds"),
         sm_count=Figure(58, "ada-wp", "7,424 CUDA cores / 128 per SM"),
         interconnect="pcie4", peer_access=False,
+        kernel=_kernel_figures("l4-ds", 2040, 48, 30.3, 60, 242.5, 1536, l2_src="ada-wp",
+                               notes=("boost clock 2,040 MHz", "AD104: 48 MB L2", "non-tensor FP16 at the FP32 rate",
+                                      "TF32 120 sparse, halved", "FP8 485 sparse, halved")),
     ),
     CatalogEntry(
         "a10g", "NVIDIA A10G (AWS)", "sm_86",
@@ -225,6 +298,11 @@ _ENTRIES = (
         memory_bytes=Figure(24 * GIGA, "a10g-sec"),
         sm_count=Figure(80, "a10g-sec"),
         interconnect="pcie4", peer_access=False,
+        kernel=_kernel_figures("a10g-sec", 1710, 6, 35, 35, 0, 1536, clock_src="gpu-clocks-sec",
+                               l2_src="gpu-clocks-sec",
+                               notes=("boost clock 1,710 MHz (secondary)", "GA102: 6 MB L2 (secondary)",
+                                      "non-tensor FP16 at the FP32 rate on GA10x", "TF32 35 dense as reported",
+                                      "no FP8 tensor cores on sm_86")),
     ),
 )
 

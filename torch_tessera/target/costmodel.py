@@ -19,7 +19,6 @@ bf16/fp16 tensor-core peak for GEMM and attention on 16-bit inputs, the fp32 pea
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from dataclasses import dataclass, field, replace
@@ -29,30 +28,19 @@ import numpy as np
 import torch
 
 from torch_tessera.errors import DeviceUnavailableError
-from torch_tessera.lowering.program import ExternLaunch, KernelProgram, Launch, TensorArg, TritonLaunch
+from torch_tessera.lowering.op_class import GEMM_OPS, OpClass, op_name
+from torch_tessera.lowering.op_class import classify as classify_launch
+from torch_tessera.lowering.program import BufferKind, ExternLaunch, KernelProgram, Launch, TensorArg, TritonLaunch
 from torch_tessera.target.costs import CostTable
 from torch_tessera.target.devices import DeviceSpec, parse_device
+from torch_tessera.target.catalog import CATALOG
+from torch_tessera.target.kernelmodel import CALIBRATED, EXTERN_THREADS, TILE, KernelModel
 
 log = logging.getLogger(__name__)
 
 
-class KernelClass(str, enum.Enum):
-    """What bounds a kernel, roughly: the efficiencies of the roofline are fitted per class."""
-
-    GEMM = "gemm"
-    ATTENTION = "attention"
-    NORM = "norm"
-    ELEMENTWISE = "elementwise"
-    REDUCTION = "reduction"
-    OTHER = "other"
-
-
-GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_int_mm", "addmv", "mv", "_scaled_mm",
-            "convolution", "_convolution", "conv2d", "conv1d", "conv3d"}
-NORM_OPS = {"native_layer_norm", "layer_norm", "rms_norm", "_fused_rms_norm", "native_group_norm", "group_norm",
-            "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "batch_norm"}
-REDUCTION_OPS = {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "_softmax", "softmax",
-                 "_log_softmax", "log_softmax", "logsumexp", "var", "var_mean", "std", "prod", "cumsum", "any", "all"}
+#: The cost model's kernel classes are the one classifier's (:mod:`torch_tessera.lowering.op_class`).
+KernelClass = OpClass
 REDUCTION_PARAMS = {"rnumel", "r0_numel", "r1_numel"}
 NUMEL_PARAMS = {"xnumel", "ynumel", "znumel"} | REDUCTION_PARAMS
 #: Inductor's pointwise / persistent-reduction / looped-reduction kernels: each index of their iteration space
@@ -60,32 +48,9 @@ NUMEL_PARAMS = {"xnumel", "ynumel", "znumel"} | REDUCTION_PARAMS
 ITERATION_BOUND_PREFIXES = ("triton_poi_", "triton_per_", "triton_red_")
 
 
-def op_name(qualified: str) -> str:
-    """``"aten::mm.out"`` / ``"aten.mm.default"`` / ``"mm"`` -> ``"mm"``."""
-    parts = qualified.replace("::", ".").split(".")
-    return parts[1] if len(parts) > 1 and parts[0] in ("aten", "prims", "torch") else parts[0]
-
-
-def _is_attention(name: str) -> bool:
-    return "attention" in name or "sdpa" in name or name.startswith("_flash")
-
-
 def classify(launch: Launch) -> KernelClass:
-    """The kernel class of a launch, from its op (extern) or the ATen ops fused into it (Triton)."""
-    fused = {op_name(o) for o in launch.provenance.aten_ops}
-    if isinstance(launch, ExternLaunch):
-        name = op_name(launch.op)
-        fused = fused | {name}
-    if fused & GEMM_OPS:
-        return KernelClass.GEMM
-    if any(_is_attention(n) for n in fused):
-        return KernelClass.ATTENTION
-    if fused & NORM_OPS or ("rsqrt" in fused and fused & {"mean", "var", "var_mean", "sum"}):
-        return KernelClass.NORM
-    if isinstance(launch, TritonLaunch):
-        reduces = bool(set(launch.param_names) & REDUCTION_PARAMS) or bool(fused & REDUCTION_OPS)
-        return KernelClass.REDUCTION if reduces else KernelClass.ELEMENTWISE
-    return KernelClass.REDUCTION if fused & REDUCTION_OPS else KernelClass.OTHER
+    """The kernel class of a launch: :func:`torch_tessera.lowering.op_class.classify`."""
+    return classify_launch(launch)
 
 
 @dataclass(frozen=True)
@@ -99,6 +64,11 @@ class LaunchFeatures:
         nbytes: bytes read plus bytes written.
         tensor_core: whether the FLOPs run on tensor cores (16-bit GEMM/attention inputs).
         label: kernel name or op, for tables.
+        param_bytes: the part of ``nbytes`` in parameter and state buffers (weights, KV caches: resident across calls
+            and, all layers together, larger than any L2, so read from DRAM every step).
+        blocks: CTAs of the grid (Triton: the launch grid; extern GEMM/attention: 128 x 128 output tiles); 0: unknown.
+        threads_per_block: threads of one CTA (Triton: ``num_warps x 32``); 0: unknown.
+        dtype: compute dtype, ``"bf16"``, ``"fp16"``, ``"fp32"`` or ``"fp8"``.
     """
 
     index: int
@@ -107,6 +77,10 @@ class LaunchFeatures:
     nbytes: float
     tensor_core: bool
     label: str
+    param_bytes: float = 0.0
+    blocks: int = 0
+    threads_per_block: int = 0
+    dtype: str = "fp32"
 
     @property
     def intensity(self) -> float:
@@ -136,7 +110,7 @@ def _tensors(obj: Any) -> Iterable[TensorArg]:
             yield from _tensors(o)
 
 
-def _triton_features(launch: TritonLaunch, kclass: KernelClass) -> LaunchFeatures:
+def _triton_features(launch: TritonLaunch, kclass: KernelClass, buffers: Mapping[str, Any]) -> LaunchFeatures:
     tensors = distinct(launch.tensor_args.values())
     numels = [a.value for n, a in zip(launch.param_names, launch.args)
               if n in NUMEL_PARAMS and isinstance(getattr(a, "value", None), int)]
@@ -149,8 +123,13 @@ def _triton_features(launch: TritonLaunch, kclass: KernelClass) -> LaunchFeature
         nbytes = sum(view_bytes(t) for t in tensors)
     ops = max(1, len(launch.provenance.aten_ops))
     dtypes = {t.dtype for t in tensors}
-    tensor_core = kclass in (KernelClass.GEMM, KernelClass.ATTENTION) and bool(dtypes & {torch.bfloat16, torch.float16})
-    return LaunchFeatures(launch.index, kclass, float(elements * ops), float(nbytes), tensor_core, launch.kernel)
+    templated = not launch.kernel.startswith(ITERATION_BOUND_PREFIXES)  # a Triton GEMM/attention template
+    tensor_core = templated and kclass in (KernelClass.GEMM, KernelClass.ATTENTION) and bool(
+        dtypes & {torch.bfloat16, torch.float16})
+    blocks = math.prod(launch.grid) if launch.grid else 0
+    warps = launch.config.get("num_warps", 4) if launch.config else 4
+    return LaunchFeatures(launch.index, kclass, float(elements * ops), float(nbytes), tensor_core, launch.kernel,
+                          _param_bytes(tensors, buffers, nbytes), int(blocks), int(warps) * 32, _dtype(dtypes))
 
 
 def _arg(launch: ExternLaunch, name: str, default: Any = None) -> Any:
@@ -201,28 +180,72 @@ def _attention_flops(name: str, launch: ExternLaunch) -> float:
     return flops
 
 
-def _extern_features(launch: ExternLaunch, kclass: KernelClass) -> LaunchFeatures:
+def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping[str, Any]) -> LaunchFeatures:
     name = op_name(launch.op)
     tensors = distinct([*_tensors(launch.args), *_tensors(launch.kwargs), *launch.outputs])
     nbytes = sum(view_bytes(t) for t in tensors)
-    if kclass is KernelClass.GEMM:
+    if name in GEMM_OPS:  # a GEMM, or the batched product of a decomposed attention (class attention)
         flops = _gemm_flops(name, launch)
     elif kclass is KernelClass.ATTENTION:
         flops = _attention_flops(name, launch)
     else:
         flops = 0.0
     inputs = [t for t in _tensors(launch.args) if isinstance(t, TensorArg)]
-    tensor_core = kclass in (KernelClass.GEMM, KernelClass.ATTENTION) and bool(
+    tensor_core = flops > 0 and kclass in (KernelClass.GEMM, KernelClass.ATTENTION) and bool(
         inputs and inputs[-1].dtype in (torch.bfloat16, torch.float16))
-    return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.op)
+    out = launch.outputs[0] if launch.outputs else (inputs[-1] if inputs else None)
+    blocks = _extern_blocks(name, out, inputs) if flops > 0 else 0
+    return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.op,
+                          _param_bytes(tensors, buffers, nbytes), blocks, EXTERN_THREADS if flops > 0 else 0,
+                          _dtype({t.dtype for t in inputs}))
 
 
-def launch_features(launch: Launch) -> LaunchFeatures:
-    """FLOPs, bytes and class of one launch (see the module docstring for the formulas)."""
+def _extern_blocks(name: str, out: TensorArg | None, inputs: Sequence[TensorArg]) -> int:
+    """CTAs of a cuBLAS/FlashAttention launch: 128 x 128 tiles of the output (per batch / head), for waves."""
+    if out is None or not out.size:
+        return 0
+    rows = out.size[-2] if len(out.size) >= 2 else 1
+    cols = out.size[-1]
+    if name.startswith(("_scaled_dot_product", "scaled_dot_product", "_flash", "_efficient")) and inputs:
+        q = inputs[0]  # (B, H, L, E): one CTA per 128 query rows per head
+        return int(math.prod(q.size[:-2]) * math.ceil(q.size[-2] / TILE)) if len(q.size) >= 3 else 0
+    batch = math.prod(out.size[:-2]) if len(out.size) > 2 else 1
+    return int(batch * math.ceil(rows / TILE) * math.ceil(cols / TILE))
+
+
+def _dtype(dtypes: Iterable[torch.dtype]) -> str:
+    """The compute dtype of a launch from its tensors' dtypes (the narrowest floating one)."""
+    ds = set(dtypes)
+    if ds & {torch.float8_e4m3fn, torch.float8_e5m2}:
+        return "fp8"
+    if torch.bfloat16 in ds:
+        return "bf16"
+    if torch.float16 in ds:
+        return "fp16"
+    return "fp32"
+
+
+def _param_bytes(tensors: Sequence[TensorArg], buffers: Mapping[str, Any], nbytes: float) -> float:
+    """Bytes of ``tensors`` that live in parameter or state buffers (capped at ``nbytes``)."""
+    if not buffers:
+        return 0.0
+    total = sum(view_bytes(t) for t in tensors
+                if getattr(buffers.get(t.buffer), "kind", None) in (BufferKind.PARAMETER, BufferKind.STATE))
+    return float(min(total, nbytes))
+
+
+def launch_features(launch: Launch, buffers: Mapping[str, Any] | None = None) -> LaunchFeatures:
+    """FLOPs, bytes, class, grid and dtype of one launch (see the module docstring for the formulas).
+
+    Args:
+        launch: the launch.
+        buffers: the program's buffers by name (:attr:`KernelProgram.buffers`), to tell parameter bytes apart;
+            ``None``: no byte counts as a parameter's.
+    """
     kclass = classify(launch)
     if isinstance(launch, TritonLaunch):
-        return _triton_features(launch, kclass)
-    return _extern_features(launch, kclass)
+        return _triton_features(launch, kclass, buffers or {})
+    return _extern_features(launch, kclass, buffers or {})
 
 
 # ------------------------------------------------------------------------------------------------------- the roofline
@@ -329,25 +352,34 @@ def calibrate(measured: Sequence[tuple[LaunchFeatures, float]], device: DeviceSp
 
 
 def estimate_costs(program: KernelProgram, devices: Sequence[DeviceSpec | str], kernels: Sequence[int] | None = None,
-                   model: RooflineModel | None = None) -> CostTable:
+                   model: RooflineModel | KernelModel | None = None) -> CostTable:
     """Predicted seconds of every launch (or of ``kernels``, launch indices) on every device.
 
     Args:
         program: the kernel program.
         devices: specs or device strings (``"sim:a100"``, ``"cuda:1@24sm"``...).
         kernels: launch indices to cost; all launches when ``None``.
-        model: the roofline (default priors when ``None``; pass a :func:`calibrate` result).
+        model: :class:`~torch_tessera.target.kernelmodel.KernelModel` (default: :data:`DEFAULT_MODEL`, the constants
+            ``tessera calibrate`` fitted) or a :class:`RooflineModel`.
 
     Raises:
         DeviceUnavailableError: a device has no datasheet figures.
     """
-    model = model or RooflineModel()
     specs = [_as_spec(d) for d in devices]
+    models = [model or default_model(d) for d in specs]
     by_index = {l.index: l for l in program.launches}
     wanted = list(by_index) if kernels is None else list(kernels)
     seconds = np.empty((len(wanted), len(specs)))
     for r, k in enumerate(wanted):
-        f = launch_features(by_index[k])
+        f = launch_features(by_index[k], program.buffers)
         for c, d in enumerate(specs):
-            seconds[r, c] = model.predict(f, d)
-    return CostTable(tuple(d.name for d in specs), tuple(wanted), seconds, source=f"roofline model: {model.source}")
+            seconds[r, c] = models[c].predict(f, d)
+    names = sorted({f"{type(m).__name__}: {m.source}" for m in models})
+    return CostTable(tuple(d.name for d in specs), tuple(wanted), seconds, source="; ".join(names))
+
+
+def default_model(device: DeviceSpec) -> RooflineModel | KernelModel:
+    """:data:`~torch_tessera.target.kernelmodel.CALIBRATED` for a GPU with kernel figures in the catalog, else the
+    prior :class:`RooflineModel` (CPU virtual devices, GPUs outside the catalog)."""
+    e = CATALOG.get(device.catalog_key or "")
+    return CALIBRATED if e is not None and e.kernel is not None else RooflineModel()

@@ -1,0 +1,57 @@
+"""tessera pairs (table labelled SIMULATED, the paper's Fig. 6 beside) and tessera calibrate (the fit)."""
+
+import dataclasses
+
+import pytest
+
+from torch_tessera.commands.calibrate import FREE, Sample, _errors, _sim_name, fit
+from torch_tessera.commands.pairs import FIG6, PAIRS, PAPER_ROW, PLANS, format_pair
+from torch_tessera.lowering.op_class import OpClass
+from torch_tessera.target.costmodel import LaunchFeatures
+from torch_tessera.target.devices import parse_device
+from torch_tessera.target.kernelmodel import KernelModel
+
+
+def test_fig6_has_every_pair_model_and_plan():
+    for pair in PAIRS:
+        assert set(FIG6[pair]) == set(PAPER_ROW.values())
+        for row in FIG6[pair].values():
+            assert len(row) == len(PLANS) and row[-1] == max(v for v in row if v is not None)  # tessera best
+    assert FIG6[("a100", "l40s")]["LM"][-1] == 2525.38
+
+
+def test_pair_table_is_labelled_and_gives_ratios():
+    res = {"model": "llama", "pair": ["a100", "l40s"], "unit": "tok/s", "note": "",
+           "plans": [{"plan": "homo-L", "predicted": 1000.0, "paper": 1288.3, "price_per_hour": 1.5,
+                      "per_price": 666.7, "reason": ""},
+                     {"plan": "tessera", "predicted": 2000.0, "paper": 2525.38, "price_per_hour": 2.5,
+                      "per_price": 800.0, "reason": ""},
+                     {"plan": "af", "predicted": None, "paper": None, "price_per_hour": None, "per_price": None,
+                      "reason": "af needs attention kernels"}]}
+    text = format_pair(res)
+    assert text.startswith("SIMULATED llama on a100 + l40s")
+    assert "0.776" in text and "0.792" in text  # predicted / paper
+    assert "tessera / best baseline: 2.00x SIMULATED" in text and "n/a: af needs" in text
+
+
+def test_device_names_of_measured_runs():
+    assert _sim_name("cuda:1@24sm", "h200") == "sim:h200@24sm" and _sim_name("cuda:0", "h200") == "sim:h200"
+
+
+def test_fit_recovers_known_constants_from_synthetic_launches():
+    truth = KernelModel(eta_tensor=0.6, eta_cuda=0.2, eta_memory=0.7, l2_bytes_per_clock_per_sm=64.0,
+                        latency_cycles=6000.0, floor_s=2e-6)
+    specs = {d: parse_device(d) for d in ("sim:h200", "sim:h200@24sm")}
+    samples = []
+    for d in specs:
+        for k in range(14):
+            gemm = LaunchFeatures(k, OpClass.GEMM, 2.0 * (256 << k) ** 3 / 64, 1e6 * 2**k, True, "mm", 0.0,
+                                  64 << k, 256, "bf16")
+            stream = LaunchFeatures(k, OpClass.ELEMENTWISE, 1e5 * 2**k, 1e5 * 2**k, False, "add", 1e5 * 2**k,
+                                    128 << k, 128, "bf16")
+            for f in (gemm, stream):
+                samples.append(Sample("m", "p", d, f, truth.predict(f, specs[d])))
+    start = dataclasses.replace(truth, **{n: getattr(truth, n) * 1.6 for n in FREE})
+    m = fit(samples, specs, start=start)
+    assert abs(_errors(m, samples, specs)).max() < 0.05
+    assert abs(_errors(start, samples, specs)).max() > 0.2

@@ -1,0 +1,220 @@
+"""``tessera calibrate``: fit the kernel cost model's free constants to launches measured on one GPU and its
+partitions, holding one model out at a time, and print the held-out error.
+
+Data: every ``bench.json`` under ``--results`` whose measured bench saved per-launch seconds
+(``measured.meta.kernel_seconds``: program -> device -> seconds per launch, in program order). Those seconds were timed
+one launch at a time and calibrated to the whole program replayed back to back
+(:func:`torch_tessera.target.profiler.calibrate_to_total`): launches at that function's floor (1 us) carry no
+measurement and are left out, as are launches below ``--min-us``.
+
+Features: the same programs (the bench's settings) are lowered here without weights. Programs lowered on a machine
+without a GPU fuse differently from the GPU's (Inductor's CPU heuristics), so launches are matched to the measured ones
+by kernel name (index suffix dropped) along the program order (longest matching blocks), and only matched launches are
+used; the table says how many.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import glob
+import json
+import math
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+
+HELP = "fit the kernel cost model's free constants to measured launches (held-out error per model)"
+
+#: The free constants fitted, with their search bounds (log-uniform).
+FREE = {"eta_tensor": (0.05, 1.0), "eta_cuda": (0.01, 1.0), "eta_memory": (0.1, 1.0),
+        "l2_bytes_per_clock_per_sm": (4.0, 512.0), "latency_cycles": (100.0, 40000.0), "floor_s": (1e-7, 2e-5)}
+
+
+#: Settings of the measured bench that decide its programs (the rest decide how plans were run).
+SHAPE_KEYS = ("model", "size", "layers", "prefill_tokens", "decode_batch", "context", "output_tokens")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured launch: the model, program, device string (``sim:h200@24sm``), features and seconds."""
+
+    model: str
+    program: str
+    device: str
+    features: object
+    seconds: float
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", default="docs/results", help="directory searched for bench.json files")
+    parser.add_argument("--min-us", type=float, default=5.0, help="leave out launches measured below this (us)")
+    parser.add_argument("--out", default=None, help="write the table and the fitted constants as JSON here")
+
+
+def _signature(name: str) -> str:
+    return re.sub(r"_\d+$", "", name)
+
+
+def _gpu_key(meta: dict) -> str:
+    from torch_tessera.target.catalog import match_gpu_name
+
+    for text in meta.get("cost_sources", {}).values():
+        m = re.search(r"\((NVIDIA [^,]+), sm_\d+\)", text)
+        if m and (e := match_gpu_name(m.group(1))):
+            return e.key
+    return "h200"
+
+
+def _sim_name(device: str, gpu: str) -> str:
+    """``cuda:1@24sm`` measured on an H200 -> ``sim:h200@24sm``."""
+    m = re.match(r"cuda:\d+(@.*)?$", device)
+    return f"sim:{gpu}{m.group(1) or ''}" if m else device
+
+
+def _programs(settings: dict):
+    """The bench's programs lowered without weights (cached): name -> KernelProgram."""
+    import torch
+
+    from torch_tessera.lowering.cache import cached_program
+    from torch_tessera.lowering.fake import lower_without_weights
+    from torch_tessera.measure.programs import BUILDERS
+    from torch_tessera.measure.settings import MeasureSettings
+
+    keep = {f.name for f in fields(MeasureSettings)} & {"model", "size", "layers", "prefill_tokens", "decode_batch",
+                                                         "context", "output_tokens"}
+    s = MeasureSettings(devices="cpu:0,cpu:1", **{k: v for k, v in settings.items() if k in keep})
+    key = f"measured/{s.model}/{s.size}/layers{s.kept_layers}/shape{s.shape}"
+    names = ("denoise",) if s.family == "diffusion" else ("prefill", "decode")
+    out = {}
+    built = None
+    for i, name in enumerate(names):
+        def lower(i=i):
+            nonlocal built
+            if built is None:
+                with torch.device("meta"):
+                    built = BUILDERS[s.family](s, "meta", torch.bfloat16)
+            prog = built[i]
+            return lower_without_weights(lambda: (prog.module, prog.inputs)).program
+        out[name] = cached_program(f"{key}/{name}", lower)
+    return out
+
+
+def load_samples(results: str, min_s: float) -> tuple[list[Sample], list[str]]:
+    """Measured launches matched to lowered features, and one coverage line per (model, program)."""
+    from torch_tessera.target.costmodel import launch_features
+    from torch_tessera.target.devices import parse_device
+
+    by_setting: dict[str, list[dict]] = {}
+    for path in sorted(glob.glob(f"{results}/**/bench.json", recursive=True)):
+        meta = json.loads(Path(path).read_text()).get("measured", {}).get("meta", {})
+        if "kernel_seconds" in meta and "launch_names" in meta:
+            shape = {k: meta["settings"].get(k) for k in SHAPE_KEYS}  # what the programs depend on
+            by_setting.setdefault(json.dumps(shape, sort_keys=True), []).append(meta)
+    samples, coverage, specs = [], [], {}
+    for setting, metas in by_setting.items():
+        for meta in metas:
+            for d in meta["devices"]:
+                name = _sim_name(d, _gpu_key(meta))
+                specs.setdefault(name, parse_device(name))
+        programs = _programs(json.loads(setting))
+        for name, prog in programs.items():
+            gpu_names = [_signature(n) for n in metas[0]["launch_names"][name]]
+            ours = [_signature(getattr(l, "kernel", None) or l.op) for l in prog.launches]
+            blocks = difflib.SequenceMatcher(None, gpu_names, ours, autojunk=False).get_matching_blocks()
+            pairs = [(b.a + i, b.b + i) for b in blocks for i in range(b.size)]
+            times: dict[tuple[str, int], list[float]] = {}
+            for meta in metas:
+                gpu = _gpu_key(meta)
+                for d, col in zip(meta["devices"], meta["kernel_seconds"][name]):
+                    for a, _ in pairs:
+                        times.setdefault((_sim_name(d, gpu), a), []).append(col[a])
+            feats = {a: launch_features(prog.launches[b], prog.buffers) for a, b in pairs}
+            seen, used, impossible = set(), 0, 0
+            for (dev, a), ts in times.items():
+                t = float(np.median(ts))
+                f = feats[a]
+                key = (dev, f.label, f.flops, f.nbytes)
+                if t < min_s or key in seen:
+                    continue
+                if f.param_bytes / t > 1.05 * specs[dev].mem_bandwidth:
+                    impossible += 1  # weights streamed faster than the DRAM's datasheet figure: not a measurement
+                    continue
+                seen.add(key)
+                used += 1
+                samples.append(Sample(metas[0]["model"], name, dev, f, t))
+            coverage.append(f"{metas[0]['model']} {name}: {len(pairs)} of {len(gpu_names)} measured launches matched "
+                            f"by name ({len(ours)} lowered here); {used} distinct (device, launch) samples >= "
+                            f"{min_s * 1e6:g} us ({impossible} left out: weights faster than DRAM), "
+                            f"{len(metas)} bench.json")
+    return samples, coverage
+
+
+def _errors(model, samples: list[Sample], specs: dict) -> np.ndarray:
+    return np.array([model.predict(s.features, specs[s.device]) / s.seconds - 1 for s in samples])
+
+
+def fit(samples: list[Sample], specs: dict, start=None, restarts: int = 4):
+    """The :class:`KernelModel` minimising the mean absolute log error over ``samples`` (robust to the outliers of
+    one-by-one timing; Nelder-Mead over the log of the free constants, clipped to :data:`FREE`)."""
+    from scipy.optimize import minimize
+
+    from torch_tessera.target.kernelmodel import KernelModel
+
+    start = start or KernelModel()
+    names = list(FREE)
+    lo = np.log([FREE[n][0] for n in names])
+    hi = np.log([FREE[n][1] for n in names])
+
+    def model_at(x):
+        x = np.clip(x, lo, hi)
+        return replace(start, **{n: float(math.exp(v)) for n, v in zip(names, x)})
+
+    def loss(x):
+        e = _errors(model_at(x), samples, specs)
+        return float(np.mean(np.abs(np.log1p(e))))
+
+    x = np.log([getattr(start, n) for n in names])
+    for _ in range(restarts):  # Nelder-Mead restarted from its own result escapes the simplex's early collapse
+        x = minimize(loss, x, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-4, "fatol": 1e-8}).x
+    return model_at(x)
+
+
+def run(args: argparse.Namespace) -> int:
+    from torch_tessera.errors import ConfigError
+    from torch_tessera.target.devices import parse_device
+
+    samples, coverage = load_samples(args.results, args.min_us * 1e-6)
+    if not samples:
+        raise ConfigError(f"no bench.json with measured per-launch seconds (kernel_seconds) under {args.results}")
+    specs = {d: parse_device(d) for d in {s.device for s in samples}}
+    models = sorted({s.model for s in samples})
+    print("SIMULATED cost model vs launches MEASURED on the H200 (whole GPU) and its green-context partitions")
+    for line in coverage:
+        print("  " + line)
+    rows = []
+    print(f"\n{'held out':10} {'fitted on':18} {'whole GPU: n, median |err|':28} {'partitions: n, median |err|':28}")
+    for held in models:
+        train = [s for s in samples if s.model != held]
+        test = [s for s in samples if s.model == held]
+        m = fit(train, specs)
+        row = {"held_out": held, "fitted_on": [x for x in models if x != held]}
+        for part, sel in (("whole", lambda s: "@" not in s.device), ("partitions", lambda s: "@" in s.device)):
+            t = [s for s in test if sel(s)]
+            err = np.abs(_errors(m, t, specs)) if t else np.array([math.nan])
+            row[part] = {"n": len(t), "median_abs_error": float(np.median(err))}
+        rows.append(row)
+        print(f"{held:10} {','.join(row['fitted_on']):18} "
+              f"{row['whole']['n']:5d} {row['whole']['median_abs_error'] * 100:6.1f} %{'':14} "
+              f"{row['partitions']['n']:5d} {row['partitions']['median_abs_error'] * 100:6.1f} %")
+    final = fit(samples, specs)
+    consts = {n: getattr(final, n) for n in FREE}
+    print("\nconstants fitted on every model (the CALIBRATED model):")
+    for n, v in consts.items():
+        print(f"  {n} = {v:.4g}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"coverage": coverage, "held_out": rows, "constants": consts}, indent=1))
+    return 0

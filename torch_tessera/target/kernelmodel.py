@@ -1,0 +1,127 @@
+"""The kernel cost model: what a roofline over peak FLOP/s and DRAM bandwidth drops, from datasheet figures.
+
+For one launch (:class:`~torch_tessera.target.costmodel.LaunchFeatures`) on one device, seconds are::
+
+    t = floor + latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
+
+    t_tensor = tensor-core FLOPs / (tensor peak of the dtype x SM share x eta_tensor x wave efficiency)
+    t_cuda   = other FLOPs       / (CUDA-core peak of the dtype x SM share x eta_cuda x wave efficiency)
+    t_memory = DRAM bytes / (bandwidth of the SMs the grid occupies x eta_memory)
+               + L2 bytes / (l2_bytes_per_clock_per_sm x occupied SMs x clock)
+
+where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, each figure with its source):
+
+* ``clock``: the boost clock, so latency-bound and small kernels run faster on a higher-clocked GPU;
+* the tensor-core peak per dtype and generation (bf16/fp16, tf32 for fp32 GEMMs, fp8) and the CUDA-core fp16/fp32
+  peak (elementwise, norm, softmax);
+* wave quantization: a grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x
+  resident CTAs per SM`` (resident threads per SM / threads per CTA; one tensor-core tile CTA per SM); a grid smaller
+  than ``slots`` spreads over ``min(SMs, blocks)`` SMs, which run at their full rate and whose DRAM bandwidth follows
+  the partition model (:func:`torch_tessera.target.devices.partition_bandwidth`);
+* L2 capacity: a launch's activation bytes (not parameters or state such as KV caches, which persist across calls
+  and are read from DRAM every step) come from L2 when they fit in half of it (producer and consumer both resident);
+* the launch floor.
+
+The free constants (:class:`KernelModel` fields) are the ones no datasheet prints: the fractions of the tensor,
+CUDA-core and DRAM peaks that real kernels reach, the L2 bytes per clock per SM, the latency cycles of a kernel and
+the launch floor. They are fitted once on one GPU and its partitions (``tessera calibrate``) and shared by every GPU:
+no factor is fitted per GPU, pair or model. Their values and the fit are in docs/BENCHMARKS.md, kernel cost model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch_tessera.errors import DeviceUnavailableError
+from torch_tessera.target import catalog
+from torch_tessera.target.devices import DeviceSpec, partition_bandwidth
+
+#: Threads of a cuBLAS/FlashAttention CTA (8 warps) and its output tile edge, for grids of extern launches.
+EXTERN_THREADS = 256
+TILE = 128
+
+
+@dataclass(frozen=True)
+class KernelModel:
+    """The free constants of the kernel cost model (module docstring).
+
+    Attributes:
+        eta_tensor: fraction of the tensor-core peak a GEMM/attention reaches.
+        eta_cuda: fraction of the CUDA-core peak elementwise/norm/reduction arithmetic reaches.
+        eta_memory: fraction of the DRAM bandwidth a streaming kernel reaches.
+        l2_bytes_per_clock_per_sm: L2 bytes served per clock per occupied SM.
+        latency_cycles: cycles of a kernel's dependent latency (ramp-up, DRAM round trips, tail), at the boost clock.
+        floor_s: launch floor, seconds (the same on every GPU: it is the front end's, not the SMs').
+        source: where the constants come from.
+    """
+
+    eta_tensor: float = 0.7
+    eta_cuda: float = 0.3
+    eta_memory: float = 0.8
+    l2_bytes_per_clock_per_sm: float = 64.0
+    latency_cycles: float = 4000.0
+    floor_s: float = 2e-6
+    source: str = "prior constants (not calibrated)"
+
+    def predict(self, f, device: DeviceSpec) -> float:
+        """Seconds of one launch ``f`` (:class:`~torch_tessera.target.costmodel.LaunchFeatures`) on ``device``.
+
+        Raises:
+            DeviceUnavailableError: the device's GPU has no kernel figures in the catalog.
+        """
+        e = catalog.CATALOG.get(device.catalog_key or "")
+        known = device.peak_bf16_flops > 0 and device.mem_bandwidth > 0  # NaN compares False
+        if e is None or e.kernel is None or not device.total_sms or not known:
+            raise DeviceUnavailableError(f"{device.name} ({device.model}) has no kernel figures in target/catalog.py: "
+                                         "profile it instead of modelling it, or add its figures")
+        k = e.kernel
+        clock = k.boost_clock_hz.value
+        sms = device.sm_count
+        share = sms / device.total_sms
+        threads = f.threads_per_block or (EXTERN_THREADS if f.tensor_core else 128)
+        # a tensor-core tile CTA (128 x 128, pipelined stages) fills an SM's shared memory: one per SM
+        per_sm = 1 if f.tensor_core else max(1, int(k.max_threads_per_sm.value) // threads)
+        blocks = f.blocks or sms * per_sm
+        slots = sms * per_sm
+        if blocks >= slots:  # full waves and a partial last one
+            wave_eff = blocks / (math.ceil(blocks / slots) * slots)
+            occupied = sms
+        else:  # one partial wave, its CTAs spread one per SM first: each occupied SM runs at its full rate
+            occupied = min(sms, blocks)
+            wave_eff = occupied / sms
+
+        tc_peak, cc_peak = _peaks(e, f.dtype)
+        tc_flops = f.flops if f.tensor_core else 0.0
+        cc_flops = 0.0 if f.tensor_core else f.flops
+        t_tensor = tc_flops / (tc_peak * share * self.eta_tensor * wave_eff) if tc_flops else 0.0
+        t_cuda = cc_flops / (cc_peak * share * self.eta_cuda * wave_eff) if cc_flops else 0.0
+
+        bandwidth = partition_bandwidth(e.mem_bandwidth.value, device.total_sms, occupied, device.throttle_sms)
+        bandwidth = min(bandwidth, device.mem_bandwidth)
+        activations = max(0.0, f.nbytes - f.param_bytes)
+        in_l2 = activations if activations <= k.l2_bytes.value / 2 else 0.0
+        dram = f.nbytes - in_l2
+        t_memory = dram / (bandwidth * self.eta_memory)
+        if in_l2:
+            t_memory += in_l2 / (self.l2_bytes_per_clock_per_sm * occupied * clock)
+        return self.floor_s + self.latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
+
+
+def _peaks(e: catalog.CatalogEntry, dtype: str) -> tuple[float, float]:
+    """``(tensor-core peak, CUDA-core peak)`` FLOP/s of the whole GPU for a compute dtype."""
+    k = e.kernel
+    fp32 = e.peak_fp32_flops.value
+    if dtype in ("bf16", "fp16"):
+        return e.peak_bf16_flops.value, k.peak_fp16_cuda_flops.value
+    if dtype == "fp8":
+        return (k.peak_fp8_flops.value or e.peak_bf16_flops.value), k.peak_fp16_cuda_flops.value
+    # fp32 GEMMs: PyTorch's default (allow_tf32 off for matmul) runs them on CUDA cores
+    return fp32, fp32
+
+
+#: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
+CALIBRATED = KernelModel(eta_tensor=0.9332, eta_cuda=1.0, eta_memory=1.0, l2_bytes_per_clock_per_sm=512.0,
+                         latency_cycles=25690.0, floor_s=1e-7,
+                         source="tessera calibrate: H200 whole GPU and 24/72-SM partitions, 105 measured launches of "
+                                "llama, mamba and dit")
