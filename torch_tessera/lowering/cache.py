@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 import triton
 
+from torch_tessera import knobs
 from torch_tessera.lowering.program import KernelProgram
 
 log = logging.getLogger(__name__)
@@ -25,8 +26,7 @@ log = logging.getLogger(__name__)
 
 def cache_root() -> Path:
     """``$TESSERA_CACHE_DIR/programs``, else ``~/.cache/torch_tessera/programs``."""
-    root = os.environ.get("TESSERA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "torch_tessera")
-    return Path(root) / "programs"
+    return knobs.cache_dir("programs")
 
 
 def _path(key: str) -> Path:
