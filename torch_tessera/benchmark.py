@@ -212,7 +212,7 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
                     np.zeros_like(mw.topology.latency), mw.topology.memory, "free transfers")
     bound_plan = plan(mw.workload, None, free, policy="throughput", cache_dir=False, memory_budgets=[None] * len(specs))
     bound_cycle = bound_plan.cycle_seconds
-    if streams and len(specs) > 1:  # the bound covers the streams plans too (one request stream per device)
+    if len(specs) > 1:  # the bound covers request-dist and the streams plans (one request stream per device)
         bound_cycle = min(bound_cycle,
                           plan_streams(mw.workload, free, memory_budgets=[None] * len(specs)).cycle_seconds)
     plans: dict[str, Any] = {}
