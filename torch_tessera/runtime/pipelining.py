@@ -54,7 +54,7 @@ CPU_GREATEST_PRIORITY = -5
 #: the bulk one ``"background"``, so a decode kernel waiting behind a prefill GEMM gets the SMs as soon as blocks
 #: retire. The paper's pipelining ablation staggers priorities across micro-batches (96.6 % of the zero-communication
 #: optimum vs about 50 % without pipelining, arXiv 2604.10180 section 5); this carries the idea across programs.
-PRIORITY_CLASSES = ("normal", "urgent", "background")
+from torch_tessera.options import PRIORITY_CLASSES  # noqa: E402  (the home is options)
 
 
 def slot_priorities(slots: int, greatest: int, priority_class: str = "normal") -> list[int]:

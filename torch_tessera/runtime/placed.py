@@ -47,7 +47,7 @@ POISON = 0xFF
 
 
 #: where a copy inside one CUDA graph over the devices runs (see PlacedExecutor's ``graph_copies``)
-GRAPH_COPIES = ("link", "producer", "push")
+from torch_tessera.options import GRAPH_COPIES  # noqa: E402  (the home is options)
 
 #: seconds a call busy-polls its completion event before polling with sleeps (which oversleep by tens of us)
 SPIN_S = 0.05

@@ -1,0 +1,174 @@
+"""What tessera did with each graph it was given: :func:`explain`, and the records the backend keeps for it.
+
+The backend opens one :class:`GraphRecord` per graph Dynamo hands it, fills it as the stages run (tessera or the
+Inductor fallback and why, the executor, where the costs came from) and counts compiles per function, warning once
+(:class:`~torch_tessera.errors.TesseraRecompileWarning`) when one function is compiled more than
+:data:`RECOMPILE_WARN_AFTER` times.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass, field
+from types import CodeType
+from typing import Any, Iterator, Mapping
+
+from torch_tessera.errors import TesseraRecompileWarning
+
+#: Compiles of one function after which :class:`TesseraRecompileWarning` is issued (once per function).
+RECOMPILE_WARN_AFTER = 4
+
+_lock = threading.Lock()
+_records: list["GraphRecord"] = []
+_compiles: dict[CodeType, int] = {}
+_warned: set[CodeType] = set()
+
+
+@dataclass
+class GraphRecord:
+    """The backend's notes on one graph while and after it compiles (mutable; :func:`explain` freezes a view).
+
+    Attributes:
+        index: order of arrival in this process (0, 1, ...).
+        compile_id: Dynamo's id (``"0/1"``), or ``None``.
+        codes: code objects Dynamo traced for the graph (to find the graphs of one compiled object).
+        backend: ``"tessera"`` or ``"fallback"`` (plain Inductor).
+        reason: why it fell back (``None`` for tessera).
+        executors: what the backend installed, one per inner graph (program, placement, plan).
+        costs: where the plan's kernel costs came from (``"roofline model: ..."``, ``"measured ..."``), or ``None``
+            when nothing was planned (one device).
+    """
+
+    index: int
+    compile_id: str | None
+    codes: tuple[CodeType, ...]
+    backend: str = "tessera"
+    reason: str | None = None
+    executors: list = field(default_factory=list)
+    costs: str | None = None
+
+
+@dataclass(frozen=True)
+class GraphReport:
+    """One compiled graph, as :func:`explain` reports it.
+
+    Attributes:
+        graph: Dynamo's compile id (``"0/0"``) or the arrival index.
+        backend: ``"tessera"`` or ``"fallback"``.
+        reason: why it fell back to Inductor (``None`` for tessera).
+        programs: kernel programs tessera runs for the graph (0 for a fallback).
+        launches: device name -> kernel launches placed there, over the graph's programs.
+        cut_edges: dependencies that cross devices (each a copy per call).
+        predicted_step_s: the plan's predicted seconds per step (its objective), ``None`` without a plan.
+        costs: where the plan's kernel costs came from, ``None`` without a plan.
+        cuda_graphs: how the program replays (``False``, ``"whole"``, ``"segments"``).
+    """
+
+    graph: str
+    backend: str
+    reason: str | None
+    programs: int
+    launches: Mapping[str, int]
+    cut_edges: int
+    predicted_step_s: float | None
+    costs: str | None
+    cuda_graphs: Any
+
+    def line(self) -> str:
+        """One readable line."""
+        if self.backend != "tessera":
+            return f"graph {self.graph}: fallback to Inductor ({self.reason})"
+        where = ", ".join(f"{d} {n}" for d, n in self.launches.items()) or "no launches"
+        step = "-" if self.predicted_step_s is None else f"{self.predicted_step_s * 1e6:.1f} us"
+        return (f"graph {self.graph}: tessera, {self.programs} program(s), launches {where}, {self.cut_edges} cut "
+                f"edge(s), predicted step {step}, costs {self.costs or '- (no plan)'}, cuda_graphs {self.cuda_graphs}")
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """:func:`explain`'s answer: one :class:`GraphReport` per graph, in compile order; prints one line each."""
+
+    graphs: tuple[GraphReport, ...]
+
+    def __iter__(self) -> Iterator[GraphReport]:
+        return iter(self.graphs)
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def __getitem__(self, i: int) -> GraphReport:
+        return self.graphs[i]
+
+    def __str__(self) -> str:
+        return "\n".join(g.line() for g in self.graphs) if self.graphs else "no graph compiled by tessera"
+
+
+def open_record(gm: Any) -> GraphRecord:
+    """Start the record of a graph the backend was handed; warns when its function recompiles too often."""
+    from torch_tessera.compat.dynamo import compile_id, traced_code
+
+    codes = traced_code()
+    with _lock:
+        record = GraphRecord(len(_records), compile_id(gm), codes)
+        _records.append(record)
+        root = codes[0] if codes else None
+        n = 0
+        if root is not None:
+            n = _compiles[root] = _compiles.get(root, 0) + 1
+        warn = root is not None and n > RECOMPILE_WARN_AFTER and root not in _warned
+        if warn:
+            _warned.add(root)
+    if warn:
+        warnings.warn(
+            f"tessera has compiled {root.co_name} ({root.co_filename}:{root.co_firstlineno}) {n} times: each new input "
+            "shape is a new program and costs a compile, and Dynamo runs the function eagerly once its recompile limit "
+            "is reached. Pad inputs to a few shapes (torch_tessera.hf.compile_for_generate pads prompts to length "
+            "buckets) and use a static KV cache for decode loops.", TesseraRecompileWarning, stacklevel=2)
+    return record
+
+
+def _report(r: GraphRecord) -> GraphReport:
+    launches: dict[str, int] = {}
+    cuts, predicted, graphs = 0, None, False
+    for ex in r.executors:
+        program = ex.program
+        placement = getattr(ex, "placement", None)
+        devices = [getattr(d, "name", str(d)) for d in getattr(ex, "devices", ())] or [program.device]
+        if placement is None:
+            launches[devices[0]] = launches.get(devices[0], 0) + len(program.launches)
+        else:
+            for dev in placement.values():
+                launches[devices[dev]] = launches.get(devices[dev], 0) + 1
+        plan = getattr(ex, "plan", None)
+        if plan is not None:
+            cuts += len(plan.cut_edges)
+            predicted = (predicted or 0.0) + plan.predicted_seconds
+        elif placement is not None:
+            dag = ex.dag.graph
+            cuts += sum(1 for a, b in dag.edges if placement[a] != placement[b])
+        graphs = getattr(ex, "cuda_graphs", False) and getattr(getattr(ex, "executor", None), "graph_mode", "whole")
+    return GraphReport(r.compile_id or str(r.index), r.backend, r.reason, len(r.executors), launches, cuts,
+                       predicted, r.costs, graphs or False)
+
+
+def explain(compiled: Any = None) -> Explanation:
+    """What tessera did with the graphs of ``compiled`` (what ``torch.compile(..., backend="tessera")`` returned),
+    after it has run at least once: per graph, tessera or the Inductor fallback (with the reason), launches per
+    device, cut edges, predicted step and where the costs came from.
+
+    Args:
+        compiled: a compiled module or function; ``None``: every graph tessera was given in this process.
+
+    Returns:
+        An :class:`Explanation` (iterable of :class:`GraphReport`; ``print`` shows one line per graph). Empty when
+        nothing of ``compiled`` was compiled yet (graphs compile at the first call).
+    """
+    with _lock:
+        records = list(_records)
+    if compiled is not None:
+        from torch_tessera.compat.dynamo import compiled_codes
+
+        mine = compiled_codes(compiled)
+        records = [r for r in records if mine.intersection(r.codes)]
+    return Explanation(tuple(_report(r) for r in records))
