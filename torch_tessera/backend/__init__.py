@@ -14,7 +14,7 @@ import torch
 from torch_tessera.backend.checks import check_compilable, in_user_terms
 from torch_tessera.backend.config import TesseraConfig
 from torch_tessera.backend.costs import choose_costs
-from torch_tessera.backend.explain import GraphRecord, explain, open_record
+from torch_tessera.backend.explain import GraphRecord, add_executor, explain, open_record
 from torch_tessera.errors import ConfigError, InfeasiblePlanError, LoweringError, TesseraFallbackWarning
 
 log = logging.getLogger("torch_tessera.backend")
@@ -48,7 +48,7 @@ def tessera_backend(
             ``fallback="raise"``.
     """
     config = TesseraConfig.from_options(options, mode)
-    record = open_record(gm)
+    record = open_record(gm, example_inputs)
     try:
         check_compilable(gm, example_inputs)
         return _compile(gm, example_inputs, config, record)
@@ -84,11 +84,13 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Te
             executor: Any = _placed_runner(captured, config, graphs, record)
         else:
             executor = ProgramExecutor(captured.program, captured.kernel_objects)
-        record.executors.append(executor)
+        executors.append(executor)
+        add_executor(record, executor)
         return executor
 
+    executors: list[Any] = []
     compiled = lower(gm, example_inputs, on_captured)
-    return _with_executors(compiled, record.executors)
+    return _with_executors(compiled, executors)
 
 
 def resolve_cuda_graphs(config: TesseraConfig, home: str) -> bool | str:

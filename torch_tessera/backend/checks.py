@@ -65,7 +65,7 @@ def in_user_terms(error: InfeasiblePlanError, specs: Sequence[Any], config: Any)
             what = f"its budget, set by mem= in option devices={','.join(config.devices)!r}"
         else:
             what = "its memory"
-        parts.append(f"device {device} needs {format_bytes(needed)}, has {format_bytes(have)} ({what})")
+        parts.append(f"device {device} needs {format_bytes(needed)}, has {format_bytes(have, needed)} ({what})")
     return InfeasiblePlanError(
         f"the model does not fit the devices under policy={config.policy!r}: " + "; ".join(parts)
         + ". Fix: raise or drop mem= in option devices, add a device to option devices, or use a policy that spreads "

@@ -1,15 +1,16 @@
 """What tessera did with each graph it was given: :func:`explain`, and the records the backend keeps for it.
 
 The backend opens one :class:`GraphRecord` per graph Dynamo hands it, fills it as the stages run (tessera or the
-Inductor fallback and why, the executor, where the costs came from) and counts compiles per function, warning once
-(:class:`~torch_tessera.errors.TesseraRecompileWarning`) when one function is compiled more than
-:data:`RECOMPILE_WARN_AFTER` times.
+Inductor fallback and why, the executor, where the costs came from), and warns once
+(:class:`~torch_tessera.errors.TesseraRecompileWarning`) when Dynamo compiles one function more than
+:data:`RECOMPILE_WARN_AFTER` times (Dynamo's own count per frame, reset by ``torch._dynamo.reset()``).
 """
 
 from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any, Iterator, Mapping
@@ -21,8 +22,6 @@ RECOMPILE_WARN_AFTER = 4
 
 _lock = threading.Lock()
 _records: list["GraphRecord"] = []
-_compiles: dict[CodeType, int] = {}
-_warned: set[CodeType] = set()
 
 
 @dataclass
@@ -33,9 +32,12 @@ class GraphRecord:
         index: order of arrival in this process (0, 1, ...).
         compile_id: Dynamo's id (``"0/1"``), or ``None``.
         codes: code objects Dynamo traced for the graph (to find the graphs of one compiled object).
+        tensors: id -> weak reference of the tensors the graph was given (inputs, and the graph module's own
+            parameters and buffers), to tell apart two compiled modules of one class.
         backend: ``"tessera"`` or ``"fallback"`` (plain Inductor).
         reason: why it fell back (``None`` for tessera).
-        executors: what the backend installed, one per inner graph (program, placement, plan).
+        executors: weak references to what the backend installed, one per inner graph (program, placement, plan);
+            the compiled function holds them, so a graph Dynamo dropped frees them.
         costs: where the plan's kernel costs came from (``"roofline model: ..."``, ``"measured ..."``), or ``None``
             when nothing was planned (one device).
     """
@@ -43,6 +45,7 @@ class GraphRecord:
     index: int
     compile_id: str | None
     codes: tuple[CodeType, ...]
+    tensors: dict = field(default_factory=dict)
     backend: str = "tessera"
     reason: str | None = None
     executors: list = field(default_factory=list)
@@ -104,34 +107,41 @@ class Explanation:
         return "\n".join(g.line() for g in self.graphs) if self.graphs else "no graph compiled by tessera"
 
 
-def open_record(gm: Any) -> GraphRecord:
+def open_record(gm: Any, example_inputs: Any) -> GraphRecord:
     """Start the record of a graph the backend was handed; warns when its function recompiles too often."""
-    from torch_tessera.compat.dynamo import compile_id, traced_code
+    from torch_tessera.compat.dynamo import compile_id, frame_compiles, traced_code, user_code
 
     codes = traced_code()
+    tensors = {id(t): weakref.ref(t) for t in [*example_inputs, *gm.parameters(), *gm.buffers()]
+               if hasattr(t, "data_ptr")}
     with _lock:
-        record = GraphRecord(len(_records), compile_id(gm), codes)
+        record = GraphRecord(len(_records), compile_id(gm), codes, tensors)
         _records.append(record)
-        root = codes[0] if codes else None
-        n = 0
-        if root is not None:
-            n = _compiles[root] = _compiles.get(root, 0) + 1
-        warn = root is not None and n > RECOMPILE_WARN_AFTER and root not in _warned
-        if warn:
-            _warned.add(root)
+    _, n = frame_compiles(gm) or (None, 0)
+    warn = n == RECOMPILE_WARN_AFTER + 1  # once per function: its compile count passes the threshold once
+    root = user_code(codes)
     if warn:
+        where = f"{root.co_name} ({root.co_filename}:{root.co_firstlineno})" if root is not None else "a function"
         warnings.warn(
-            f"tessera has compiled {root.co_name} ({root.co_filename}:{root.co_firstlineno}) {n} times: each new input "
+            f"tessera has compiled {where} {n} times: each new input "
             "shape is a new program and costs a compile, and Dynamo runs the function eagerly once its recompile limit "
             "is reached. Pad inputs to a few shapes (torch_tessera.hf.compile_for_generate pads prompts to length "
             "buckets) and use a static KV cache for decode loops.", TesseraRecompileWarning, stacklevel=2)
     return record
 
 
+def add_executor(record: GraphRecord, executor: Any) -> None:
+    """Note an executor the backend installed for one of the record's inner graphs (held weakly)."""
+    record.executors.append(weakref.ref(executor))
+
+
 def _report(r: GraphRecord) -> GraphReport:
     launches: dict[str, int] = {}
     cuts, predicted, graphs = 0, None, False
-    for ex in r.executors:
+    for ref in r.executors:
+        ex = ref()
+        if ex is None:
+            continue
         program = ex.program
         placement = getattr(ex, "placement", None)
         devices = [getattr(d, "name", str(d)) for d in getattr(ex, "devices", ())] or [program.device]
@@ -148,8 +158,18 @@ def _report(r: GraphRecord) -> GraphReport:
             dag = ex.dag.graph
             cuts += sum(1 for a, b in dag.edges if placement[a] != placement[b])
         graphs = getattr(ex, "cuda_graphs", False) and getattr(getattr(ex, "executor", None), "graph_mode", "whole")
-    return GraphReport(r.compile_id or str(r.index), r.backend, r.reason, len(r.executors), launches, cuts,
+    alive = sum(1 for ref in r.executors if ref() is not None)
+    return GraphReport(r.compile_id or str(r.index), r.backend, r.reason, alive, launches, cuts,
                        predicted, r.costs, graphs or False)
+
+
+def _holds(record: GraphRecord, tensors: Any) -> bool:
+    """Whether the graph was given one of ``tensors`` (the very object: ids of dead tensors are reused)."""
+    for t in tensors:
+        ref = record.tensors.get(id(t))
+        if ref is not None and ref() is t:
+            return True
+    return False
 
 
 def explain(compiled: Any = None) -> Explanation:
@@ -167,8 +187,8 @@ def explain(compiled: Any = None) -> Explanation:
     with _lock:
         records = list(_records)
     if compiled is not None:
-        from torch_tessera.compat.dynamo import compiled_codes
+        from torch_tessera.compat.dynamo import compiled_codes, compiled_tensors
 
-        mine = compiled_codes(compiled)
-        records = [r for r in records if mine.intersection(r.codes)]
+        mine, own = compiled_codes(compiled), compiled_tensors(compiled)
+        records = [r for r in records if mine.intersection(r.codes) and (not own or _holds(r, own))]
     return Explanation(tuple(_report(r) for r in records))

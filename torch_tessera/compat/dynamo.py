@@ -28,6 +28,22 @@ def compile_id(gm: torch.fx.GraphModule) -> str | None:
     return None if cid is None else str(cid)
 
 
+def frame_compiles(gm: torch.fx.GraphModule) -> tuple[int, int] | None:
+    """``(frame id, compiles of that frame so far)`` from Dynamo's compile id: ``"0/5"`` is frame 0's sixth compile,
+    so 5 recompiles (Dynamo resets the counts on ``torch._dynamo.reset()``); ``None`` for a graph not from Dynamo."""
+    cid = getattr(gm, "meta", {}).get("dynamo_compile_id")
+    frame, count = getattr(cid, "frame_id", None), getattr(cid, "frame_compile_id", None)
+    return None if frame is None or count is None else (int(frame), int(count) + 1)
+
+
+def user_code(codes: Sequence[CodeType]) -> CodeType | None:
+    """The first of ``codes`` that is not in torch's own files (the user's function Dynamo traced)."""
+    import os
+
+    root = os.path.dirname(torch.__file__)
+    return next((c for c in codes if not c.co_filename.startswith(root)), codes[0] if codes else None)
+
+
 def compiled_codes(compiled: Any) -> set[CodeType]:
     """Code objects of the functions behind what ``torch.compile`` returned: a compiled module's ``forward`` and
     those of its submodules, or a compiled function's code (empty for anything else)."""
@@ -47,6 +63,14 @@ def compiled_codes(compiled: Any) -> set[CodeType]:
         if code is not None:
             codes.add(code)
     return codes
+
+
+def compiled_tensors(compiled: Any) -> list[torch.Tensor]:
+    """The parameters and buffers of a compiled module (empty for a compiled function)."""
+    mod = getattr(compiled, "_orig_mod", compiled)
+    if not isinstance(mod, torch.nn.Module):
+        return []
+    return [*mod.parameters(), *mod.buffers()]
 
 
 def needs_autograd(example_inputs: Sequence[Any]) -> bool:

@@ -47,8 +47,8 @@ def check_fits(pb: Problem, place: np.ndarray, what: str) -> None:
     short = [g for g in range(pb.D) if on[g] and used[g] > pb.budgets[g] * (1 + 1e-9)]
     if short:
         raise InfeasiblePlanError(f"{what} does not fit: " + "; ".join(
-            f"device {pb.devices[g]} needs {format_bytes(used[g])}, has {format_bytes(pb.budgets[g])} "
-            f"(short by {format_bytes(used[g] - pb.budgets[g])})" for g in short)
+            f"device {pb.devices[g]} needs {format_bytes(used[g])}, has {format_bytes(pb.budgets[g], used[g])} "
+            f"(short by {format_bytes(used[g] - pb.budgets[g], used[g])})" for g in short)
             + ". Fix: raise memory_budgets or use a plan that spreads weights.",
             tuple((pb.devices[g], float(used[g]), float(pb.budgets[g])) for g in short))
 

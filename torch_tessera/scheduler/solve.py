@@ -124,8 +124,8 @@ class Solution:
     notes: list[str] = field(default_factory=list)
 
 
-def _gb(x: float) -> str:
-    return format_bytes(x)
+def _gb(x: float, scale_of: float | None = None) -> str:
+    return format_bytes(x, scale_of)
 
 
 def raise_infeasible(pb: Problem, groups: Blocks, reason: str = "") -> None:
@@ -137,7 +137,7 @@ def raise_infeasible(pb: Problem, groups: Blocks, reason: str = "") -> None:
         for g in range(pb.D):
             have = float(pb.budgets[g])
             need = float(pb.reserve)
-            lines.append(f"device {pb.devices[g]} needs at least {_gb(need)} for activations, has {_gb(have)}")
+            lines.append(f"device {pb.devices[g]} needs at least {_gb(need)} for activations, has {_gb(have, need)}")
             shortfalls.append((pb.devices[g], need, have))
         short = None
     else:
@@ -145,8 +145,9 @@ def raise_infeasible(pb: Problem, groups: Blocks, reason: str = "") -> None:
     if short is not None:
         for g in np.flatnonzero(short > 1.0):
             have = pb.budgets[g]
-            lines.append(f"device {pb.devices[g]} needs {_gb(have + short[g])}, has {_gb(have)} "
-                         f"(short by {_gb(short[g])})")
+            need = have + short[g]
+            lines.append(f"device {pb.devices[g]} needs {_gb(need)}, has {_gb(have, need)} "
+                         f"(short by {_gb(short[g], need)})")
             shortfalls.append((pb.devices[g], float(have + short[g]), float(have)))
     if not lines:
         lines.append(reason or "no placement satisfies the pins and memory budgets")

@@ -174,10 +174,12 @@ def parse_size(text: str) -> int:
     return int(float(m["num"]) * _UNITS[m["unit"]])
 
 
-def format_bytes(nbytes: float) -> str:
-    """A byte count in the largest decimal unit that keeps it at least 1 (``"1.5 KB"``, ``"41.20 GB"``)."""
+def format_bytes(nbytes: float, scale_of: float | None = None) -> str:
+    """A byte count in the largest decimal unit that keeps ``scale_of`` (default ``nbytes``) at least 1:
+    ``"1.50 KB"``, ``"41.20 GB"``; pass the largest figure of a message as ``scale_of`` so all share one unit."""
+    ref = abs(nbytes if scale_of is None else scale_of)
     for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(nbytes) >= scale:
+        if ref >= scale:
             return f"{nbytes / scale:.2f} {unit}"
     return f"{nbytes:.0f} B"
 
