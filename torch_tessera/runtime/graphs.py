@@ -578,7 +578,8 @@ def run_with_graphs(executor: Any, inputs: Sequence[Any], check_addresses: bool 
     executor.cut_edges_transferred = len(executor._edges_this_call)
     executor.calls += 1
     home = state.pools[executor.home]
-    return [home.view(o) if isinstance(o, TensorArg) else o.value for o in program.outputs]
+    # cloned: a replay rewrites the graph's static storages, and a caller may keep the last call's outputs
+    return [home.view(o).clone() if isinstance(o, TensorArg) else o.value for o in program.outputs]
 
 
 def issue_wave_with_graphs(executor: Any, wave: Sequence[tuple[int, Sequence[Any]]], lanes: Sequence[Any],
