@@ -66,6 +66,7 @@ class GraphReport:
         predicted_step_s: the plan's predicted seconds per step (its objective), ``None`` without a plan.
         costs: where the plan's kernel costs came from, ``None`` without a plan.
         cuda_graphs: how the program replays (``False``, ``"whole"``, ``"segments"``).
+        plan: the plan's summary table (:meth:`torch_tessera.scheduler.Plan.summary`), ``None`` without a plan.
     """
 
     graph: str
@@ -77,6 +78,14 @@ class GraphReport:
     predicted_step_s: float | None
     costs: str | None
     cuda_graphs: Any
+    plan: str | None = None
+
+    def to_jsonable(self) -> dict:
+        """The report as plain JSON types (for ``benchmark.extra_info`` and dumps)."""
+        return {"graph": self.graph, "backend": self.backend, "reason": self.reason, "programs": self.programs,
+                "launches": dict(self.launches), "cut_edges": self.cut_edges,
+                "predicted_step_s": self.predicted_step_s, "costs": self.costs, "cuda_graphs": self.cuda_graphs,
+                "plan": self.plan}
 
     def line(self) -> str:
         """One readable line."""
@@ -137,7 +146,7 @@ def add_executor(record: GraphRecord, executor: Any) -> None:
 
 def _report(r: GraphRecord) -> GraphReport:
     launches: dict[str, int] = {}
-    cuts, predicted, graphs = 0, None, False
+    cuts, predicted, graphs, summaries = 0, None, False, []
     for ref in r.executors:
         ex = ref()
         if ex is None:
@@ -152,6 +161,7 @@ def _report(r: GraphRecord) -> GraphReport:
                 launches[devices[dev]] = launches.get(devices[dev], 0) + 1
         plan = getattr(ex, "plan", None)
         if plan is not None:
+            summaries.append(plan.summary())
             cuts += len(plan.cut_edges)
             predicted = (predicted or 0.0) + plan.predicted_seconds
         elif placement is not None:
@@ -160,7 +170,7 @@ def _report(r: GraphRecord) -> GraphReport:
         graphs = getattr(ex, "cuda_graphs", False) and getattr(getattr(ex, "executor", None), "graph_mode", "whole")
     alive = sum(1 for ref in r.executors if ref() is not None)
     return GraphReport(r.compile_id or str(r.index), r.backend, r.reason, alive, launches, cuts,
-                       predicted, r.costs, graphs or False)
+                       predicted, r.costs, graphs or False, "\n\n".join(summaries) or None)
 
 
 def _holds(record: GraphRecord, tensors: Any) -> bool:
