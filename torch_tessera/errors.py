@@ -37,8 +37,9 @@ class InfeasiblePlanError(TesseraError):
 
 
 class TesseraFallbackWarning(UserWarning):
-    """A graph tessera could not compile ran with plain Inductor instead (``options={"fallback": "raise"}`` makes it
-    an error). Issued once per graph; the message names the reason."""
+    """tessera took a slower path, and says why: a graph it could not compile runs with plain Inductor
+    (``options={"fallback": "raise"}`` makes that an error; issued once per graph), or a program it could not capture
+    as one CUDA graph replays one graph per device segment (issued once per capture)."""
 
 
 class TesseraRecompileWarning(UserWarning):

@@ -39,9 +39,6 @@ GRAPH_COPIES = ("link", "producer", "push")
 STATIC_INPUTS = ("place", "copy")
 #: Stream priority classes of a compiled program (``torch_tessera.runtime.pipelining``).
 PRIORITY_CLASSES = ("normal", "urgent", "background")
-#: Where kernel costs come from: ``"auto"`` (the best source for the devices; today the roofline model everywhere)
-#: or ``"model"`` (the roofline cost model of the devices' specs, always).
-COSTS = ("auto", "model")
 
 
 def homo_names(num_devices: int) -> list[str]:

@@ -8,7 +8,7 @@ import torch
 
 from torch_tessera.backend import TesseraConfig, tessera_backend
 from torch_tessera.errors import ConfigError, InfeasiblePlanError
-from torch_tessera.options import BACKEND_POLICIES, COSTS
+from torch_tessera.options import BACKEND_POLICIES
 
 
 @pytest.mark.parametrize("options, message", [
@@ -21,7 +21,6 @@ from torch_tessera.options import BACKEND_POLICIES, COSTS
     ({"policy": "thruput"}, "option policy='thruput' is not one of ('throughput', 'latency'"),
     ({"policy": "thruput"}, "Did you mean 'throughput'?"),
     ({"cuda_graphs": "yes"}, "option cuda_graphs='yes' is not one of (None, False, True, 'whole', 'segments')"),
-    ({"costs": "guess"}, f"option costs='guess' is not one of {COSTS!r}"),
     ({"priority": 3}, "option priority=3 is not one of ('normal', 'urgent', 'background')"),
     ({"dump_dir": 5}, "option dump_dir=5 must be a directory path"),
     ({"dump_dir": "/proc/x"}, "option dump_dir='/proc/x': cannot create the directory"),

@@ -117,7 +117,7 @@ def _placed_runner(captured: Any, config: TesseraConfig, graphs: bool | str, rec
         )
     dag = analyze(program)
     specs = [d.spec for d in devices]
-    costs = choose_costs(program, specs, config.costs) if config.policy not in ("home", "random") else None
+    costs = choose_costs(program, specs) if config.policy not in ("home", "random") else None
     try:
         placement, plan = place(program, dag, specs, config.policy, seed=config.seed,
                                 **({"costs": costs[0], "topology": costs[1]} if costs else {}),

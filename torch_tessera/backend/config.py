@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from torch_tessera.errors import ConfigError, DeviceUnavailableError
-from torch_tessera.options import (BACKEND_POLICIES, COSTS, CUDA_GRAPHS, FALLBACKS, GRAPH_COPIES, PRIORITY_CLASSES,
+from torch_tessera.options import (BACKEND_POLICIES, CUDA_GRAPHS, FALLBACKS, GRAPH_COPIES, PRIORITY_CLASSES,
                                    STATIC_INPUTS, check_choice)
 
 #: kept for callers that read the tuples here; the home is :mod:`torch_tessera.options`
@@ -60,9 +60,6 @@ class TesseraConfig:
         priority: stream priority class of the compiled program when several share the devices (``"normal"``
             default; ``"urgent"`` for the per-token program, e.g. an LLM's decode, ``"background"`` for bulk work
             such as its prefill): see ``torch_tessera.runtime.pipelining.PRIORITY_CLASSES``.
-        costs: where kernel costs come from: ``"auto"`` (default; the best source for the devices, today the
-            roofline model) or ``"model"`` (the roofline cost model of the devices' specs).
-            :func:`torch_tessera.explain` says which was used.
     """
 
     fallback: str = "inductor"
@@ -75,7 +72,6 @@ class TesseraConfig:
     graph_copies: str = "link"
     static_inputs: str = "place"
     priority: str = "normal"
-    costs: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("fallback", self.fallback, FALLBACKS)
@@ -93,7 +89,6 @@ class TesseraConfig:
                               f"devices: also pass cuda_graphs=True (got cuda_graphs={self.cuda_graphs!r})")
         check_choice("static_inputs", self.static_inputs, STATIC_INPUTS)
         check_choice("priority", self.priority, PRIORITY_CLASSES)
-        check_choice("costs", self.costs, COSTS)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None, mode: str | None = None) -> "TesseraConfig":

@@ -337,8 +337,16 @@ def _capture_whole(executor: Any, items: Sequence[Any], pools: list[BufferPool],
                         done.record(st)
                         main.wait_event(done)
     except Exception as e:  # noqa: BLE001 - CUDA or torch refused the multi-device capture: fall back, say why
-        log.warning("one CUDA graph over all devices could not be captured (%s: %s); capturing one graph per "
-                    "segment instead", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        import warnings
+
+        from torch_tessera.errors import TesseraFallbackWarning
+
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        log.warning("one CUDA graph over all devices could not be captured (%s); capturing one graph per segment "
+                    "instead", why)
+        warnings.warn(f"tessera could not capture the program as one CUDA graph ({why}); it replays one graph per "
+                      "device segment instead (cuda_graphs='segments' asks for that directly, cuda_graphs=False "
+                      "turns graphs off)", TesseraFallbackWarning, stacklevel=2)
         torch.cuda.synchronize()
         return None
     return graph, [pool for _, pool in other_pools.values()]
