@@ -70,3 +70,13 @@ def test_plan_that_does_not_fit_names_device_bytes_and_option(policy, devices, n
     assert needed in msg, msg
     assert "set by mem= in option devices=" in msg and "memory_budgets" not in msg
     assert e.value.shortfalls and all(need > have for _, need, have in e.value.shortfalls)
+
+
+def test_split_devices_keeps_pieces_with_their_device():
+    from torch_tessera.errors import DeviceUnavailableError
+    from torch_tessera.target.devices import parse_devices, split_devices
+
+    assert split_devices("cpu:0,mem=1KB,cpu:1") == ["cpu:0,mem=1KB", "cpu:1"]
+    assert [d.name for d in parse_devices(["cpu:0,mem=1KB", "cpu:1"])] == ["cpu:0,mem=1KB", "cpu:1"]
+    with pytest.raises(DeviceUnavailableError, match="option 'mem=1KB' comes before any device"):
+        split_devices("mem=1KB,cpu:0")
