@@ -2,7 +2,8 @@
 
 ``torch.compile(model, backend="tessera", options={...})`` lowers the model through TorchInductor into a
 :class:`~torch_tessera.lowering.program.KernelProgram`, analyses what every kernel reads and writes, plans where each
-kernel runs and executes the plan.
+kernel runs and executes the plan. Inference only, one program per static shape; a graph tessera cannot compile runs
+with plain Inductor after a :class:`TesseraFallbackWarning`, and :func:`explain` says what happened to each graph.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from torch_tessera.errors import (  # noqa: F401
     LoweringError,
     PTXParseError,
     TesseraError,
+    TesseraFallbackWarning,
+    TesseraRecompileWarning,
     TransferTimeout,
     UnsupportedModelError,
 )
@@ -32,3 +35,5 @@ def _register() -> None:
 
 
 _register()
+
+from torch_tessera.backend.explain import explain  # noqa: E402,F401  (public: what tessera did with each graph)

@@ -27,8 +27,7 @@ from torch_tessera.target.devices import DeviceSpec
 
 log = logging.getLogger(__name__)
 
-#: Plans the bench compares on a pair, in display order (``tessera`` is the throughput policy).
-PLAN_NAMES = ("homo-L", "homo-R", "request-dist", "pd", "af", "layer", "tessera")
+from torch_tessera.options import BENCH_PLANS as PLAN_NAMES  # noqa: E402  (the home is options)
 
 
 #: name of the single-placement throughput plan when the streams plan scores better and becomes ``tessera``

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 
 from torch_tessera.errors import TesseraError
@@ -28,9 +29,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: A value that starts with "-" but is numbers (``-1,2``, ``-0.5``): argparse would read it as an option.
+_NEGATIVE_VALUES = re.compile(r"^-\.?\d[\d.,eE+-]*$")
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """``--rates -1,2`` as ``--rates=-1,2``, so that a value starting with a minus sign reaches its option (which
+    then says what is wrong with it)."""
+    out: list[str] = []
+    for token in argv:
+        if out and _NEGATIVE_VALUES.match(token) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. Ordinary mistakes (bad option values, unwritable output paths, devices this machine lacks)
+    print one line ``tessera <command>: error: ...`` and return 2."""
+    from torch_tessera.commands.paths import check_output_paths
+
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(_join_negative_values(list(sys.argv[1:] if argv is None else argv)))
     if unknown:  # said with the subcommand's usage (its valid options), not the top-level one
         (getattr(args, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -38,9 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_output_paths(args)
         return int(args.command_module.run(args) or 0)
     except TesseraError as e:
         print(f"tessera {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file the command reads or writes: say which, without our stack
+        print(f"tessera {args.command}: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
 
 

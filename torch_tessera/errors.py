@@ -24,7 +24,28 @@ class PTXParseError(TesseraError):
 
 
 class InfeasiblePlanError(TesseraError):
-    """No placement satisfies the constraints (memory budgets, pins). The message names the short device."""
+    """No placement satisfies the constraints (memory budgets, pins). The message names the short device.
+
+    Attributes:
+        shortfalls: ``(device, bytes needed, bytes available)`` for each short device, where known (empty when the
+            constraint that failed is not a memory budget), so a caller can restate the error in its own terms.
+    """
+
+    def __init__(self, message: str, shortfalls: tuple[tuple[str, float, float], ...] = ()) -> None:
+        super().__init__(message)
+        self.shortfalls = tuple(shortfalls)
+
+
+class TesseraFallbackWarning(UserWarning):
+    """tessera took a slower path, and says why: a graph it could not compile runs with plain Inductor
+    (``options={"fallback": "raise"}`` makes that an error; issued once per graph), or a program it could not capture
+    as one CUDA graph replays one graph per device segment (issued once per capture)."""
+
+
+class TesseraRecompileWarning(UserWarning):
+    """A function compiled with tessera was compiled again many times (new shapes): each compile costs seconds, and
+    Dynamo gives up after its recompile limit. Pad inputs to a few shapes (``torch_tessera.hf.compile_for_generate``)
+    or use a static cache."""
 
 
 class DeviceUnavailableError(TesseraError):

@@ -1,19 +1,24 @@
-"""``backend/``: the ``torch.compile`` entry point. Entry function: :func:`tessera_backend`."""
+"""``backend/``: the ``torch.compile`` entry point. Entry function: :func:`tessera_backend`; :func:`explain` says what
+it did with each graph."""
 
 from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import Any, Callable, Sequence
 
 import torch
 
+from torch_tessera.backend.checks import check_compilable, in_user_terms
 from torch_tessera.backend.config import TesseraConfig
-from torch_tessera.errors import LoweringError
+from torch_tessera.backend.costs import choose_costs
+from torch_tessera.backend.explain import GraphRecord, add_executor, explain, open_record
+from torch_tessera.errors import ConfigError, InfeasiblePlanError, LoweringError, TesseraFallbackWarning
 
 log = logging.getLogger("torch_tessera.backend")
 
-__all__ = ["tessera_backend", "TesseraConfig", "register"]
+__all__ = ["tessera_backend", "TesseraConfig", "register", "explain"]
 
 
 def tessera_backend(
@@ -23,7 +28,7 @@ def tessera_backend(
     options: dict | None = None,
     mode: str | None = None,
 ) -> Callable:
-    """The ``"tessera"`` backend: lower -> capture the kernel program -> run it with our executor.
+    """The ``"tessera"`` backend: config -> checks -> lower -> (analyse -> plan) -> executor, or the Inductor fallback.
 
     Args:
         gm: the FX graph Dynamo captured.
@@ -36,45 +41,66 @@ def tessera_backend(
 
     Raises:
         ConfigError: bad options.
-        LoweringError: the graph could not be lowered and ``fallback="raise"``.
+        InfeasiblePlanError: the model does not fit the devices' memory (the message names the device, the bytes
+            needed and available, and the option that set the budget).
+        LoweringError: the graph could not be lowered (``InferenceOnlyError``: it needs a backward) and
+            ``fallback="raise"``.
     """
     config = TesseraConfig.from_options(options, mode)
+    record = open_record(gm, example_inputs)
     try:
-        return _compile(gm, example_inputs, config)
+        check_compilable(gm, example_inputs)
+        return _compile(gm, example_inputs, config, record)
     except LoweringError as e:
         if config.fallback == "raise":
             raise
-        log.warning(
-            "tessera could not lower this graph (%s); running it with plain Inductor instead. "
-            "Pass options={'fallback': 'raise'} to make this an error.",
-            e,
-        )
-        from torch._inductor.compile_fx import compile_fx
-
-        return compile_fx(gm, list(example_inputs))
+        return _fallback(gm, example_inputs, e, record)
 
 
-def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: TesseraConfig) -> Callable:
+def _fallback(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], error: LoweringError,
+              record: GraphRecord) -> Callable:
+    """Plain Inductor for ``gm``, after one :class:`TesseraFallbackWarning` naming the reason."""
+    from torch._inductor.compile_fx import compile_fx
+
+    record.backend, record.reason, record.executors = "fallback", str(error).splitlines()[0], []
+    message = (f"tessera could not compile graph {record.compile_id or record.index} ({record.reason}); it runs with "
+               "plain Inductor instead. Pass options={'fallback': 'raise'} to make this an error.")
+    log.warning("%s", message)
+    warnings.warn(message, TesseraFallbackWarning, stacklevel=2)
+    return compile_fx(gm, list(example_inputs))
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: TesseraConfig,
+             record: GraphRecord) -> Callable:
     from torch_tessera.lowering import lower
     from torch_tessera.runtime.executor import ProgramExecutor
-
-    executors: list[Any] = []
 
     def on_captured(captured: Any) -> Callable:
         if config.dump_dir:
             _dump(captured, config.dump_dir)
-        if config.devices or config.cuda_graphs:
-            executor: Any = _placed_runner(captured, config)
+        graphs = resolve_cuda_graphs(config, captured.program.device)
+        if config.devices or graphs:
+            executor: Any = _placed_runner(captured, config, graphs, record)
         else:
             executor = ProgramExecutor(captured.program, captured.kernel_objects)
         executors.append(executor)
+        add_executor(record, executor)
         return executor
 
+    executors: list[Any] = []
     compiled = lower(gm, example_inputs, on_captured)
     return _with_executors(compiled, executors)
 
 
-def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
+def resolve_cuda_graphs(config: TesseraConfig, home: str) -> bool | str:
+    """``config.cuda_graphs`` with its default decided: ``"whole"`` when the program runs on CUDA devices, off on CPU."""
+    if config.cuda_graphs is not None:
+        return config.cuda_graphs
+    devices = config.devices or (home,)
+    return "whole" if all(d.strip().lower().startswith(("cuda", "gpu")) for d in devices) else False
+
+
+def _placed_runner(captured: Any, config: TesseraConfig, graphs: bool | str, record: GraphRecord) -> Any:
     """analyse PTX -> build the DAG -> place -> the multi-device runner."""
     from torch_tessera.backend.pipeline import analyze, place
     from torch_tessera.target.devices import open_device
@@ -84,14 +110,22 @@ def _placed_runner(captured: Any, config: TesseraConfig) -> Any:
     devices = [open_device(d) for d in (config.devices or (program.device,))]
     home = torch.device(program.device)
     if devices[0].torch_device.type != home.type or (home.type == "cuda" and devices[0].torch_device != home):
-        raise LoweringError(
-            f"the first device ({config.devices[0]}) must hold the model's tensors, which are on {program.device}"
+        raise ConfigError(
+            f"the first device of option devices ({config.devices[0]}) must hold the model's tensors, which are on "
+            f"{program.device}: list {program.device} first"
         )
     dag = analyze(program)
-    placement, plan = place(program, dag, [d.spec for d in devices], config.policy, seed=config.seed,
-                            **({"dump_dir": config.dump_dir} if config.dump_dir else {}))
+    specs = [d.spec for d in devices]
+    costs = choose_costs(program, specs) if config.policy not in ("home", "random") else None
+    try:
+        placement, plan = place(program, dag, specs, config.policy, seed=config.seed,
+                                **({"costs": costs[0], "topology": costs[1]} if costs else {}),
+                                **({"dump_dir": config.dump_dir} if config.dump_dir else {}))
+    except InfeasiblePlanError as e:
+        raise in_user_terms(e, specs, config) from None
+    record.costs = costs[0].source if costs else None
     return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, plan=plan,
-                         timeout_s=config.timeout_s, cuda_graphs=config.cuda_graphs,
+                         timeout_s=config.timeout_s, cuda_graphs=graphs,
                          graph_copies=config.graph_copies, priority_class=config.priority,
                          static_inputs=config.static_inputs)
 

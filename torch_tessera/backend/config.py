@@ -1,23 +1,20 @@
-"""The backend's options, parsed once into a frozen, strict config."""
+"""The backend's options, parsed once into a frozen, strict config: every value checked by type and range, an error
+listing the valid values (the values themselves live in :mod:`torch_tessera.options`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from torch_tessera.errors import ConfigError
+from torch_tessera.errors import ConfigError, DeviceUnavailableError
+from torch_tessera.options import (BACKEND_POLICIES, CUDA_GRAPHS, FALLBACKS, GRAPH_COPIES, PRIORITY_CLASSES,
+                                   STATIC_INPUTS, check_choice)
 
-FALLBACKS = ("inductor", "raise")
-#: Keep in sync with torch_tessera.backend.pipeline.BACKEND_POLICIES (not imported here: config stays light).
-#: Keep in sync with torch_tessera.runtime.placed.GRAPH_COPIES.
-GRAPH_COPIES = ("link", "producer", "push")
-#: Keep in sync with torch_tessera.runtime.schedule.STATIC_INPUTS.
-STATIC_INPUTS = ("place", "copy")
-#: stream priority classes (same as torch_tessera.runtime.pipelining.PRIORITY_CLASSES; config stays import-light)
-PRIORITY_CLASSES = ("normal", "urgent", "background")
-POLICIES = ("throughput", "latency", "homo-L", "homo-R", "af", "layer", "home", "random")
+#: kept for callers that read the tuples here; the home is :mod:`torch_tessera.options`
+POLICIES = BACKEND_POLICIES
 
 
 @dataclass(frozen=True)
@@ -25,20 +22,24 @@ class TesseraConfig:
     """Options of ``torch.compile(..., backend="tessera", options={...})``.
 
     Attributes:
-        fallback: what to do when a graph cannot be lowered: ``"inductor"`` (default) logs one warning on the
-            ``torch_tessera`` logger and compiles the graph with plain Inductor; ``"raise"`` re-raises the error.
+        fallback: what to do when a graph cannot be lowered: ``"inductor"`` (default) issues one
+            :class:`~torch_tessera.errors.TesseraFallbackWarning` naming the reason and compiles the graph with plain
+            Inductor; ``"raise"`` re-raises the error.
         dump_dir: when set, every stage writes its artifacts there (``program_<n>.json``, one ``.py`` per kernel,
             each MILP the scheduler solves as ``milp_<n>.mps``, the plan as ``plan_<policy>_<n>.json``).
-        devices: devices to run on, e.g. ``("cuda:0", "cuda:0@72sm")`` or ``"cpu:0,cpu:1"`` (see
-            :func:`torch_tessera.target.devices.parse_device`). The first must hold the model's tensors. Empty: run
-            the program on the model's device with the single-device executor.
+        devices: devices to run on, e.g. ``("cuda:0", "cuda:0@72sm")``, ``"cpu:0,cpu:1"`` or with a memory
+            budget ``"cpu:0,mem=1KB,cpu:1"`` (a ``key=value`` piece belongs to the device before it; see
+            :func:`torch_tessera.target.devices.split_devices`). Stored one string per device. The first must hold
+            the model's tensors. Empty: run the program on the model's device.
         policy: how launches are placed on ``devices``: ``"throughput"`` (default: the scheduler's pipelined MILP),
             ``"latency"`` (critical path), a baseline (``"homo-L"``, ``"homo-R"``, ``"af"``, ``"layer"``), ``"home"``
             (all on the first device) or ``"random"`` (a random device per launch, seeded by ``seed``: a
             correctness check). Kernel costs come from the roofline cost model of the devices' specs.
-        seed: seed of the ``"random"`` policy.
-        timeout_s: seconds a call waits for its cross-device transfers before raising ``TransferTimeout``.
-        cuda_graphs: replay CUDA graphs (CUDA devices only): ``True`` or ``"whole"`` captures the whole placed
+        seed: seed of the ``"random"`` policy (an int).
+        timeout_s: seconds a call waits for its cross-device transfers before raising ``TransferTimeout`` (a
+            positive number).
+        cuda_graphs: replay CUDA graphs (CUDA devices only). ``None`` (default): ``"whole"`` on GPU devices, off on
+            CPU devices; ``False`` turns them off. ``True`` or ``"whole"`` captures the whole placed
             program as one graph spanning the devices (copies inside it; one graph per segment where CUDA refuses),
             ``"segments"`` one graph per device's run of launches with the copies between them issued from Python.
             On its own (no ``devices``) it runs the whole program as graphs on the model's GPU.
@@ -67,33 +68,27 @@ class TesseraConfig:
     policy: str = "throughput"
     seed: int = 0
     timeout_s: float = 60.0
-    cuda_graphs: bool | str = False
+    cuda_graphs: bool | str | None = None
     graph_copies: str = "link"
     static_inputs: str = "place"
     priority: str = "normal"
 
     def __post_init__(self) -> None:
-        if self.fallback not in FALLBACKS:
-            raise ConfigError(f"option fallback={self.fallback!r} is not one of {FALLBACKS}")
-        if isinstance(self.devices, str):
-            object.__setattr__(self, "devices", tuple(d.strip() for d in self.devices.split(",") if d.strip()))
-        else:
-            object.__setattr__(self, "devices", tuple(self.devices))
-        if self.policy not in POLICIES:
-            raise ConfigError(f"option policy={self.policy!r} is not one of {POLICIES}")
-        if self.cuda_graphs not in (False, True, "whole", "segments"):
-            raise ConfigError(f"option cuda_graphs={self.cuda_graphs!r} is not one of False, True, 'whole', 'segments'")
-        if self.graph_copies not in GRAPH_COPIES:
-            raise ConfigError(f"option graph_copies={self.graph_copies!r} is not one of {GRAPH_COPIES}")
+        check_choice("fallback", self.fallback, FALLBACKS)
+        object.__setattr__(self, "dump_dir", _dump_dir(self.dump_dir))
+        object.__setattr__(self, "devices", _devices(self.devices))
+        check_choice("policy", self.policy, BACKEND_POLICIES)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"option seed={self.seed!r} must be an int (the seed of policy='random')")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
+            raise ConfigError(f"option timeout_s={self.timeout_s!r} must be a positive number of seconds, e.g. 60")
+        check_choice("cuda_graphs", self.cuda_graphs, CUDA_GRAPHS)
+        check_choice("graph_copies", self.graph_copies, GRAPH_COPIES)
         if self.graph_copies != "link" and self.cuda_graphs not in (True, "whole"):
             raise ConfigError(f"option graph_copies={self.graph_copies!r} places copies inside one CUDA graph over the "
                               f"devices: also pass cuda_graphs=True (got cuda_graphs={self.cuda_graphs!r})")
-        if self.static_inputs not in STATIC_INPUTS:
-            raise ConfigError(f"option static_inputs={self.static_inputs!r} is not one of {STATIC_INPUTS}")
-        if self.priority not in PRIORITY_CLASSES:
-            raise ConfigError(f"option priority={self.priority!r} is not one of {PRIORITY_CLASSES}")
-        if self.timeout_s <= 0:
-            raise ConfigError(f"option timeout_s={self.timeout_s} must be positive (seconds)")
+        check_choice("static_inputs", self.static_inputs, STATIC_INPUTS)
+        check_choice("priority", self.priority, PRIORITY_CLASSES)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None, mode: str | None = None) -> "TesseraConfig":
@@ -113,3 +108,33 @@ class TesseraConfig:
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(f"unknown tessera option {key!r}.{hint} Valid options: {', '.join(valid)}")
         return cls(**options)
+
+
+def _devices(value: Any) -> tuple[str, ...]:
+    """One string per device (``"cpu:0,mem=1KB"``) from a comma-separated string or a sequence of strings."""
+    from torch_tessera.target.devices import split_devices
+
+    if isinstance(value, str):
+        items: list[str] = [value]
+    elif isinstance(value, (list, tuple)) and all(isinstance(d, str) for d in value):
+        items = list(value)
+    else:
+        raise ConfigError(f"option devices={value!r} must be a string such as 'cuda:0,cuda:1' or 'cpu:0,mem=1KB,cpu:1'"
+                          ", or a list of such strings")
+    if not any(d.strip() for d in items):
+        return ()
+    try:
+        return tuple(split_devices(items))
+    except DeviceUnavailableError as e:
+        raise ConfigError(f"option devices={value!r}: {e}") from None
+
+
+def _dump_dir(value: Any) -> str | None:
+    """``dump_dir`` as a path string, created now so that a path that cannot be written fails here."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"option dump_dir={value!r} must be a directory path (a string)")
+    from torch_tessera.outpaths import check_output_dir
+
+    return check_output_dir(os.fspath(value), "dump_dir")

@@ -16,8 +16,7 @@ from torch_tessera.target.devices import DeviceSpec
 
 log = logging.getLogger(__name__)
 
-#: Placement policies the backend accepts: the scheduler's per-program policies and baselines, plus two of ours.
-BACKEND_POLICIES = ("throughput", "latency", "homo-L", "homo-R", "af", "layer", "home", "random")
+from torch_tessera.options import BACKEND_POLICIES  # noqa: E402,F401  (re-exported; the home is options)
 
 
 def analyze(program: KernelProgram) -> DependencyGraph:

@@ -26,7 +26,9 @@ def run_measured(args: argparse.Namespace) -> int:
     devices = args.devices if args.devices != "sim:a100,sim:l40s" else "cpu:0,cpu:1"
     if devices != args.devices:
         print("--measure runs on real devices; no --devices given, so on the CPU virtual devices cpu:0,cpu:1")
-    simulated = [d for d in devices.split(",") if d.strip().lower().startswith("sim:")]
+    from torch_tessera.target.devices import split_devices
+
+    simulated = [d for d in split_devices(devices) if d.strip().lower().startswith("sim:")]
     if simulated:
         print(f"error: --measure runs every plan on real devices; {', '.join(simulated)} is simulated "
               "(use cuda:N, cuda:N@Ksm, cuda:N@PROFILE or cpu:N; without --measure, sim: devices are predicted)",
@@ -39,7 +41,7 @@ def run_measured(args: argparse.Namespace) -> int:
                         concurrent_steps=args.concurrent_steps, streams=args.streams,
                         priorities=getattr(args, "priorities", False))
     n_programs = len(s.composition.frequencies)
-    with tqdm(total=total_steps(len(devices.split(",")), n_programs), desc=f"measure {args.model} on {devices}",
+    with tqdm(total=total_steps(len(split_devices(devices)), n_programs), desc=f"measure {args.model} on {devices}",
               unit="step") as bar:
         rows, meta = measure_plans(s, bar)
     out_dir = Path(args.out)

@@ -110,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
                           "dist-run ...")
     import torch
 
-    devices = args.devices.split(",") if args.devices else [
+    from torch_tessera.target.devices import split_devices
+
+    devices = split_devices(args.devices) if args.devices else [
         f"cuda:{i}" if torch.cuda.is_available() else f"cpu:{i}" for i in range(world)]
     if len(devices) != world:
         raise ConfigError(f"--devices names {len(devices)} devices for {world} ranks; give one per rank")

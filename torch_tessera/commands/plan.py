@@ -153,10 +153,21 @@ def _warn_assumed(devices: str) -> None:
 MODEL_ALIASES = {"llama-3.1-8b": "llama", "mixtral-8x7b": "moe", "mamba-2.8b": "mamba", "sd3.5-medium": "dit"}
 
 
+def _gigabytes(text: str) -> list[float]:
+    """``--memory``'s per-device budgets in GB (positive numbers, comma-separated)."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"option --memory={text!r} must be budgets in GB separated by commas, e.g. 80,48") from None
+    if any(not v > 0 for v in values):
+        raise ConfigError(f"option --memory={text!r}: every budget must be a positive number of GB")
+    return values
+
+
 def run(args: argparse.Namespace) -> int:
+    budgets = [g * 1e9 for g in _gigabytes(args.memory)] if args.memory else None  # checked before any work
     inputs = _synthetic_inputs if args.synthetic_layers else _program_inputs if args.program else _model_inputs
     wl, topo, model = inputs(args)
-    budgets = [float(x) * 1e9 for x in args.memory.split(",")] if args.memory else None
     plans = plan_all(wl, None, topo, args.policy, not args.no_baselines, memory_budgets=budgets,
                      micro_batches=args.micro_batches, time_limit=args.time_limit,
                      cache_dir=False if args.no_cache else None, pipeline=model,

@@ -81,6 +81,8 @@ def _floats(text: str, what: str) -> list[float]:
         raise ConfigError(f"--{what}={text!r} must be numbers separated by commas") from None
     if not values:
         raise ConfigError(f"--{what} needs at least one value")
+    if any(not v > 0 for v in values):
+        raise ConfigError(f"--{what}={text!r}: every value must be positive")
     return values
 
 

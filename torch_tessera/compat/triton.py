@@ -4,7 +4,7 @@ Checked on triton 3.7.0 (with torch 2.13.0, CPU) and written against triton 3.6.
 
 Two things live here:
 
-* :func:`use_cpu_interpreter` makes Triton usable on a machine without a GPU: it sets ``TRITON_INTERPRET=1`` (kernels
+* :func:`cpu_interpreter` makes Triton usable on a machine without a GPU, for its duration: ``TRITON_INTERPRET=1`` (kernels
   run in Triton's numpy interpreter) and installs a driver object that reports a CUDA sm_90 target, so that Inductor's
   ``cpu_backend="triton"`` generates the same Triton kernels for CPU tensors that it generates for an H100/H200.
   Triton has no public switch for this: ``triton.runtime.driver.set_active`` with a ``DriverBase`` subclass is the
@@ -37,21 +37,49 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def use_cpu_interpreter() -> None:
-    """Run Triton kernels on CPU tensors through Triton's interpreter, with a CUDA sm_90 target reported.
+_env_lock = threading.RLock()
+_env_depth = 0
+_env_saved: list[tuple[str | None, Any]] = []
+_cpu_driver: list[Any] = []
 
-    Idempotent. Must be called before Inductor loads any kernel module (``@triton.jit`` reads ``TRITON_INTERPRET`` when
-    a kernel is decorated).
+
+@contextlib.contextmanager
+def cpu_interpreter() -> Iterator[None]:
+    """Within this context Triton kernels run on CPU tensors through Triton's interpreter, with a CUDA sm_90 target
+    reported: ``TRITON_INTERPRET=1`` is set and our CPU driver is Triton's active driver. On leaving the outermost
+    context both are restored as they were (``TRITON_INTERPRET`` unset again if it was unset), so the caller's own
+    Triton kernels are not turned into interpreted ones.
+
+    Re-entrant and thread-safe (a count of the contexts open). Lowering enters it while Inductor loads kernel modules
+    (``@triton.jit`` reads ``TRITON_INTERPRET`` when a kernel is decorated); every interpreted launch enters it through
+    :func:`interpreter_libdevice`.
     """
-    os.environ["TRITON_INTERPRET"] = "1"
+    global _env_depth
     from triton.runtime import driver
 
-    if getattr(driver, "_active", None).__class__.__name__ == "CPUInterpreterDriver":
-        return
-    driver.set_active(_make_cpu_driver()())
-    # Inductor's CPU kernel modules call triton_helpers.set_driver_to_cpu(), which warns when no triton-cpu backend
-    # is installed; our driver is that backend as far as Inductor is concerned.
-    warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
+    with _env_lock:
+        if _env_depth == 0:
+            _env_saved.append((os.environ.get("TRITON_INTERPRET"), getattr(driver, "_active", None)))
+            os.environ["TRITON_INTERPRET"] = "1"
+            if not _cpu_driver:
+                _cpu_driver.append(_make_cpu_driver()())
+            driver.set_active(_cpu_driver[0])
+            # Inductor's CPU kernel modules call triton_helpers.set_driver_to_cpu(), which warns when no triton-cpu
+            # backend is installed; our driver is that backend as far as Inductor is concerned.
+            warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
+        _env_depth += 1
+    try:
+        yield
+    finally:
+        with _env_lock:
+            _env_depth -= 1
+            if _env_depth == 0:
+                env, active = _env_saved.pop()
+                if env is None:
+                    os.environ.pop("TRITON_INTERPRET", None)
+                else:
+                    os.environ["TRITON_INTERPRET"] = env
+                driver._active = active  # None: Triton picks its default driver again when next asked
 
 
 def _make_cpu_driver() -> type:
@@ -64,7 +92,7 @@ def _make_cpu_driver() -> type:
 
         @classmethod
         def is_active(cls) -> bool:
-            return False  # never auto-selected; installed explicitly by use_cpu_interpreter()
+            return False  # never auto-selected; installed explicitly by cpu_interpreter()
 
         def map_python_to_cpp_type(self, ty: str) -> str:
             return ty
@@ -206,6 +234,7 @@ _saved: dict[str, Any] = {}
 _saved_jit_call: list[Callable] = []
 _interpreted: dict[int, Any] = {}
 _lang_scopes: list[Any] = []
+_env_scopes: list[Any] = []
 
 
 def _patch_languages() -> Any:
@@ -259,7 +288,8 @@ def _interpreted_device_call(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 @contextlib.contextmanager
 def interpreter_libdevice() -> Iterator[None]:
-    """Within this context, ``triton.language.extra.libdevice`` functions compute with numpy (interpreter only).
+    """Within this context, ``triton.language.extra.libdevice`` functions compute with numpy (interpreter only), and
+    :func:`cpu_interpreter` holds (``TRITON_INTERPRET=1``, our CPU driver).
 
     Re-entrant. Outside it the module is untouched, so PTX compilation still resolves the real libdevice.
     """
@@ -270,6 +300,8 @@ def interpreter_libdevice() -> Iterator[None]:
 
     with _patch_lock:
         if _patch_depth == 0:
+            _env_scopes.append(cpu_interpreter())
+            _env_scopes[-1].__enter__()
             for name, fn in _libdevice_table().items():
                 _saved[name] = getattr(libdevice_module, name, None)
                 setattr(libdevice_module, name, fn)
@@ -298,6 +330,7 @@ def interpreter_libdevice() -> Iterator[None]:
                 InterpretedFunction.__call__ = _saved_jit_call.pop()
                 JITFunction.__call__ = _saved_jit_call.pop()
                 _lang_scopes.pop().restore()
+                _env_scopes.pop().__exit__(None, None, None)
 
 
-__all__ = ["use_cpu_interpreter", "interpreter_libdevice", "interpreter_enabled", "INTERPRETER_TARGET_ARCH"]
+__all__ = ["cpu_interpreter", "interpreter_libdevice", "interpreter_enabled", "INTERPRETER_TARGET_ARCH"]

@@ -5,6 +5,7 @@ Entry function: :func:`lower`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Callable, Sequence
 
@@ -71,10 +72,6 @@ def lower(
         LoweringError: Inductor could not lower the graph, or its output could not be captured.
     """
     device_type = graph_device_type(example_inputs)
-    if device_type == "cpu":
-        from torch_tessera.compat.triton import use_cpu_interpreter
-
-        use_cpu_interpreter()
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     flags = list(parameter_flags) if parameter_flags is not None else [
         isinstance(x, torch.nn.Parameter) for x in example_inputs
@@ -95,9 +92,18 @@ def lower(
             compiled.current_callable = runner
 
     try:
-        with compat.compile_context(device_type), compat.record_codegen(events):
+        with _interpreter_scope(device_type), compat.compile_context(device_type), compat.record_codegen(events):
             return compat.compile_graph(gm, example_inputs, on_compiled)
     except TesseraError:
         raise
     except Exception as e:  # noqa: BLE001 - the border with Inductor: any failure there is a lowering failure
         raise LoweringError(f"Inductor could not lower the graph: {type(e).__name__}: {e}") from e
+
+
+def _interpreter_scope(device_type: str) -> contextlib.AbstractContextManager:
+    """On CPU, Triton's interpreter for the duration of lowering (restored after: no process state leaks)."""
+    if device_type != "cpu":
+        return contextlib.nullcontext()
+    from torch_tessera.compat.triton import cpu_interpreter
+
+    return cpu_interpreter()

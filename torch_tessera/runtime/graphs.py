@@ -256,8 +256,16 @@ def capture_whole(machine: Machine, items: Sequence[Any], ctx: CallContext, home
                         done.record(st)
                         main.wait_event(done)
     except Exception as e:  # noqa: BLE001 - CUDA or torch refused the multi-device capture: fall back, say why
-        log.warning("one CUDA graph over all devices could not be captured (%s: %s); capturing one graph per "
-                    "segment instead", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        import warnings
+
+        from torch_tessera.errors import TesseraFallbackWarning
+
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        log.warning("one CUDA graph over all devices could not be captured (%s); capturing one graph per segment "
+                    "instead", why)
+        warnings.warn(f"tessera could not capture the program as one CUDA graph ({why}); it replays one graph per "
+                      "device segment instead (cuda_graphs='segments' asks for that directly, cuda_graphs=False "
+                      "turns graphs off)", TesseraFallbackWarning, stacklevel=2)
         torch.cuda.synchronize()
         return None
     return graph, [pool for _, pool in other_pools.values()]
@@ -576,7 +584,8 @@ class CUDAGraphWrapper:
         ex.cut_edges_transferred = len(edges)
         ex.calls += 1
         home = state.pools[ex.home]
-        return [home.view(o) if isinstance(o, TensorArg) else o.value for o in ex.program.outputs]
+        # cloned: a replay rewrites the graph's static storages, and a caller may keep the last call's outputs
+        return [home.view(o).clone() if isinstance(o, TensorArg) else o.value for o in ex.program.outputs]
 
     def _call_on_own_streams(self, state: GraphState, inputs: Sequence[Any], edges: set) -> None:
         """One call on the wrapper's streams: join the caller's, copy the inputs in, replay the whole graph (or the

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 __all__ = ["GRAPH_COPIES", "POISON", "PlacedExecutor", "input_positions", "static_input_keys", "tensor_key"]
 
 #: where a copy inside one CUDA graph over the devices runs (see PlacedExecutor's ``graph_copies``)
-GRAPH_COPIES = ("link", "producer", "push")
+from torch_tessera.options import GRAPH_COPIES  # noqa: E402  (the home is options)
 
 
 class PlacedExecutor:

@@ -15,7 +15,7 @@ from torch_tessera.lowering.program import BufferKind, KernelProgram, TensorArg
 
 #: how static INPUTs (``KernelProgram.static_inputs``) reach the other devices that read them (see
 #: :func:`build_schedule`): placed once (``"place"``) or copied every call (``"copy"``)
-STATIC_INPUTS = ("place", "copy")
+from torch_tessera.options import STATIC_INPUTS  # noqa: E402  (the home is options)
 
 
 @dataclass(frozen=True)

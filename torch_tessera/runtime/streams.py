@@ -19,7 +19,7 @@ CPU_GREATEST_PRIORITY = -5
 #: devices (an LLM's prefill and decode served at once), the one on a request's per-token path is ``"urgent"`` and
 #: the bulk one ``"background"``, so a decode kernel queued behind a prefill GEMM gets the SMs as blocks retire.
 #: Source: the paper's pipelining ablation (arXiv 2604.10180, section 5) staggers priorities across micro-batches.
-PRIORITY_CLASSES = ("normal", "urgent", "background")
+from torch_tessera.options import PRIORITY_CLASSES  # noqa: E402  (the home is options)
 
 
 def slot_priorities(slots: int, greatest: int, priority_class: str = "normal") -> list[int]:

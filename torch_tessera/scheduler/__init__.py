@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from torch_tessera.errors import ConfigError, InfeasiblePlanError
+from torch_tessera.options import SCHEDULER_POLICIES, homo_names
 from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler import baselines, cache
@@ -34,7 +35,7 @@ from torch_tessera.scheduler.types import (CutEdge, NotApplicableError, Plan, So
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("throughput", "latency", "homo-<i>", "homo-L", "homo-R", "request-dist", "pd", "af", "layer")
+POLICIES = SCHEDULER_POLICIES
 
 
 def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping[str, CostTable] | None,
@@ -352,8 +353,7 @@ def _baseline(pb, policy: str, objective: str, t0: float) -> Plan:
 
 def available_baselines(num_devices: int) -> list[str]:
     """Baseline policy names for ``num_devices`` devices, in the order reports show them."""
-    homos = ["homo-L", "homo-R"] if num_devices == 2 else [f"homo-{i}" for i in range(num_devices)]
-    return homos + ["request-dist", "pd", "af", "layer"]
+    return homo_names(num_devices) + ["request-dist", "pd", "af", "layer"]
 
 
 def plan_streams(workload: Workload, topology: Topology, shares: Sequence[float] | None = None,

@@ -23,9 +23,7 @@ from torch_tessera.scheduler.evaluate import (cycle_many, cycle_seconds, fits_ma
                                               resident_bytes)
 from torch_tessera.scheduler.problem import Problem
 from torch_tessera.scheduler.types import NotApplicableError
-
-BASELINES = ("homo-<i>", "request-dist", "pd", "af", "layer")
-
+from torch_tessera.target.devices import format_bytes
 
 def homo_index(pb: Problem, name: str) -> int | None:
     """Device index of a ``homo-*`` name (``homo-0``, ``homo-L``/``homo-R`` for two devices, ``homo-<device>``)."""
@@ -49,9 +47,10 @@ def check_fits(pb: Problem, place: np.ndarray, what: str) -> None:
     short = [g for g in range(pb.D) if on[g] and used[g] > pb.budgets[g] * (1 + 1e-9)]
     if short:
         raise InfeasiblePlanError(f"{what} does not fit: " + "; ".join(
-            f"device {pb.devices[g]} needs {used[g] / 1e9:.2f} GB, has {pb.budgets[g] / 1e9:.2f} GB "
-            f"(short by {(used[g] - pb.budgets[g]) / 1e9:.2f} GB)" for g in short)
-            + ". Fix: raise memory_budgets or use a plan that spreads weights.")
+            f"device {pb.devices[g]} needs {format_bytes(used[g])}, has {format_bytes(pb.budgets[g], used[g])} "
+            f"(short by {format_bytes(used[g] - pb.budgets[g], used[g])})" for g in short)
+            + ". Fix: raise memory_budgets or use a plan that spreads weights.",
+            tuple((pb.devices[g], float(used[g]), float(pb.budgets[g])) for g in short))
 
 
 def project(pb: Problem, place: np.ndarray, prefer: np.ndarray | None = None) -> np.ndarray:

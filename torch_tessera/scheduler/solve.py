@@ -39,6 +39,7 @@ from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok
 from torch_tessera.scheduler.heuristics import (chain_dp, greedy_cycle, heft_latency, is_chain, latency_bound,
                                                  local_search, zero_comm_bound)
 from torch_tessera.scheduler.problem import Problem
+from torch_tessera.target.devices import format_bytes
 from torch_tessera.scheduler.transfers import trim_limit, trim_transfers
 
 log = logging.getLogger(__name__)
@@ -120,25 +121,37 @@ class Solution:
     notes: list[str] = field(default_factory=list)
 
 
-def _gb(x: float) -> str:
-    return f"{x / 1e9:.2f} GB"
+def _gb(x: float, scale_of: float | None = None) -> str:
+    return format_bytes(x, scale_of)
 
 
 def raise_infeasible(pb: Problem, groups: Blocks, reason: str = "") -> None:
     """Raise :class:`InfeasiblePlanError` naming each short device and its shortfall (least overflow over all
-    placements, from a MILP with per-device slack)."""
-    short = milp.memory_shortfall(pb, groups)
-    lines = []
+    placements, from a MILP with per-device slack; when no device can hold even the activation reserve, every
+    device's reserve against its budget)."""
+    lines, shortfalls = [], []
+    if groups.forbidden.all():
+        for g in range(pb.D):
+            have = float(pb.budgets[g])
+            need = float(pb.reserve)
+            lines.append(f"device {pb.devices[g]} needs at least {_gb(need)} for activations, has {_gb(have, need)}")
+            shortfalls.append((pb.devices[g], need, have))
+        short = None
+    else:
+        short = milp.memory_shortfall(pb, groups)
     if short is not None:
         for g in np.flatnonzero(short > 1.0):
             have = pb.budgets[g]
-            lines.append(f"device {pb.devices[g]} needs {_gb(have + short[g])}, has {_gb(have)} "
-                         f"(short by {_gb(short[g])})")
+            need = have + short[g]
+            lines.append(f"device {pb.devices[g]} needs {_gb(need)}, has {_gb(have, need)} "
+                         f"(short by {_gb(short[g], need)})")
+            shortfalls.append((pb.devices[g], float(have + short[g]), float(have)))
     if not lines:
         lines.append(reason or "no placement satisfies the pins and memory budgets")
     raise InfeasiblePlanError(
         "no feasible placement: " + "; ".join(lines) + f" (activation reserve {_gb(pb.reserve)} per device counted)."
-        " Fix: raise memory_budgets, add a device, or lower the batch / context so state and activations shrink.")
+        " Fix: raise memory_budgets, add a device, or lower the batch / context so state and activations shrink.",
+        tuple(shortfalls))
 
 
 def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_gap: float = 5e-3,
@@ -146,6 +159,8 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
     t0 = time.perf_counter()
     deadline = t0 + time_limit
     groups = aggregate(pb, pb.group)
+    if groups.forbidden.all():
+        raise_infeasible(pb, groups)
     label, tied = tie_layers(pb) if use_ties else (pb.group, 0)
     notes = [f"{tied} repeated layer(s) counted: {groups.B} groups -> {int(label.max()) + 1} classes"] if tied else []
 
@@ -330,8 +345,10 @@ def untied_fits(binaries: int, time_limit: float) -> bool:
 def solve_latency(pb: Problem, time_limit: float, use_ties: bool = True) -> Solution:
     t0 = time.perf_counter()
     deadline = t0 + time_limit
-    bound = latency_bound(pb)
     groups = aggregate(pb, pb.group)
+    if groups.forbidden.all():
+        raise_infeasible(pb, groups)
+    bound = latency_bound(pb)
     coupled = any(k == "STATE" for k in pb.ekind) or not np.isinf(pb.budgets).all()
     if not coupled and all(is_chain(pb, p) for p in range(len(pb.programs))):
         parts = [chain_dp(pb, p, pb.group) for p in range(len(pb.programs))]

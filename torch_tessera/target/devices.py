@@ -174,8 +174,18 @@ def parse_size(text: str) -> int:
     return int(float(m["num"]) * _UNITS[m["unit"]])
 
 
+def format_bytes(nbytes: float, scale_of: float | None = None) -> str:
+    """A byte count in the largest decimal unit that keeps ``scale_of`` (default ``nbytes``) at least 1:
+    ``"1.50 KB"``, ``"41.20 GB"``; pass the largest figure of a message as ``scale_of`` so all share one unit."""
+    ref = abs(nbytes if scale_of is None else scale_of)
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if ref >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
 def _format_size(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("GB", 10**9), ("MiB", 2**20), ("MB", 10**6)):
+    for unit, scale in (("GiB", 2**30), ("GB", 10**9), ("MiB", 2**20), ("MB", 10**6), ("KiB", 2**10), ("KB", 10**3)):
         if nbytes % scale == 0:
             return f"{nbytes // scale}{unit}"
     return str(nbytes)
@@ -384,29 +394,44 @@ def parse_device(s: str, *, assume_gpu: str | None = None, _options: Sequence[st
     return _gpu_spec(name, DeviceKind.CUDA, index, _cuda_hardware(index, assume_gpu), req)
 
 
-def parse_devices(s: str, *, assume_gpu: str | None = None) -> list[DeviceSpec]:
-    """Several devices separated by commas; ``key=value`` pieces belong to the device before them.
+def split_devices(devices: str | Sequence[str]) -> list[str]:
+    """The device strings of a device list, each with its ``key=value`` pieces: ``"cpu:0,mem=1KB,cpu:1"`` and
+    ``["cpu:0,mem=1KB", "cpu:1"]`` both give ``["cpu:0,mem=1KB", "cpu:1"]`` (the syntax is not checked here).
+
+    Args:
+        devices: comma-separated device strings, or a sequence of them (each may carry its own pieces).
 
     Raises:
-        DeviceUnavailableError: as :func:`parse_device`, or a name appears twice.
+        DeviceUnavailableError: a ``key=value`` piece before any device, or no device at all.
     """
+    text = devices if isinstance(devices, str) else ",".join(devices)
     groups: list[list[str]] = []
-    for piece in (p.strip() for p in s.split(",")):
+    for piece in (p.strip() for p in text.split(",")):
         if not piece:
             continue
         if "=" in piece and ":" not in piece:
             if not groups:
-                raise _bad(s, f"option {piece!r} comes before any device")
+                raise _bad(text, f"option {piece!r} comes before any device")
             groups[-1].append(piece)
         else:
             groups.append([piece])
     if not groups:
-        raise _bad(s, "no device given")
-    specs = [parse_device(g[0], assume_gpu=assume_gpu, _options=g[1:]) for g in groups]
+        raise _bad(text, "no device given")
+    return [",".join(g) for g in groups]
+
+
+def parse_devices(s: str | Sequence[str], *, assume_gpu: str | None = None) -> list[DeviceSpec]:
+    """Several devices separated by commas; ``key=value`` pieces belong to the device before them
+    (:func:`split_devices`).
+
+    Raises:
+        DeviceUnavailableError: as :func:`parse_device`, or a name appears twice.
+    """
+    specs = [parse_device(d, assume_gpu=assume_gpu) for d in split_devices(s)]
     names = [d.name for d in specs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
-        raise _bad(s, f"{', '.join(sorted(dup))} appears twice; give each device once")
+        raise _bad(s if isinstance(s, str) else ",".join(s), f"{', '.join(sorted(dup))} appears twice; give each device once")
     return specs
 
 

@@ -1,0 +1,218 @@
+"""The user's first hour on one GPU (issue 24): HF generate with Llama-3.1-8B's shape, tessera's default against
+Inductor's, and the first compile with warm caches.
+
+Per layer count, ONE process (a child of this script) builds ``LlamaForCausalLM`` from the registry's full Llama
+config (hidden 4096, 32 heads, 8 KV heads, intermediate 14336, vocab 128256) with ``--layers`` decoder layers and
+random bf16 weights (no download), and runs greedy ``generate`` (batch ``--batch``, prompt ``--prompt``, ``--new``
+new tokens, static cache, ``model.forward`` compiled with ``dynamic=False``) under three backends, in this order:
+
+* ``inductor``: ``torch.compile`` with Inductor's default;
+* ``tessera``: ``backend="tessera"``, no options (the default: CUDA graphs on for GPU devices);
+* ``tessera+graphs``: ``options={"cuda_graphs": True}``.
+
+Each case: the first ``generate`` (compile included) is timed, then ``--repeats`` more; ``ms_per_token`` is the
+median ``generate`` wall time over ``--new`` tokens. Tokens are compared with Inductor's. Then, for the layer counts
+in ``--warm-layers``, a SECOND fresh process (no in-memory caches; the disk caches the first one filled are warm)
+times the first ``generate`` of ``inductor`` and ``tessera`` again: ``compile_s = first generate - median
+generate``.
+
+Writes ``backend_default.json`` under ``--out`` (and one ``layers_<n>[_warm].json`` per child) and prints a table with
+the ratios ``tessera / inductor`` and ``tessera / tessera+graphs`` of ms per token (Must-show: <= 1.0 and within 3 %),
+and ``tessera / inductor`` of the warm first compile (Must-show: <= 1.5).
+
+    python bench/gpu_backend_default.py --out $OUT/backend_default --layers 8,32
+
+CPU smoke run of the logic (tiny model, the Triton interpreter; numbers meaningless)::
+
+    python bench/gpu_backend_default.py --out /tmp/bd --layers 1 --device cpu --size tiny --batch 1 --prompt 8 \\
+        --new 4 --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+CASES = {"inductor": None, "tessera": {}, "tessera+graphs": {"cuda_graphs": True}}
+
+
+def build_llama(size: str, layers: int, batch: int, prompt: int, device: str):
+    """Llama-3.1-8B-shaped ``LlamaForCausalLM`` (registry config ``size``, ``layers`` decoder layers, SDPA, random
+    bf16 weights on CUDA / fp32 on CPU, seed 0, eval mode) on ``device``, and ``batch`` random prompts."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from torch_tessera.models import llama_config
+
+    cfg = llama_config(size)
+    cfg.num_hidden_layers = layers
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).to(dtype).eval()
+    return model, torch.randint(0, cfg.vocab_size, (batch, prompt), device=device)
+
+
+def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
+    """One process: build the model once, then each case in ``cases`` (compile, first generate, timed repeats)."""
+    import torch
+
+    import torch_tessera
+
+    model, ids = build_llama(args.size, args.one_layers, args.batch, args.prompt, args.device)
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    kw = dict(max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False, cache_implementation="static",
+              disable_compile=True)
+    orig = model.forward
+    out: dict = {"layers": args.one_layers, "torch": torch.__version__, "cases": {}}
+    ref = None
+    for name in cases:
+        torch._dynamo.reset()
+        opts = CASES[name]
+        if opts is None:
+            model.forward = torch.compile(orig, dynamic=False)
+        else:
+            model.forward = torch.compile(orig, backend="tessera", options=dict(opts), dynamic=False)
+        row: dict = {}
+        try:
+            with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                sync()
+                t0 = time.perf_counter()
+                seq = model.generate(ids, **kw)
+                sync()
+                first = time.perf_counter() - t0
+                walls = []
+                for _ in range(args.repeats):
+                    t0 = time.perf_counter()
+                    seq = model.generate(ids, **kw)
+                    sync()
+                    walls.append(time.perf_counter() - t0)
+            med = statistics.median(walls)
+            row.update(first_generate_s=first, compile_s=first - med, generate_s=walls,
+                       ms_per_token=1e3 * med / args.new,
+                       warnings=sorted({f"{w.category.__name__}: {str(w.message)[:300]}" for w in caught
+                                        if "tessera" in w.category.__name__.lower()}))
+            if ref is None and name == "inductor":
+                ref = seq
+            row["tokens_equal_inductor"] = None if ref is None else bool(torch.equal(seq, ref))
+            if opts is not None:
+                row["explain"] = str(torch_tessera.explain(model.forward))
+        except Exception as e:  # noqa: BLE001 - a failed case is a result; the others still run
+            row["error"] = f"{type(e).__name__}: {str(e)[:2000]}"
+        model.forward = orig
+        out["cases"][name] = row
+        print(f"[layers {args.one_layers}] {name}: " + (row.get("error") or
+              f"{row['ms_per_token']:.2f} ms/token, first generate {row['first_generate_s']:.1f} s, "
+              f"tokens equal {row['tokens_equal_inductor']}"), flush=True)
+    return out
+
+
+def _child(args: argparse.Namespace, layers: int, cases: list[str], tag: str, timeout: float) -> dict:
+    path = Path(args.out) / f"layers_{layers}{tag}.json"
+    path.unlink(missing_ok=True)
+    cmd = [sys.executable, __file__, "--out", args.out, "--one-layers", str(layers), "--cases", ",".join(cases),
+           "--device", args.device, "--size", args.size, "--batch", str(args.batch), "--prompt", str(args.prompt),
+           "--new", str(args.new), "--repeats", str(args.repeats), "--result", str(path)]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
+        log = proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        log = f"timed out after {timeout:.0f} s\n{(e.stdout or b'')!s}"[-4000:]
+    (Path(args.out) / f"layers_{layers}{tag}.log").write_text(log)
+    res = json.loads(path.read_text()) if path.exists() else {"layers": layers, "error": log[-3000:]}
+    res["process_s"] = time.perf_counter() - t0
+    return res
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b <= 0 else a / b
+
+
+def summarize(runs: dict) -> dict:
+    """Ratios per layer count (``None`` where a case failed)."""
+    table = {}
+    for layers, r in runs.items():
+        cases = r.get("main", {}).get("cases", {})
+        warm = r.get("warm", {}).get("cases", {})
+        ms = {k: v.get("ms_per_token") for k, v in cases.items()}
+        table[layers] = {
+            "ms_per_token": ms,
+            "tessera_over_inductor": _ratio(ms.get("tessera"), ms.get("inductor")),
+            "tessera_over_graphs": _ratio(ms.get("tessera"), ms.get("tessera+graphs")),
+            "tokens_equal": {k: v.get("tokens_equal_inductor") for k, v in cases.items()},
+            "warm_compile_s": {k: v.get("compile_s") for k, v in warm.items()},
+            "warm_compile_tessera_over_inductor": _ratio(warm.get("tessera", {}).get("compile_s"),
+                                                         warm.get("inductor", {}).get("compile_s")),
+            "errors": {k: v["error"][:300] for k, v in {**cases, **warm}.items() if "error" in v},
+        }
+    return table
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="directory for backend_default.json and the children's logs")
+    ap.add_argument("--layers", default="8,32", help="decoder layer counts, one process each")
+    ap.add_argument("--warm-layers", default="8", help="layer counts whose warm-cache first compile is timed")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=32, help="new tokens per generate")
+    ap.add_argument("--repeats", type=int, default=3, help="timed generates after the first (median)")
+    ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting children after this many seconds")
+    ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # "cpu": smoke run of the logic
+    ap.add_argument("--size", default="full", choices=("full", "tiny"), help=argparse.SUPPRESS)
+    ap.add_argument("--one-layers", type=int, default=None, help=argparse.SUPPRESS)  # child mode
+    ap.add_argument("--cases", default=",".join(CASES), help=argparse.SUPPRESS)
+    ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one_layers is not None:  # child: one process, one layer count
+        res = run_cases(args, [c for c in args.cases.split(",") if c])
+        Path(args.result).write_text(json.dumps(res, indent=1))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    layer_counts = [int(x) for x in args.layers.split(",") if x.strip()]
+    warm_counts = {int(x) for x in args.warm_layers.split(",") if x.strip()}
+    runs: dict = {}
+    left = lambda: args.budget_s - (time.perf_counter() - t_start)  # noqa: E731
+    for layers in layer_counts:
+        if left() < 30:
+            runs[layers] = {"skipped": "time budget spent"}
+            continue
+        runs[layers] = {"main": _child(args, layers, list(CASES), "", left())}
+    for layers in layer_counts:  # second, fresh process: warm disk caches, cold in-memory ones
+        if layers in warm_counts and "main" in runs[layers]:
+            if left() < 30:
+                runs[layers]["warm"] = {"skipped": "time budget spent"}
+                continue
+            runs[layers]["warm"] = _child(args, layers, ["inductor", "tessera"], "_warm", left())
+    report = {"args": vars(args), "runs": runs, "summary": summarize(runs),
+              "wall_s": time.perf_counter() - t_start, "env_TORCHINDUCTOR_CACHE_DIR": os.environ.get(
+                  "TORCHINDUCTOR_CACHE_DIR")}
+    (out / "backend_default.json").write_text(json.dumps(report, indent=1, default=str))
+    print(f"\n{'layers':>6} {'inductor':>9} {'tessera':>9} {'+graphs':>9} {'t/ind':>7} {'t/graphs':>8} "
+          f"{'warm compile t/ind':>19}  tokens equal")
+    for layers, s in report["summary"].items():
+        ms = s["ms_per_token"]
+        f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        print(f"{layers:>6} {f(ms.get('inductor')):>9} {f(ms.get('tessera')):>9} {f(ms.get('tessera+graphs')):>9} "
+              f"{f(s['tessera_over_inductor']):>7} {f(s['tessera_over_graphs']):>8} "
+              f"{f(s['warm_compile_tessera_over_inductor']):>19}  {s['tokens_equal']}")
+        for k, v in s["errors"].items():
+            print(f"       error in {k}: {v}")
+    print(f"wrote {out / 'backend_default.json'} in {report['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

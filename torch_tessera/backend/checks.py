@@ -1,0 +1,72 @@
+"""Checks the backend makes before and after planning, each with a message in the user's terms.
+
+* :func:`check_compilable`: tessera compiles inference graphs with static shapes; anything else is a
+  :class:`~torch_tessera.errors.LoweringError` raised before Inductor runs (so the Inductor fallback starts from a
+  clean state: a half-lowered graph with unbacked symbols would make plain Inductor fail too).
+* :func:`in_user_terms`: a plan that does not fit memory, restated with the option that set each budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from torch_tessera.errors import InfeasiblePlanError, LoweringError
+
+
+class InferenceOnlyError(LoweringError):
+    """The graph needs a backward pass: tessera compiles inference only."""
+
+
+class DynamicShapeError(LoweringError):
+    """The graph has symbolic or data-dependent shapes: tessera compiles one program per static shape."""
+
+
+def check_compilable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+    """Raise unless tessera can compile the graph: inference only, static shapes.
+
+    Raises:
+        InferenceOnlyError: grad mode is on and an input (a parameter, usually) requires grad.
+        DynamicShapeError: an input size is symbolic, or an op's output shape depends on data.
+    """
+    from torch_tessera.compat.dynamo import dynamic_shape_reason, needs_autograd
+
+    if needs_autograd(example_inputs):
+        raise InferenceOnlyError(
+            "tessera is inference-only and this graph needs a backward (grad mode is on and inputs or parameters "
+            "require grad). Run the model under torch.no_grad() or torch.inference_mode() (or call "
+            "requires_grad_(False) on its parameters); to train, compile with another backend (backend='inductor')")
+    reason = dynamic_shape_reason(gm, example_inputs)
+    if reason is not None:
+        raise DynamicShapeError(
+            f"tessera compiles one program per static shape, and {reason}. Pad inputs to a few shapes "
+            "(torch_tessera.hf.compile_for_generate does it for generate)")
+
+
+def in_user_terms(error: InfeasiblePlanError, specs: Sequence[Any], config: Any) -> InfeasiblePlanError:
+    """``error`` restated for a user of ``torch.compile``: per short device the bytes needed and available and what
+    set the budget (``mem=`` in option ``devices``, or the device's capacity), and the options that fix it.
+
+    Args:
+        error: what the scheduler raised (its ``shortfalls`` name devices by their spec names).
+        specs: the devices' specs, in the order of option ``devices``.
+        config: the backend's :class:`~torch_tessera.backend.config.TesseraConfig`.
+    """
+    from torch_tessera.target.devices import format_bytes
+
+    if not error.shortfalls:
+        return InfeasiblePlanError(f"policy={config.policy!r} found no placement: {error}", error.shortfalls)
+    by_name = {s.name: s for s in specs}
+    parts = []
+    for device, needed, have in error.shortfalls:
+        spec = by_name.get(device)
+        if spec is not None and spec.memory_budget is not None:
+            what = f"its budget, set by mem= in option devices={','.join(config.devices)!r}"
+        else:
+            what = "its memory"
+        parts.append(f"device {device} needs {format_bytes(needed)}, has {format_bytes(have, needed)} ({what})")
+    return InfeasiblePlanError(
+        f"the model does not fit the devices under policy={config.policy!r}: " + "; ".join(parts)
+        + ". Fix: raise or drop mem= in option devices, add a device to option devices, or use a policy that spreads "
+        "the weights (policy='throughput')", error.shortfalls)
