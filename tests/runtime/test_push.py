@@ -115,12 +115,12 @@ def test_forced_push_path_equals_eager_and_counts_like_link(stand_in_graphs, for
     kernel = push._kernel
     monkeypatch.setattr(push, "_kernel", lambda: launches.append(1) or kernel())
     ex = _run("push")
-    state = ex._graphs
+    state = ex.graphs.entry()
     cuts = [c for c in state.copies if c.purpose == "cut"]
     assert cuts and state.pushes == frozenset(id(c) for c in cuts)
     assert len(launches) == 3 * len(cuts), "each call (the capturing warm-up and 2 replays) pushes every cut"
     link = _run("link")
-    assert not link._graphs.pushes
+    assert not link.graphs.entry().pushes
     assert ex.transfers == link.transfers and ex.bytes_moved == link.bytes_moved
     assert ex.cut_edges_transferred == link.cut_edges_transferred > 0
 
@@ -139,4 +139,4 @@ def test_forced_push_on_the_tiny_llama_equals_eager(stand_in_graphs, forced_push
         compiled = torch.compile(model, backend=backend, dynamic=False)
         for call in range(2):  # the capturing call (warm-up pass) and a replay
             torch.testing.assert_close(compiled(*inputs), want, msg=lambda m: f"call {call}: {m}")
-    assert len(backend.executors[0].executor._graphs.pushes) > 10, "the placement cut too little to test"
+    assert len(backend.executors[0].executor.graphs.entry().pushes) > 10, "the placement cut too little to test"
