@@ -163,10 +163,12 @@ def histogram(tables, devices: Sequence[str], model: str, path: Path, measured: 
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
         share = 100 * float((ratio < 1).mean())
-        ax.set_title(f"{name}: {share:.0f} % of {len(ratio)} launches faster on {devices[1]}", fontsize=9)
+        each = " (each program once)" if name == "all" else ""
+        ax.set_title(f"{name}: {share:.0f} % of {len(ratio)} launches{each} faster on {devices[1]}", fontsize=9)
         mine = next((r for r in rows if r.program == name and r.op_class == "all"), None)
         if mine is not None:
-            text = f"ours: {mine.faster_on_second:.0f} % of launches, {mine.time_share:.0f} % of time"
+            runs = ", by runs per step" if name == "all" else ""
+            text = f"ours{runs}: {mine.faster_on_second:.0f} % of launches, {mine.time_share:.0f} % of time"
             if mine.paper_faster is not None or mine.paper_time is not None:
                 text += f"\npaper: {_pct(mine.paper_faster)} of kernels, {_pct(mine.paper_time)} of time"
             ax.text(0.02, 0.97, text, transform=ax.transAxes, fontsize=7.5, va="top",
