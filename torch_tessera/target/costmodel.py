@@ -374,8 +374,12 @@ def estimate_costs(program: KernelProgram, devices: Sequence[DeviceSpec | str], 
         f = launch_features(by_index[k], program.buffers)
         for c, d in enumerate(specs):
             seconds[r, c] = models[c].predict(f, d)
-    names = sorted({f"{type(m).__name__}: {m.source}" for m in models})
+    names = sorted({f"{MODEL_LABELS.get(type(m).__name__, type(m).__name__)}: {m.source}" for m in models})
     return CostTable(tuple(d.name for d in specs), tuple(wanted), seconds, source="; ".join(names))
+
+
+#: How a cost table's ``source`` names the model that made it (read by people: plan summaries, ``explain``).
+MODEL_LABELS = {"RooflineModel": "roofline model", "KernelModel": "kernel model"}
 
 
 def default_model(device: DeviceSpec) -> RooflineModel | KernelModel:
