@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import json
+from importlib.metadata import entry_points
 
 pytest_plugins = ["pytester"]
+
+
+def _plugin_args() -> list[str]:
+    """``-p torch_tessera.pytest_plugin`` unless the installed package's ``pytest11`` entry point already loads it
+    (pytest refuses a plugin registered twice under two names)."""
+    if any(e.name == "tessera" for e in entry_points(group="pytest11")):
+        return []
+    return ["-p", "torch_tessera.pytest_plugin"]
 
 
 def test_fixture_fills_extra_info(pytester):
@@ -21,7 +30,7 @@ def test_fixture_fills_extra_info(pytester):
                 benchmark.pedantic(f, args=(x,), rounds=2, iterations=1)
     """)
     out = pytester.path / "bench.json"
-    result = pytester.runpytest_subprocess("-p", "torch_tessera.pytest_plugin", f"--benchmark-json={out}", "-q")
+    result = pytester.runpytest_subprocess(*_plugin_args(), f"--benchmark-json={out}", "-q")
     result.assert_outcomes(passed=1)
     (bench,) = json.loads(out.read_text())["benchmarks"]
     (entry,) = bench["extra_info"]["tessera"]

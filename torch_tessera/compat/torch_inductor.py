@@ -122,6 +122,9 @@ def inductor_config_patches(device_type: str) -> dict[str, Any]:
     }
     if device_type == "cpu":
         patches["cpu_backend"] = "triton"
+        # compiled in this process: a compile-worker pool started now would inherit TRITON_INTERPRET=1 (set only for
+        # the duration of a CPU lowering) and later fail every GPU kernel it is handed
+        patches["compile_threads"] = 1
     return patches
 
 
