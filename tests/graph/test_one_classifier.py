@@ -40,9 +40,9 @@ def test_dag_and_cost_model_agree_on_every_launch(name):
     prog = _program(name)
     dag = analyze(prog)
     for launch in prog.launches:
-        node = dag.graph.nodes[launch.index]["op_class"]
+        node = dag.node(launch.index).op_class
         assert node == launch_features(launch).kernel_class.value == classify(launch).value, launch
-    assert {dag.graph.nodes[v]["op_class"] for v in dag.graph} <= set(OP_CLASSES)
+    assert {k.op_class for k in dag.nodes()} <= set(OP_CLASSES)
 
 
 def test_af_places_exactly_the_attention_class_apart():
