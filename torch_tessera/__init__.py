@@ -16,6 +16,7 @@ from torch_tessera.errors import (  # noqa: F401
     InfeasiblePlanError,
     LoweringError,
     PTXParseError,
+    ScheduleError,
     TesseraError,
     TesseraFallbackWarning,
     TesseraRecompileWarning,
@@ -36,4 +37,5 @@ def _register() -> None:
 
 _register()
 
+from torch_tessera.backend.checks import InferenceOnlyError  # noqa: E402,F401  (public: the inference-only error)
 from torch_tessera.backend.explain import explain  # noqa: E402,F401  (public: what tessera did with each graph)
