@@ -109,7 +109,8 @@ def _rows(out_dir) -> tuple[dict, dict]:
     return {r["plan"]: r for r in result["rows"]}, result["meta"]
 
 
-def _check_executed(rows: dict, programs: list[str], pipelined: bool) -> list[dict]:
+def _check_executed(rows: dict, programs: list[str], pipelined: bool, split: bool = True) -> list[dict]:
+    """Every executed row equals eager and timed each program; with ``split``, some executed plan has cut edges."""
     ran = [r for r in rows.values() if r["how"].startswith("run")]
     assert {r["plan"] for r in ran} >= {"homo-L", "homo-R", "layer", "tessera"}
     for r in ran:
@@ -117,7 +118,7 @@ def _check_executed(rows: dict, programs: list[str], pipelined: bool) -> list[di
         streams = {n.rsplit("@", 1)[1] for n in r["seconds"] if "@" in n}  # a streams plan: <name>@<r> as well
         assert sorted(r["seconds"]) == sorted(programs + [f"{p}@{k}" for k in streams for p in programs]), r
         assert all(t > 0 for t in r["seconds"].values()), r
-    assert any(r["cut_edges"] > 0 for r in ran)
+    assert any(r["cut_edges"] > 0 for r in ran) or not split
     assert any(r["pipelined_seconds"] for r in ran) == pipelined  # a split plan ran micro-batches
     return ran
 
@@ -143,7 +144,9 @@ def test_measure_mamba_with_its_state_as_program_state(measured):
     assert meta["family"] == "ssm" and meta["unit"] == "tokens" and meta["layers"] == 1
     assert list(meta["programs"]) == ["prefill", "decode"] and meta["prefill_tokens"] == 8 and meta["batch"] == 4
     assert meta["programs"]["decode"]["frequency"] == pytest.approx(129 / 4)
-    ran = _check_executed(rows, ["prefill", "decode"], pipelined=True)
+    # one Mamba layer: layer and af have nothing to cut, and whether tessera splits depends on the CPU's measured
+    # timings; the cross-device runs are checked on Llama's af row (test_measure_on_cpu_virtual_devices)
+    ran = _check_executed(rows, ["prefill", "decode"], pipelined=True, split=False)
     _check_request_dist(rows, meta, ["prefill", "decode"])
     # calls in flight for every program that leaves its home device (homo-R: wholly on the other), none at home
     assert set(rows["homo-R"]["pipelined_seconds"]) == {"prefill", "decode"} and not rows["homo-L"]["pipelined_seconds"]
