@@ -17,7 +17,7 @@ if TEST_DEVICE != "cpu":
 
 
 def _weights_on(ex, dev: int) -> dict[str, torch.Tensor]:
-    return {b: t for b, t in ex._weights[dev].storages.items()}
+    return {b: t for b, t in ex.placed_pools[dev].storages.items()}
 
 
 @pytest.mark.parametrize("graphs", [False, True])
