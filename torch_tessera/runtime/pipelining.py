@@ -131,29 +131,6 @@ def _device(item: Any) -> int:
     return item.device
 
 
-def schedule_chunks(steps: Sequence[Any]) -> list[tuple[int, int]]:
-    """Cut ``steps`` into chunks ``[start, end)``: the copies and waits before a device segment, then the segment.
-
-    Args:
-        steps: schedule steps (:class:`LaunchStep` runs on one device form a segment) or CUDA-graph items (each
-            ``Segment`` is one); anything that is not a copy or a wait counts as a launch with a ``device``.
-    """
-    chunks: list[tuple[int, int]] = []
-    start = 0
-    for i, step in enumerate(steps):
-        nxt = steps[i + 1] if i + 1 < len(steps) else None
-        if _is_launch(step) and not (nxt is not None and _is_launch(nxt) and nxt.device == step.device):
-            chunks.append((start, i + 1))
-            start = i + 1
-    if start < len(steps):
-        chunks.append((start, len(steps)))
-    return chunks
-
-
-def _is_launch(item: Any) -> bool:
-    return not isinstance(item, (CopyStep, SyncStep))
-
-
 def issue_round_robin(chunks: Sequence[Any], flights: Sequence[Any], issue: Callable[[Any, Any], None]) -> None:
     """Issue chunk ``c`` for every flight (micro-batch) before chunk ``c + 1``: ``issue(flight, chunk)``."""
     for chunk in chunks:
