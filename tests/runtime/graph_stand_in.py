@@ -122,6 +122,17 @@ def stand_in_graphs(monkeypatch):
 
         _Graph.capturing.calls.append(replay_copy)
 
+    def capture_transfer(machine, step, pools, stream):
+        src = pools[step.src].storages[step.buffer][step.start:step.end]
+        dst = pools[step.dst].storages[step.buffer][step.start:step.end]
+
+        def replay_transfer(src_pool=pools[step.src], dst_pool=pools[step.dst]):
+            _check_bound(src_pool, [(step.buffer, src)], f"transfer of {step.buffer} from {step.src}")
+            _check_bound(dst_pool, [(step.buffer, dst)], f"transfer of {step.buffer} to {step.dst}")
+            dst.copy_(src)  # a memcpy node: these very bytes, at replay
+
+        _Graph.capturing.calls.append(replay_transfer)
+
     orig_init = placed_mod.PlacedExecutor.__init__
 
     def init(self, *a, cuda_graphs=False, **k):
@@ -129,6 +140,7 @@ def stand_in_graphs(monkeypatch):
         self.set_cuda_graphs(cuda_graphs)
 
     monkeypatch.setattr(graphs_mod, "capture_copy", capture_copy)
+    monkeypatch.setattr(graphs_mod, "capture_transfer", capture_transfer)
     monkeypatch.setattr(executor_mod.KernelLauncher, "launch", launch)
     monkeypatch.setattr(placed_mod.PlacedExecutor, "__init__", init)
     monkeypatch.setattr(torch.cuda, "CUDAGraph", _Graph)

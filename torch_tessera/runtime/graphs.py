@@ -34,7 +34,7 @@ import contextlib
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -185,18 +185,32 @@ def capture_copy(machine: Machine, step: CopyStep, pools: list[BufferPool], stre
         push_kernels.push_on_producer(machine.devices[step.src], src, dst, streams[step.src], streams[step.dst], waits)
         return
 
-    def memcpy(stream: Any) -> None:
-        if src.device == dst.device:  # two SM partitions of one GPU: an ordinary device copy
-            with torch.cuda.stream(stream):
-                dst.copy_(src, non_blocking=True)
-            return
-        from cuda.bindings import driver as drv
+    order_copy(streams[step.src], streams[step.dst], copy_stream, waits, lambda stream: memcpy(step, src, dst, stream))
 
-        (err,) = drv.cuMemcpyAsync(dst.data_ptr(), src.data_ptr(), step.nbytes, stream.cuda_stream)
-        if err != drv.CUresult.CUDA_SUCCESS:
-            raise TesseraError(f"cuMemcpyAsync of {step.buffer}[{step.start}:{step.end}] failed: {err}")
 
-    order_copy(streams[step.src], streams[step.dst], copy_stream, waits, memcpy)
+def memcpy(step: CopyStep, src: torch.Tensor, dst: torch.Tensor, stream: Any) -> None:
+    """Queue the copy of ``src`` into ``dst`` (copy ``step``'s byte range) on ``stream`` alone: a device copy
+    within one GPU, else a ``cuMemcpyAsync`` of the bytes (unified addressing; see :func:`capture_copy`).
+
+    Raises:
+        TesseraError: the driver refused the copy.
+    """
+    if src.device == dst.device:  # two SM partitions of one GPU: an ordinary device copy
+        with torch.cuda.stream(stream):
+            dst.copy_(src, non_blocking=True)
+        return
+    from cuda.bindings import driver as drv
+
+    (err,) = drv.cuMemcpyAsync(dst.data_ptr(), src.data_ptr(), step.nbytes, stream.cuda_stream)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise TesseraError(f"cuMemcpyAsync of {step.buffer}[{step.start}:{step.end}] failed: {err}")
+
+
+def capture_transfer(machine: Machine, step: CopyStep, pools: Sequence[BufferPool], stream: Any) -> None:
+    """Capture one copy as a memcpy node on ``stream`` with no ordering of its own: an explicit schedule's record
+    and wait steps order it (:mod:`torch_tessera.runtime.captured`)."""
+    src, dst = machine.slices(step, pools)
+    memcpy(step, src, dst, stream)
 
 
 def capture_whole(machine: Machine, items: Sequence[Any], ctx: CallContext, home: int,
@@ -224,18 +238,39 @@ def capture_whole(machine: Machine, items: Sequence[Any], ctx: CallContext, home
     Returns:
         ``(graph, objects to keep alive with it)``, or None after logging why the capture failed.
     """
-    devices, domains, streams = machine.devices, machine.domains, ctx.streams
-    main = streams[home]
+    runners = {SyncStep: SyncRunner(machine), CopyStep: CaptureCopyRunner(machine, copy_streams, pushes),
+               Segment: SegmentRunner(machine, LaunchRunner(machine, count=False), replay=False)}
+    exec_items = [ExecItem(runners[type(x)], x, -1) for x in items]
+    return capture_graph(machine, lambda: run_schedule(exec_items, ctx), [*ctx.streams, *copy_streams.values()],
+                         ctx.streams[home], home, "it replays one graph per device segment instead "
+                         "(cuda_graphs='segments' asks for that directly, cuda_graphs=False turns graphs off)")
+
+
+def capture_graph(machine: Machine, issue: Callable[[], None], streams: Sequence[Any], main: Any, home: int,
+                  fallback: str) -> tuple[Any, list] | None:
+    """Capture what ``issue()`` queues on ``streams`` as ONE CUDA graph, begun on ``main`` (the home device's
+    stream); None, with a :class:`~torch_tessera.errors.TesseraFallbackWarning` that says ``fallback``, if CUDA or
+    this torch refuses.
+
+    Every other CUDA stream in ``streams`` joins the capture through an event recorded on ``main`` (fork) and
+    ``main`` waits for each of them at the end (join), so their work becomes nodes of the graph and the events
+    between them its edges. Allocations on other memory domains (extern kernels' fresh outputs) come from a private
+    ``torch.cuda.MemPool`` per other GPU (:func:`private_pool`), returned to be kept alive with the graph.
+
+    Returns:
+        ``(graph, objects to keep alive with it)``, or None after logging and warning why the capture failed.
+    """
+    devices, domains = machine.devices, machine.domains
     if not isinstance(main, torch.cuda.Stream):  # the CPU stand-in of the tests has no streams to fork
         main = None
-    touched = [s for s in [*streams, *copy_streams.values()] if isinstance(s, torch.cuda.Stream) and s is not main]
+    touched: list = []
+    for s in streams:
+        if isinstance(s, torch.cuda.Stream) and s is not main and all(s is not t for t in touched):
+            touched.append(s)
     other_pools = {}
     for i, d in enumerate(devices):
         if domains[i] != domains[home] and domains[i] not in other_pools:
             other_pools[domains[i]] = (d.torch_device, private_pool(d.torch_device) if main is not None else None)
-    runners = {SyncStep: SyncRunner(machine), CopyStep: CaptureCopyRunner(machine, copy_streams, pushes),
-               Segment: SegmentRunner(machine, LaunchRunner(machine, count=False), replay=False)}
-    exec_items = [ExecItem(runners[type(x)], x, -1) for x in items]
     graph = torch.cuda.CUDAGraph()
     try:
         torch.cuda.synchronize()
@@ -249,7 +284,7 @@ def capture_whole(machine: Machine, items: Sequence[Any], ctx: CallContext, home
                     fork.record(main)
                     for st in touched:
                         st.wait_event(fork)
-                run_schedule(exec_items, ctx)
+                issue()
                 if main is not None:
                     for st in touched:
                         done = torch.cuda.Event()
@@ -261,11 +296,9 @@ def capture_whole(machine: Machine, items: Sequence[Any], ctx: CallContext, home
         from torch_tessera.errors import TesseraFallbackWarning
 
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        log.warning("one CUDA graph over all devices could not be captured (%s); capturing one graph per segment "
-                    "instead", why)
-        warnings.warn(f"tessera could not capture the program as one CUDA graph ({why}); it replays one graph per "
-                      "device segment instead (cuda_graphs='segments' asks for that directly, cuda_graphs=False "
-                      "turns graphs off)", TesseraFallbackWarning, stacklevel=2)
+        log.warning("one CUDA graph over all devices could not be captured (%s); %s", why, fallback)
+        warnings.warn(f"tessera could not capture the program as one CUDA graph ({why}); {fallback}",
+                      TesseraFallbackWarning, stacklevel=3)
         torch.cuda.synchronize()
         return None
     return graph, [pool for _, pool in other_pools.values()]
@@ -306,6 +339,38 @@ def copy_inputs(program: Any, home: BufferPool, inputs: Sequence[Any], static: d
     for spec, value in zip(program.inputs, inputs):
         if isinstance(spec, TensorArg) and spec.buffer in static:
             home.view(spec).copy_(value, non_blocking=True)
+
+
+def bind_static(ex: Any, inputs: Sequence[Any], pools: list[BufferPool]) -> tuple[dict, dict]:
+    """Bind weights, state and static INPUTs of one call's ``inputs`` in ``pools`` where the caller keeps them; copy
+    INPUT-kind inputs into static storages of the home pool (what a captured graph reads).
+
+    Args:
+        ex: the executor (its public ``program``, ``home``, ``check_state_devices``, ``input_pool_index``).
+        inputs: the call's graph inputs, in order.
+        pools: the call's static pools, one per device.
+
+    Returns:
+        ``(static storage by INPUT buffer, bound buffer -> the caller's address)``.
+    """
+    program = ex.program
+    home = pools[ex.home]
+    static_inputs: dict[str, torch.Tensor] = {}
+    bound: dict[str, int] = {}
+    static_in_place = set(getattr(program, "static_inputs", ()))  # module buffers at one address: read in place
+    ex.check_state_devices(inputs)
+    for spec, value in zip(program.inputs, inputs):
+        if not isinstance(spec, TensorArg) or spec.buffer in home or spec.buffer in bound:
+            continue
+        kind = program.buffers[spec.buffer].kind
+        if kind == BufferKind.INPUT and spec.buffer not in static_in_place:
+            home.allocate(spec.buffer, program.buffers[spec.buffer].nbytes)
+            static_inputs[spec.buffer] = home.storages[spec.buffer]
+        else:  # weights, state and static INPUTs, bound where the caller keeps them (state may live elsewhere)
+            bind_input(pools[ex.input_pool_index(spec.buffer)], spec, value, len(bound))
+            bound[spec.buffer] = value.data_ptr()
+    copy_inputs(program, home, inputs, static_inputs)
+    return static_inputs, bound
 
 
 class CUDAGraphWrapper:
@@ -411,27 +476,7 @@ class CUDAGraphWrapper:
         return state, ctx
 
     def _bind_static(self, inputs: Sequence[Any], pools: list[BufferPool]) -> tuple[dict, dict]:
-        """Bind weights, state and static INPUTs where the caller keeps them; copy INPUT-kind inputs into static
-        storages of the home pool. Returns ``(static storages by buffer, bound buffer -> address)``."""
-        ex = self.runnable
-        program = ex.program
-        home = pools[ex.home]
-        static_inputs: dict[str, torch.Tensor] = {}
-        bound: dict[str, int] = {}
-        static_in_place = set(getattr(program, "static_inputs", ()))  # module buffers at one address: read in place
-        ex.check_state_devices(inputs)
-        for spec, value in zip(program.inputs, inputs):
-            if not isinstance(spec, TensorArg) or spec.buffer in home or spec.buffer in bound:
-                continue
-            kind = program.buffers[spec.buffer].kind
-            if kind == BufferKind.INPUT and spec.buffer not in static_in_place:
-                home.allocate(spec.buffer, program.buffers[spec.buffer].nbytes)
-                static_inputs[spec.buffer] = home.storages[spec.buffer]
-            else:  # weights, state and static INPUTs, bound where the caller keeps them (state may live elsewhere)
-                bind_input(pools[ex.input_pool_index(spec.buffer)], spec, value, len(bound))
-                bound[spec.buffer] = value.data_ptr()
-        copy_inputs(program, home, inputs, static_inputs)
-        return static_inputs, bound
+        return bind_static(self.runnable, inputs, pools)
 
     def _eager_items(self, items: Sequence[Any], pushes: frozenset) -> list[ExecItem]:
         """Exec items of the warm-up pass: segments launch by launch, copies eagerly (push kernels where planned)."""

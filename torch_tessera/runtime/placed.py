@@ -35,6 +35,7 @@ from torch_tessera.runtime.realize import (
     run_schedule,
     wait_events,
 )
+from torch_tessera.runtime.captured import CapturedReplay
 from torch_tessera.runtime.replay import ScheduleReplay
 from torch_tessera.runtime.schedule import (
     STATIC_INPUTS,
@@ -362,7 +363,8 @@ class PlacedExecutor:
             slots: micro-batches in flight at once (each with its own streams and buffers); 1 = no pipelining.
                 Ignored with ``schedule``.
             schedule: a :class:`~torch_tessera.scheduler.pipeline_schedule.PipelinedSchedule` of this placement
-                (``len(batches)`` a multiple of its micro-batches), or ``None``.
+                (``len(batches)`` a multiple of its micro-batches), or ``None``. With ``cuda_graphs`` it is captured
+                as one CUDA graph at the first call and that graph replays per call (:meth:`replay`).
 
         Returns:
             the outputs of each micro-batch, in order, equal to what :meth:`run` returns for its inputs.
@@ -377,13 +379,27 @@ class PlacedExecutor:
         return pipelining.run_pipelined(self.pipeline, batches, slots)
 
     def replay(self, schedule: Any, check: bool = True, host_order: str = "round-robin",
-               move_bytes: bool = True) -> ScheduleReplay:
-        """The :class:`~torch_tessera.runtime.replay.ScheduleReplay` of ``schedule`` on this executor (checked and
-        lowered once per schedule; see there for ``check``, ``host_order`` and ``move_bytes``)."""
-        key = (id(schedule), check, host_order, move_bytes)
+               move_bytes: bool = True, captured: bool | None = None) -> ScheduleReplay | CapturedReplay:
+        """The replay of ``schedule`` on this executor, checked and lowered once per schedule: a
+        :class:`~torch_tessera.runtime.replay.ScheduleReplay` (see there for ``check``, ``host_order`` and
+        ``move_bytes``), or with ``captured`` that replay captured as ONE CUDA graph
+        (:class:`~torch_tessera.runtime.captured.CapturedReplay`).
+
+        Args:
+            captured: ``None`` (default): captured when this executor replays CUDA graphs (``cuda_graphs``), else
+                issued step by step from the host (CPU virtual devices, ``cuda_graphs=False``).
+
+        Raises:
+            TesseraError: ``captured=True`` on devices that are not all CUDA devices; see ``ScheduleReplay``.
+        """
+        captured = self.cuda_graphs if captured is None else bool(captured)
+        if captured and not self.cuda_graphs and not all(self.machine.is_cuda):
+            raise TesseraError("captured=True replays a CUDA graph: every device must be a CUDA device")
+        key = (id(schedule), check, host_order, move_bytes, captured)
         cached = self._replays.get(key)
         if cached is None or cached.schedule is not schedule:
-            cached = self._replays[key] = ScheduleReplay(self, schedule, check, host_order, move_bytes)
+            eager = ScheduleReplay(self, schedule, check, host_order, move_bytes)
+            cached = self._replays[key] = CapturedReplay(eager) if captured else eager
         return cached
 
     def stale_static(self, inputs: Sequence[Any], placed: Mapping[str, tuple]) -> set[str]:

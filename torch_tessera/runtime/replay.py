@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import torch
 
-from torch_tessera.errors import ScheduleError, TesseraError, TransferTimeout
+from torch_tessera.errors import TesseraError, TransferTimeout
 from torch_tessera.runtime.pipelining import check_shared_weights, plan_waves
 from torch_tessera.runtime import realize
 from torch_tessera.runtime.realize import (
@@ -47,6 +47,7 @@ from torch_tessera.runtime.realize import (
 )
 from torch_tessera.runtime.schedule import CopyStep, LaunchStep
 from torch_tessera.runtime.streams import stream_ctx
+from torch_tessera.scheduler.issue import HOST_ORDERS, issue_order  # noqa: F401  (re-exported: the runtime's order)
 from torch_tessera.scheduler.pipeline_schedule import (
     PipelinedSchedule,
     RecordStep,
@@ -57,9 +58,6 @@ from torch_tessera.scheduler.pipeline_schedule import (
 )
 
 log = logging.getLogger("torch_tessera.runtime")
-
-#: host issue orders of :func:`issue_order`: ``"round-robin"`` (one step per device in turn) or ``"lazy:D"``
-HOST_ORDERS = ("round-robin", "lazy:D")
 
 
 @dataclass
@@ -93,9 +91,9 @@ class RunRunner(Runner):
 
     kind = "run"
 
-    def __init__(self, machine: Machine) -> None:
+    def __init__(self, machine: Machine, count: bool = True) -> None:
         super().__init__(machine)
-        self.launch = LaunchRunner(machine)
+        self.launch = LaunchRunner(machine, count=count)
 
     def __call__(self, step: RunStep, ctx: ReplayContext) -> None:
         self.launch(LaunchStep(step.launch, step.device), ctx.flights[step.micro_batch])
@@ -183,79 +181,6 @@ class _HostEvent:
         return True
 
 
-def issue_order(schedule: PipelinedSchedule, host_order: str = "round-robin") -> list[Any]:
-    """The host's issue order of every step: each device's steps in schedule order, every record before the waits
-    on its event.
-
-    Args:
-        schedule: the schedule.
-        host_order: ``"round-robin"`` (one step per device in turn, skipping a device blocked on a wait) or
-            ``"lazy:D"`` (device ``D`` as far as it can; the others only as far as its waits need).
-
-    Raises:
-        ScheduleError: a wait for an event no step records, or waits that deadlock.
-        TesseraError: an unknown ``host_order``.
-    """
-    streams = schedule.streams
-    record_at = {s.event_id: (d, i) for d, st in enumerate(streams) for i, s in enumerate(st)
-                 if isinstance(s, RecordStep)}
-    pos = [0] * len(streams)
-    out: list[Any] = []
-    recorded: set[int] = set()
-
-    def ready(d: int) -> bool:
-        s = streams[d][pos[d]]
-        if not isinstance(s, WaitStep) or s.event_id in recorded:
-            return True
-        if s.event_id not in record_at:
-            raise ScheduleError(f"device {d} waits for event {s.event_id} (micro-batch {s.micro_batch}) that no "
-                                "step records", micro_batch=s.micro_batch)
-        return False
-
-    def issue(d: int) -> None:
-        s = streams[d][pos[d]]
-        out.append(s)
-        if isinstance(s, RecordStep):
-            recorded.add(s.event_id)
-        pos[d] += 1
-
-    def advance(d: int, until: int, visiting: tuple) -> None:
-        """Issue device ``d``'s steps up to position ``until`` (inclusive), advancing producers on demand."""
-        while pos[d] <= until and pos[d] < len(streams[d]):
-            if not ready(d):
-                w = streams[d][pos[d]]
-                rd, ri = record_at[w.event_id]
-                if rd in visiting or rd == d:
-                    raise ScheduleError(f"the waits deadlock: device {d} waits for event {w.event_id} (micro-batch "
-                                        f"{w.micro_batch}) that device {rd} records only after waiting itself",
-                                        edge=w.edges[0] if w.edges else None, micro_batch=w.micro_batch)
-                advance(rd, ri, visiting + (d,))
-                continue
-            issue(d)
-
-    if host_order.startswith("lazy:"):
-        first = int(host_order.split(":", 1)[1])
-        for d in [first] + [e for e in range(len(streams)) if e != first]:
-            advance(d, len(streams[d]) - 1, ())
-        return out
-    if host_order != "round-robin":
-        raise TesseraError(f"host_order={host_order!r}: use one of {HOST_ORDERS}")
-    total = sum(len(st) for st in streams)
-    while len(out) < total:
-        moved = False
-        for d in range(len(streams)):
-            if pos[d] < len(streams[d]) and ready(d):
-                issue(d)
-                moved = True
-        if not moved:
-            blocked = [streams[d][pos[d]] for d in range(len(streams)) if pos[d] < len(streams[d])]
-            w = blocked[0]
-            raise ScheduleError(f"the waits deadlock: devices {[s.device for s in blocked]} each wait for an event "
-                                f"not recorded yet (first: event {w.event_id}, micro-batch {w.micro_batch})",
-                                edge=w.edges[0] if w.edges else None, micro_batch=w.micro_batch)
-    return out
-
-
 class ScheduleReplay:
     """Runs micro-batches through a placed executor exactly as an explicit pipelined schedule says.
 
@@ -293,6 +218,7 @@ class ScheduleReplay:
         if check:
             check_schedule(schedule, executor.dag)
         self.schedule = schedule
+        self.move_bytes = move_bytes
         m = executor.machine
         self.last_issue_seconds = 0.0
         self.last_pools: list | None = None
@@ -324,6 +250,15 @@ class ScheduleReplay:
             TransferTimeout: a wait did not complete within the executor's ``timeout_s`` (names its edges and
                 micro-batch).
         """
+        batches = self.check_batches(batches)
+        outputs: list[list] = []
+        for g in range(0, len(batches), self.schedule.micro_batches):
+            outputs += self.replay_group(batches[g:g + self.schedule.micro_batches], g, pools)
+        self.executor.calls += len(batches)
+        return outputs
+
+    def check_batches(self, batches: Sequence[Sequence[Any]]) -> list[list]:
+        """``batches`` as lists, checked as :meth:`run` says (its ``Raises``)."""
         ex, M = self.executor, self.schedule.micro_batches
         batches = [list(b) for b in batches]
         if len(batches) % M:
@@ -333,18 +268,16 @@ class ScheduleReplay:
             if len(b) != len(ex.program.inputs):
                 raise TesseraError(f"micro-batch {k}: program expects {len(ex.program.inputs)} inputs, got {len(b)}")
         check_shared_weights(ex.program, batches, static=ex.static_inputs == "place")
-        outputs: list[list] = []
         for g in range(0, len(batches), M):
-            group = batches[g:g + M]
-            if len(plan_waves(ex.program, group, M)) > 1:
+            if len(plan_waves(ex.program, batches[g:g + M], M)) > 1:
                 raise TesseraError(f"micro-batches {g}..{g + M - 1} pass overlapping state storages (a KV cache both "
                                    "write): an explicit schedule runs its micro-batches in disjoint storage; give each "
                                    "its own state, or use run_pipelined without a schedule (waves in order)")
-            outputs += self._replay(group, g, pools)
-        ex.calls += len(batches)
-        return outputs
+        return batches
 
-    def _replay(self, group: Sequence[Sequence[Any]], first: int, pools: Sequence[Any] | None) -> list[list]:
+    def replay_group(self, group: Sequence[Sequence[Any]], first: int, pools: Sequence[Any] | None = None) -> list[list]:
+        """One replay of ``group`` (exactly the schedule's micro-batches, checked by :meth:`check_batches`; ``first``:
+        the index of its first micro-batch, named in errors); see :meth:`run` for ``pools``. Returns the outputs."""
         ex = self.executor
         ex.join_caller()
         if not ex.setup_done or ex.stale_static(group[0], ex.static_placed):
@@ -361,7 +294,7 @@ class ScheduleReplay:
         self.last_issue_seconds = time.perf_counter() - t0
         for f in flights:
             run_schedule(self.gathers, f)
-        self._wait(ctx, first)
+        self.wait_host(ctx, first)
         ex.wait([e for f in flights for e in f.events], ex.streams)
         for f in flights:
             report_transfers(ex.machine, f)
@@ -369,7 +302,7 @@ class ScheduleReplay:
         ex.cut_edges_transferred = sum(ex.cut_edges_per_batch)
         return [ex.outputs(f.pools[ex.home]) for f in flights]
 
-    def _wait(self, ctx: ReplayContext, first: int) -> None:
+    def wait_host(self, ctx: ReplayContext, first: int) -> None:
         """Wait on the host for every event a stream waited on, bounded by the executor's ``timeout_s``.
 
         Raises:

@@ -1,0 +1,208 @@
+"""An explicit pipelined schedule captured as ONE CUDA graph (runtime/captured.py), on CPU virtual devices with the
+pointer-faithful stand-in graph (tests/runtime/graph_stand_in.py): the capture issues exactly the schedule's steps in
+the replay's host order, each wait on the event its record step recorded, and replays of the graph compute what eager
+PyTorch computes for fresh inputs, for random placements and micro-batch counts.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import pytest
+import torch
+
+from tests.conftest import TEST_DEVICE
+from tests.runtime.graph_stand_in import stand_in_graphs  # noqa: F401 - pytest fixture
+from tests.runtime.test_replay import _batches, _mlp_runner, _schedule
+from torch_tessera.errors import TesseraError, TesseraFallbackWarning
+from torch_tessera.runtime import graphs as graphs_mod
+from torch_tessera.runtime.captured import CapturedReplay
+from torch_tessera.runtime.replay import ScheduleReplay
+from torch_tessera.runtime.runner import random_placement
+from torch_tessera.scheduler.issue import issue_order
+from torch_tessera.scheduler.pipeline_schedule import RecordStep, RunStep, TransferStep, WaitStep
+from torch_tessera.target import devices as devices_mod
+
+pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the stand-in graph replaces CUDA graphs on CPU only")
+
+
+class _Event:
+    def __init__(self, stream, n):
+        self.stream, self.n = stream, n
+
+    def query(self):
+        return True
+
+
+class _RecordingStream:
+    """A stream of the fake stream API: logs every record and wait, in issue order, to a shared list."""
+
+    def __init__(self, log, device):
+        self.log, self.device, self.cuda_stream = log, device, id(self)
+
+    def record_event(self, event=None):
+        ev = _Event(self, len(self.log))
+        self.log.append(("record", self.device, ev))
+        return ev
+
+    def wait_event(self, event):
+        self.log.append(("wait", self.device, event))
+
+    def wait_stream(self, stream):
+        self.log.append(("wait-stream", self.device, stream))
+
+    def synchronize(self):
+        return None
+
+    def query(self):
+        return True
+
+
+def _captured_executor(seed, m):
+    model, inputs, runner, template = _mlp_runner()
+    placement = random_placement(runner.dag, 2, seed)
+    runner.set_placement(placement)
+    ex = runner.executor
+    ex.set_cuda_graphs(True)  # the stand-in lets CPU executors "replay CUDA graphs"
+    return model, inputs, template, ex, _schedule(runner, placement, m)
+
+
+def test_capture_issues_the_schedule_in_replay_order_with_its_waits(stand_in_graphs, monkeypatch):
+    log: list = []
+    made = []
+
+    def new_stream(self, priority=0):
+        made.append(_RecordingStream(log, len(made)))
+        return made[-1]
+
+    monkeypatch.setattr(devices_mod.Device, "new_stream", new_stream)
+    model, inputs, template, ex, sched = _captured_executor(3, 3)
+    assert sched.num_waits > 0 and sched.steps(TransferStep)
+    replay = ex.replay(sched)
+    assert isinstance(replay, CapturedReplay)
+    xs, batches = _batches(template, inputs, 3)
+    with torch.no_grad():
+        replay.run(batches)  # the first call: warm-up (eager, in the static pools) then the capture
+    assert replay.captures == 1
+    order = issue_order(sched)
+    steps = [s for kind, s, _ in replay.captured_steps if kind in ("run", "transfer", "record", "wait")]
+    assert steps == order  # the capture issued exactly the schedule's steps, in the replay's host order
+    for d in range(sched.devices):
+        assert [s for s in steps if s.device == d] == list(sched.streams[d])
+    copies = [s for kind, s, _ in replay.captured_steps if kind == "copy"]
+    assert len(copies) == 3 * (len(replay.replay.inputs) + len(replay.replay.gathers))
+    # every record / wait of the schedule went to its device's stream; each wait waits on the very event the record
+    # step of its event id recorded
+    syncs = [s for s in order if isinstance(s, (RecordStep, WaitStep))]
+    logged = [e for e in log if e[0] in ("record", "wait")][-len(syncs):]
+    recorded = {}
+    for step, (kind, dev, ev) in zip(syncs, logged):
+        assert made[dev] is made[step.device] and kind == ("record" if isinstance(step, RecordStep) else "wait")
+        if kind == "record":
+            recorded[step.event_id] = ev
+        else:
+            assert ev is recorded[step.event_id] and ev.stream.device != dev
+    assert len(recorded) == len(sched.steps(RecordStep))
+
+
+def test_graph_replays_equal_eager_for_fresh_inputs(stand_in_graphs):
+    model, inputs, template, ex, sched = _captured_executor(3, 2)
+    replay = ex.replay(sched)
+    launches = ex.launches_executed
+    for call in range(3):
+        xs, batches = _batches(template, inputs, 2, seed=10 + call)
+        with torch.no_grad():
+            got = ex.run_pipelined(batches, schedule=sched)
+        for x, g in zip(xs, got):
+            torch.testing.assert_close(g[0], model(*x), msg=lambda e: f"call {call}: {e}")
+    assert (replay.captures, replay.replays) == (1, 2)  # captured once, the graph replayed by every later call
+    runs = len(sched.steps(RunStep))
+    assert ex.launches_executed - launches == 3 * runs
+    assert ex.cut_edges_per_batch == [len([e for e in sched.steps(TransferStep) if e.micro_batch == m])
+                                      for m in range(2)]
+
+
+def test_random_placements_and_micro_batches_equal_eager(stand_in_graphs):
+    rng = random.Random(7)
+    for seed in range(6):
+        m = rng.randint(1, 4)
+        model, inputs, template, ex, sched = _captured_executor(100 + seed, m)
+        for call in range(2):
+            xs, batches = _batches(template, inputs, m, seed=seed * 10 + call)
+            with torch.no_grad():
+                got = ex.run_pipelined(batches, schedule=sched)
+            for k, (x, g) in enumerate(zip(xs, got)):
+                torch.testing.assert_close(g[0], model(*x), msg=lambda e: f"placement {seed}, micro-batch {k}: {e}")
+        assert ex.replay(sched).replays == 1
+
+
+def test_eager_replay_without_graphs_and_a_clear_error_on_cpu():
+    model, inputs, runner, template = _mlp_runner()
+    placement = random_placement(runner.dag, 2, 3)
+    runner.set_placement(placement)
+    ex = runner.executor
+    sched = _schedule(runner, placement, 2)
+    assert type(ex.replay(sched)) is ScheduleReplay  # CPU devices, cuda_graphs=False: issued step by step
+    with pytest.raises(TesseraError, match="every device must be a CUDA device"):
+        ex.replay(sched, captured=True)
+
+
+def test_a_refused_capture_warns_and_falls_back_to_the_eager_replay(stand_in_graphs, monkeypatch):
+    model, inputs, template, ex, sched = _captured_executor(3, 2)
+
+    class Refused:
+        def __init__(self, *a, **k):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "graph", Refused)
+    replay = ex.replay(sched)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for call in range(2):
+            xs, batches = _batches(template, inputs, 2, seed=call)
+            with torch.no_grad():
+                got = ex.run_pipelined(batches, schedule=sched)
+            for x, g in zip(xs, got):
+                torch.testing.assert_close(g[0], model(*x))
+    assert replay.fallback and replay.captures == 0
+    assert any(issubclass(w.category, TesseraFallbackWarning) and "step by step" in str(w.message) for w in caught)
+
+
+def test_moved_weights_are_captured_again(stand_in_graphs):
+    model, inputs, template, ex, sched = _captured_executor(3, 2)
+    replay = ex.replay(sched)
+    xs, batches = _batches(template, inputs, 2)
+    with torch.no_grad():
+        replay.run(batches)
+        replay.run(batches)
+    assert (replay.captures, replay.replays) == (1, 1)
+    weight = next(a for a in batches[0] if isinstance(a, torch.Tensor) and a.requires_grad)
+    moved = weight.detach().clone()
+    batches = [[moved if a is weight else a for a in b] for b in batches]
+    with torch.no_grad():
+        got = replay.run(batches)
+    assert replay.captures == 2
+    for x, g in zip(xs, got):
+        torch.testing.assert_close(g[0], model(*x))
+
+
+def test_capture_transfer_is_one_copy_on_the_given_stream(monkeypatch):
+    """graphs.capture_transfer: the byte range of the copy step, from the producer's pool into the consumer's."""
+    from types import SimpleNamespace
+
+    from torch_tessera.runtime.executor import BufferPool
+    from torch_tessera.runtime.realize import Machine
+    from torch_tessera.runtime.schedule import CopyStep
+
+    pools = [BufferPool(torch.device("cpu")), BufferPool(torch.device("cpu"))]
+    pools[0].allocate("b", 16)
+    pools[1].allocate("b", 16)
+    pools[0].storages["b"].copy_(torch.arange(16, dtype=torch.uint8))
+    pools[1].storages["b"].zero_()
+    seen = []
+    monkeypatch.setattr(graphs_mod, "memcpy", lambda step, src, dst, stream: (seen.append(stream), dst.copy_(src)))
+    machine = SimpleNamespace(slices=lambda step, p: Machine.slices(SimpleNamespace(devices=[]), step, p))
+    graphs_mod.capture_transfer(machine, CopyStep(0, 1, "b", 4, 9, "cut", (1, 2)), pools, "producer-stream")
+    assert seen == ["producer-stream"]
+    assert pools[1].storages["b"].tolist() == [0] * 4 + list(range(4, 9)) + [0] * 7

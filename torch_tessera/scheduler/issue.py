@@ -1,0 +1,133 @@
+"""The host's issue order of an explicit pipelined schedule: the order in which the runtime's eager replay issues
+every step (:mod:`torch_tessera.runtime.replay`), which a one-graph capture keeps (:mod:`torch_tessera.runtime.
+captured`), and which the simulator's host model follows (:func:`~torch_tessera.scheduler.simulate.simulate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from torch_tessera.errors import ScheduleError, TesseraError
+from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, RecordStep, RunStep, TransferStep, WaitStep
+
+#: host issue orders of :func:`issue_order`: ``"round-robin"`` (one step per device in turn) or ``"lazy:D"``
+HOST_ORDERS = ("round-robin", "lazy:D")
+
+
+def issue_order(schedule: PipelinedSchedule, host_order: str = "round-robin") -> list[Any]:
+    """The host's issue order of every step: each device's steps in schedule order, every record before the waits
+    on its event.
+
+    Args:
+        schedule: the schedule.
+        host_order: ``"round-robin"`` (one step per device in turn, skipping a device blocked on a wait) or
+            ``"lazy:D"`` (device ``D`` as far as it can; the others only as far as its waits need).
+
+    Raises:
+        ScheduleError: a wait for an event no step records, or waits that deadlock.
+        TesseraError: an unknown ``host_order``.
+    """
+    streams = schedule.streams
+    record_at = {s.event_id: (d, i) for d, st in enumerate(streams) for i, s in enumerate(st)
+                 if isinstance(s, RecordStep)}
+    pos = [0] * len(streams)
+    out: list[Any] = []
+    recorded: set[int] = set()
+
+    def ready(d: int) -> bool:
+        s = streams[d][pos[d]]
+        if not isinstance(s, WaitStep) or s.event_id in recorded:
+            return True
+        if s.event_id not in record_at:
+            raise ScheduleError(f"device {d} waits for event {s.event_id} (micro-batch {s.micro_batch}) that no "
+                                "step records", micro_batch=s.micro_batch)
+        return False
+
+    def issue(d: int) -> None:
+        s = streams[d][pos[d]]
+        out.append(s)
+        if isinstance(s, RecordStep):
+            recorded.add(s.event_id)
+        pos[d] += 1
+
+    def advance(d: int, until: int, visiting: tuple) -> None:
+        """Issue device ``d``'s steps up to position ``until`` (inclusive), advancing producers on demand."""
+        while pos[d] <= until and pos[d] < len(streams[d]):
+            if not ready(d):
+                w = streams[d][pos[d]]
+                rd, ri = record_at[w.event_id]
+                if rd in visiting or rd == d:
+                    raise ScheduleError(f"the waits deadlock: device {d} waits for event {w.event_id} (micro-batch "
+                                        f"{w.micro_batch}) that device {rd} records only after waiting itself",
+                                        edge=w.edges[0] if w.edges else None, micro_batch=w.micro_batch)
+                advance(rd, ri, visiting + (d,))
+                continue
+            issue(d)
+
+    if host_order.startswith("lazy:"):
+        first = int(host_order.split(":", 1)[1])
+        for d in [first] + [e for e in range(len(streams)) if e != first]:
+            advance(d, len(streams[d]) - 1, ())
+        return out
+    if host_order != "round-robin":
+        raise TesseraError(f"host_order={host_order!r}: use one of {HOST_ORDERS}")
+    total = sum(len(st) for st in streams)
+    while len(out) < total:
+        moved = False
+        for d in range(len(streams)):
+            if pos[d] < len(streams[d]) and ready(d):
+                issue(d)
+                moved = True
+        if not moved:
+            blocked = [streams[d][pos[d]] for d in range(len(streams)) if pos[d] < len(streams[d])]
+            w = blocked[0]
+            raise ScheduleError(f"the waits deadlock: devices {[s.device for s in blocked]} each wait for an event "
+                                f"not recorded yet (first: event {w.event_id}, micro-batch {w.micro_batch})",
+                                edge=w.edges[0] if w.edges else None, micro_batch=w.micro_batch)
+    return out
+
+
+@dataclass(frozen=True)
+class HostIssue:
+    """Host seconds the runtime's eager replay (:class:`~torch_tessera.runtime.replay.ScheduleReplay`) spends issuing
+    one step of each kind; a replay captured as one CUDA graph has none (the simulator's ``host=None``).
+
+    Defaults: fitted to the measured host issue of three Llama plans (8 layers, 2 micro-batches, 238 launches and
+    86-145 waits in 31.7-34.0 ms on one H200 split 104 + 24 SMs, torch 2.11; docs/BENCHMARKS.md, cut diagnosis),
+    within 1 % of each. Transfers are assumed to cost what a launch does (none were measured: no bytes move between
+    partitions of one GPU).
+
+    Attributes:
+        run: seconds per launch (:class:`RunStep`).
+        transfer: seconds per transfer (:class:`TransferStep`).
+        record: seconds per event record.
+        wait: seconds per event wait.
+    """
+
+    run: float = 118e-6
+    transfer: float = 118e-6
+    record: float = 20e-6
+    wait: float = 20e-6
+
+    def seconds(self, step: Any) -> float:
+        """Host seconds of issuing ``step``."""
+        t = type(step)
+        return self.run if t is RunStep else self.transfer if t is TransferStep else \
+            self.record if t is RecordStep else self.wait
+
+
+def issue_times(schedule: PipelinedSchedule, host: HostIssue, host_order: str = "round-robin") -> list[np.ndarray]:
+    """Per device, the host time (seconds from the replay's start) at which each step has been issued: the host
+    issues the steps one after another in :func:`issue_order`, each taking :meth:`HostIssue.seconds`, and never
+    waits for the devices inside a replay."""
+    where = {id(s): (d, i) for d, st in enumerate(schedule.streams) for i, s in enumerate(st)}
+    out = [np.zeros(len(st)) for st in schedule.streams]
+    t = 0.0
+    for s in issue_order(schedule, host_order):
+        t += host.seconds(s)
+        d, i = where[id(s)]
+        out[d][i] = t
+    return out
