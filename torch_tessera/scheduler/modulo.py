@@ -26,10 +26,10 @@ from torch_tessera.scheduler.pipeline_schedule import (PipelinedSchedule, Record
                                                        WaitStep)
 from torch_tessera.target.costs import CostTable, Topology
 
-#: Seconds one cross-device wait adds to the waiting stream (an event wait resolved on the GPU). Source: issue 23 /
-#: docs/BENCHMARKS.md, cut cost between SM partitions of one H200 inside one CUDA graph: 2.3-6.9 us per cut edge,
-#: about 1 us per bare hop (bench/gpu_hop_variants.py); the upper end of that range rounded down to 5 us.
-WAIT_SECONDS = 5e-6
+#: Seconds one cross-device wait adds to the waiting stream (an event wait resolved on the GPU): one
+#: cross-partition event wait inside one CUDA graph on an H200 split 104 + 24 SMs. Source: docs/BENCHMARKS.md, cut
+#: diagnosis.
+WAIT_SECONDS = 0.63e-6
 
 #: orders among ready launches of one device: ``"micro-batch"`` (lowest micro-batch first, then program order) or
 #: ``"critical-path"`` (longest remaining path first, then micro-batch)

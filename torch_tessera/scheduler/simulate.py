@@ -11,9 +11,16 @@ Semantics (the schedule's contract): each device's stream runs its steps in orde
 
 Bandwidth sharing. A launch of ``c`` seconds moving ``b`` bytes asks for ``b / c`` bytes/s (at most its device's own
 bandwidth). While the launches running in one memory domain ask for more than the domain's bandwidth ``B``, ``B`` is
-shared max-min fairly (water-filling) and each launch progresses at ``granted / asked`` of its solo speed: a
-memory-bound launch stretches, a compute-bound one (small ``b / c``) hardly does. This is the roofline
-``time = max(compute, bytes / bandwidth)`` with the bandwidth a launch gets at each moment.
+shared max-min fairly (water-filling), weighted by each device's :attr:`MemoryShare.weights` (a partition's SM
+count: measured, two partitions of one H200 copying at once split its DRAM in proportion to their SMs), and each
+launch progresses at ``granted / asked`` of its solo speed: a memory-bound launch stretches, a compute-bound one
+(small ``b / c``) hardly does. This is the roofline ``time = max(compute, bytes / bandwidth)`` with the bandwidth a
+launch gets at each moment.
+
+Host issue. With ``host`` (:class:`~torch_tessera.scheduler.issue.HostIssue`), the schedule is replayed step by step
+from the host: the host issues the steps one after another in the runtime's order
+(:func:`~torch_tessera.scheduler.issue.issue_order`), each at a host cost, and no step starts before it is issued; the
+step then runs from the host's start (time 0). Without it (a replay captured as one CUDA graph) issue takes no time.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from torch_tessera.errors import ScheduleError
+from torch_tessera.errors import ConfigError, ScheduleError
+from torch_tessera.scheduler.issue import HostIssue, issue_times
 from torch_tessera.scheduler.modulo import WAIT_SECONDS
 from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, RecordStep, RunStep, TransferStep, WaitStep
 from torch_tessera.target.costs import CostTable, Topology
@@ -39,11 +47,15 @@ class MemoryShare:
         launch_bytes: bytes each launch moves to and from DRAM (launch index -> bytes).
         device_bandwidth: ``[D]`` bytes/s each device reaches alone (a partition's own figure).
         domain_bandwidth: memory domain -> bytes/s the whole domain (one GPU) has.
+        weights: ``[D]`` each device's weight in the shared domain's bandwidth under contention: its SM count for a
+            partition (docs/BENCHMARKS.md, cut diagnosis: two concurrent copies on 104 + 24 SMs of an H200 predicted
+            within 5 % by SM weights, 23-34 % off with equal ones); ``()``: equal weights.
     """
 
     launch_bytes: Mapping[int, float]
     device_bandwidth: Sequence[float]
     domain_bandwidth: Mapping[int, float]
+    weights: Sequence[float] = ()
 
 
 @dataclass(frozen=True)
@@ -108,28 +120,32 @@ def step_durations(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, t
     return out
 
 
-def water_fill(demand: np.ndarray, capacity: float) -> np.ndarray:
-    """Max-min fair shares of ``capacity`` among ``demand`` (each share at most its demand)."""
+def water_fill(demand: np.ndarray, capacity: float, weights: np.ndarray | None = None) -> np.ndarray:
+    """Weighted max-min fair shares of ``capacity`` among ``demand``: ``share_i = min(demand_i, level x weight_i)``
+    with the level that gives away all of ``capacity`` (every demand met if they fit). ``weights`` (positive,
+    default all 1) scale each claimant's fair share."""
     if demand.sum() <= capacity:
         return demand.copy()
+    w = np.ones_like(demand) if weights is None else np.asarray(weights, dtype=np.float64)
     share = np.zeros_like(demand)
-    left, todo = capacity, list(np.argsort(demand))
+    left, todo = capacity, list(np.argsort(demand / w))
     while todo:
-        fair = left / len(todo)
+        level = left / sum(w[j] for j in todo)
         i = todo[0]
-        if demand[i] <= fair:
+        if demand[i] <= level * w[i]:
             share[i] = demand[i]
             left -= demand[i]
             todo.pop(0)
         else:
             for j in todo:
-                share[j] = fair
+                share[j] = level * w[j]
             break
     return share
 
 
 def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topology: Topology | None = None, *,
-             wait_seconds: float = WAIT_SECONDS, memory: MemoryShare | None = None) -> SimResult:
+             wait_seconds: float = WAIT_SECONDS, memory: MemoryShare | None = None,
+             host: HostIssue | None = None) -> SimResult:
     """Predict one replay of ``schedule`` (see the module docstring for the semantics).
 
     Args:
@@ -138,18 +154,26 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
         topology: link bandwidth (bytes/s) and latency (s) for transfers; ``None``: transfers take no time.
         wait_seconds: seconds one wait costs the waiting stream (:data:`~torch_tessera.scheduler.modulo.WAIT_SECONDS`).
         memory: bandwidth figures for sharing within memory domains; ``None``: no sharing modelled.
+        host: host seconds per issued step, for a replay issued step by step from the host; ``None`` (a replay
+            captured as one CUDA graph): issue takes no time.
 
     Returns:
         The :class:`SimResult`.
 
     Raises:
         ScheduleError: the waits deadlock (a wait whose event is recorded after a wait that never completes).
+        ConfigError: ``memory.weights`` not one per device.
     """
     D = schedule.devices
+    if memory is not None and len(memory.weights) not in (0, D):
+        raise ConfigError(f"MemoryShare.weights has {len(memory.weights)} entries for {D} devices: give one per "
+                          "device (its SM count) or none")
     dur = step_durations(schedule, costs, topology, wait_seconds)
+    issued = issue_times(schedule, host) if host is not None else None
+    t_begin = 0.0 if host is not None else None
     if memory is None:  # nothing shared: every step takes its solo time, one pass in dependency order
-        start, end, t = _longest_path(schedule, dur)
-        return _result(schedule, dur, start, end, t)
+        start, end, t = _longest_path(schedule, dur, issued)
+        return _result(schedule, dur, start, end, t, t_begin)
     streams = schedule.streams
     demand = _demands(schedule, dur, memory)
     rec_time: dict[int, float] = {}
@@ -168,6 +192,8 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
                     s = streams[d][pos[d]]
                     if isinstance(s, WaitStep) and rec_time.get(s.event_id, np.inf) > t + _EPS:
                         break
+                    if issued is not None and issued[d][pos[d]] > t + _EPS:
+                        break
                     start[d][pos[d]] = t
                     if isinstance(s, RecordStep):
                         rec_time[s.event_id] = t
@@ -177,13 +203,19 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
                         continue
                     active[d], left[d] = True, dur[d][pos[d]]
         run = [d for d in range(D) if active[d]]
+        # the next issue of a step some idle stream waits for (the host issues on its own clock)
+        nxt = min((issued[d][pos[d]] for d in range(D) if issued is not None and not active[d]
+                   and pos[d] < len(streams[d]) and issued[d][pos[d]] > t + _EPS), default=np.inf)
         if not run:
             if all(pos[d] == len(streams[d]) for d in range(D)):
                 break
+            if nxt < np.inf:
+                t = nxt
+                continue
             blocked = [d for d in range(D) if pos[d] < len(streams[d])]
             raise ScheduleError(f"simulation deadlock: streams {blocked} wait for events never recorded")
         rate = _rates(schedule, run, pos, demand, memory)
-        dt = min(left[d] / rate[d] if rate[d] > 0 else np.inf for d in run)
+        dt = min(min(left[d] / rate[d] if rate[d] > 0 else np.inf for d in run), nxt - t)
         t += dt
         for d in run:
             left[d] -= rate[d] * dt
@@ -191,12 +223,13 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
                 end[d][pos[d]] = t
                 active[d] = False
                 pos[d] += 1
-    return _result(schedule, dur, start, end, t)
+    return _result(schedule, dur, start, end, t, t_begin)
 
 
-def _longest_path(schedule: PipelinedSchedule, dur: list[np.ndarray]):
+def _longest_path(schedule: PipelinedSchedule, dur: list[np.ndarray], issued: list[np.ndarray] | None = None):
     """Start and end of every step when none stretches: ``end = max(end of the previous step, the record's time
-    for a wait) + duration``, streams advanced round-robin until each blocks on a wait not yet recorded."""
+    for a wait, the step's issue time when ``issued``) + duration``, streams advanced round-robin until each blocks
+    on a wait not yet recorded."""
     streams = schedule.streams
     D = len(streams)
     start = [np.empty(len(st)) for st in streams]
@@ -220,6 +253,8 @@ def _longest_path(schedule: PipelinedSchedule, dur: list[np.ndarray]):
                         break
                     if r > t:
                         t = r
+                if issued is not None and issued[d][i] > t:
+                    t = issued[d][i]
                 sd[i] = t
                 t += du[i]
                 ed[i] = t
@@ -264,13 +299,14 @@ def _rates(schedule, run, pos, demand, memory) -> dict[int, float]:
         if cap is None or len(devs) < 2:
             continue
         dem = np.array([demand[d][pos[d]] for d in devs])
-        share = water_fill(dem, float(cap))
+        weights = np.array([float(memory.weights[d]) for d in devs]) if len(memory.weights) else None
+        share = water_fill(dem, float(cap), weights)
         for d, a, b in zip(devs, share, dem):
             rate[d] = float(a / b)
     return rate
 
 
-def _result(schedule, dur, start, end, t_end) -> SimResult:
+def _result(schedule, dur, start, end, t_end, t_begin: float | None = None) -> SimResult:
     D = schedule.devices
     busy, transfer, waiting, stretch = (np.zeros(D) for _ in range(4))
     for d, kinds in enumerate(step_kinds(schedule)):
@@ -279,7 +315,7 @@ def _result(schedule, dur, start, end, t_end) -> SimResult:
         stretch[d] = busy[d] - dur[d][kinds == RUN].sum()
         transfer[d] = took[kinds == TRANSFER].sum()
         waiting[d] = took[kinds == WAIT].sum()
-    t0 = min((float(s[0]) for s in start if len(s)), default=0.0)
+    t0 = t_begin if t_begin is not None else min((float(s[0]) for s in start if len(s)), default=0.0)
     step = t_end - t0
     return SimResult(step, schedule.micro_batches, busy, transfer, waiting, step - busy - transfer - waiting,
                      tuple(start), tuple(end), stretch)
