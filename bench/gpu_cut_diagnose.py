@@ -1,39 +1,40 @@
-"""Where a pipelined step loses its time at the cuts: one plan's explicit schedule measured in four modes.
+"""What a cut edge costs when the explicit schedule runs as ONE captured CUDA graph, per model and plan.
 
-For each plan (the planner's plan with the per-cut charge set to ``--hop-us``, a random placement, the ``af`` plan),
-the modulo scheduler's schedule over ``--micro-batches`` micro-batches is replayed by the runtime
-(:mod:`torch_tessera.runtime.replay`) and its steady-state step (one replay: every micro-batch once) is timed:
+For each model (``--model``, default Llama, Mamba and the MMDiT at ``--layers`` layers) on ``--devices`` and each plan
+(the planner's throughput plan, ``af``, a random placement, and the zero-cut plans ``homo-L``, ``homo-R`` and
+``request-dist``), the modulo scheduler's schedule over ``--micro-batches`` micro-batches is replayed by the runtime
+and its steady-state step (one replay: every micro-batch once) is timed in these modes:
 
-* ``executed``: as the runtime runs it (results checked against the single-call executor);
-* ``null-hop``: every wait kept, no bytes moved (differs from ``executed`` only across memory domains);
-* ``no-wait``: every record and wait dropped (results wrong; timing only);
-* ``alone-D``: device D's share of the steps alone (no waits, the other device idle).
+* ``executed``: the schedule captured as one CUDA graph and replayed (:mod:`torch_tessera.runtime.captured`); results
+  checked against the single-call run of the home placement, which is checked against eager PyTorch;
+* ``no-wait``: every record and wait dropped (results wrong; timing only), captured;
+* ``alone-D``: device D's share of the steps alone (no waits, the other device idle), captured;
+* ``eager``: the same schedule issued step by step from the host (:mod:`torch_tessera.runtime.replay`), with its host
+  issue time (``--no-eager`` skips it).
 
-Every mode runs in the buffers of one executed replay (so a mode that drops steps still reads real values, and no
-mode pays for allocations).
+``request-dist`` is one replica per device with the micro-batches split between them: micro-batches ``0..k-1`` run
+every launch on device 0, the others on device 1, with no waits (one memory domain only: the replicas share the
+weights). Every mode after ``executed`` runs in the buffers of the executed replay, so a mode that drops steps still
+reads real values. On CPU virtual devices nothing can be captured: every mode is issued from the host (plumbing only).
 
-The lost time ``executed - max(alone)`` is split into:
+Per plan: cut edges, the executed step, the simulated step (:func:`torch_tessera.scheduler.simulate.simulate` with the
+measured per-launch costs, the planner's bandwidth figures, DRAM shared by SM count, no host cost for the captured
+graph and :class:`~torch_tessera.scheduler.issue.HostIssue` for the eager replay), executed / simulated, and the
+lost time per cut edge ``(executed - max(alone)) / (cut edges x micro-batches)``, with the no-wait share of it. Modes
+are timed in ``--rounds`` interleaved rounds (order reversed every round) of ``--calls`` replays, median per mode.
 
-* waits: ``executed - no-wait`` (waits and what they serialise);
-* issue order: ``max(0, min(no-wait, host issue) - max(alone))``, the time the streams wait for the host to issue
-  their steps (``host issue``: host seconds to issue one replay, without the final wait);
-* shared bandwidth: the rest of ``no-wait - max(alone)`` (both partitions running at once, sharing DRAM).
+Usage (one H200 split in two green-context partitions; about 6 min for the three models)::
 
-Per cut edge overhead: ``(executed - max(alone)) / (cut edges x micro-batches)``, and the same for the waits alone.
-Modes are timed in ``--rounds`` interleaved rounds (order reversed every round), median per mode.
+    python bench/gpu_cut_diagnose.py --out DIR --devices cuda:0@104sm,cuda:0@24sm --layers 8
+    python bench/gpu_cut_diagnose.py --out DIR --devices cpu:0,cpu:1 --size tiny --layers 2 --model mlp --rounds 1 \
+        --calls 1   # CPU dry run (plumbing only)
 
-Usage (one H200 split in two green-context partitions; < 8 min)::
-
-    python bench/gpu_cut_diagnose.py --out DIR --model llama --layers 8 --devices cuda:0@104sm,cuda:0@24sm
-    python bench/gpu_cut_diagnose.py --out DIR --devices cpu:0,cpu:1 --size tiny   # CPU dry run (plumbing only)
-
-Writes ``DIR/cut_diagnose.json`` and ``DIR/cut_diagnose.md``.
+Writes ``DIR/cut_diagnose.json`` and ``DIR/cut_diagnose.md`` (rewritten after every plan).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import statistics
@@ -46,27 +47,50 @@ import torch
 
 log = logging.getLogger("gpu_cut_diagnose")
 
-MODES = ("executed", "null-hop", "no-wait")
+PLANS = ("tessera", "af", "random", "homo-L", "homo-R", "request-dist")
 
 
-def build(args) -> tuple[Any, Any, tuple, list]:
-    """The model (``--layers`` kept), its inputs, its runner on ``--devices`` and the program's input template."""
+def _first_tensor(x: Any) -> torch.Tensor | None:
+    if isinstance(x, torch.Tensor):
+        return x
+    if hasattr(x, "to_tuple"):
+        x = x.to_tuple()
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            t = _first_tensor(y)
+            if t is not None:
+                return t
+    return None
+
+
+def _close(a: Any, b: Any, tol: float) -> bool:
+    a, b = _first_tensor(a), _first_tensor(b)
+    return a is not None and b is not None and a.shape == b.shape and \
+        bool(torch.allclose(a.float(), b.float(), rtol=tol, atol=tol))
+
+
+def build(name: str, args) -> tuple[Any, Any, tuple, list, bool]:
+    """The model (``--layers`` kept), its inputs, the runner of its largest program on ``--devices``, the program's
+    input template, and whether the compiled home placement equals eager PyTorch."""
     from torch_tessera.backend.recording import RecordingBackend
     from torch_tessera.measure.programs import cut_layers
     from torch_tessera.models import build_module, get_model
 
-    spec = get_model(args.model)
+    spec = get_model(name)
     on_cuda = args.devices.startswith("cuda")
     dtype = torch.float32 if args.size == "tiny" else torch.bfloat16
-    model = build_module(args.model, args.size, device="cuda" if on_cuda else None, dtype=dtype)
+    model = build_module(name, args.size, device="cuda" if on_cuda else None, dtype=dtype)
     if args.layers and hasattr(model, "model"):  # the registry's wrappers hold the transformers / diffusers module
         cut_layers(model.model, spec.family, args.layers)
     inputs = spec.example_inputs(args.size, device="cuda" if on_cuda else "cpu", dtype=dtype, seed=0)
+    torch._dynamo.reset()
     backend = RecordingBackend(devices=args.devices, policy="home")
     compiled = torch.compile(model, backend=backend, dynamic=False)
     with torch.no_grad():
-        compiled(*inputs)
-    runner = backend.executors[0]
+        got = compiled(*inputs)
+        want = model(*inputs)
+    equal = _close(got, want, 3e-2 if dtype == torch.bfloat16 else 1e-4)
+    runner = max(backend.executors, key=lambda r: len(r.program.launches))
     seen: list = []
     ex = runner.executor
     run = ex.run
@@ -74,7 +98,7 @@ def build(args) -> tuple[Any, Any, tuple, list]:
     with torch.no_grad():
         compiled(*inputs)
     del ex.run
-    return model, runner, inputs, seen[0]
+    return spec, runner, inputs, seen[0], equal
 
 
 def micro_batches(spec, args, template, inputs, n: int, device: str) -> list[list]:
@@ -128,27 +152,37 @@ def launch_costs(runner, batch: list, repeats: int = 3):
     return CostTable(tuple(s.name for s in specs), tuple(range(n)), secs, source="cuda events, gpu_cut_diagnose")
 
 
-def plans(runner, costs, hop_us: float) -> tuple[dict[str, dict], Any]:
-    """Placements to diagnose: the planner's (per-cut charge ``hop_us``), a random one, the af plan."""
+def plans(runner, costs, topo, names) -> dict[str, dict]:
+    """Placement of each plan (``request-dist`` runs on homo-L's placement with its own schedule)."""
     from torch_tessera.backend.pipeline import place
     from torch_tessera.runtime.runner import random_placement
-    from torch_tessera.target.links import build_topology
 
     specs = [d.spec for d in runner.devices]
-    topo = build_topology(specs)
-    charge = np.full((len(specs), len(specs)), hop_us * 1e-6)
-    np.fill_diagonal(charge, 0.0)
-    topo = dataclasses.replace(topo, hop_overhead=charge, overhead_source=f"gpu_cut_diagnose: {hop_us:g} us per cut")
-    out = {}
-    for name, policy in (("tessera", "throughput"), ("af", "af")):
+    n = sorted(runner.dag.graph.nodes)
+    out: dict[str, dict] = {}
+    for name in names:
         try:
-            placement, _ = place(runner.program, runner.dag, specs, policy, costs=costs, topology=topo,
-                                 cache_dir=False, micro_batches=2)
+            if name in ("tessera", "af"):
+                placement, _ = place(runner.program, runner.dag, specs, "throughput" if name == "tessera" else "af",
+                                     costs=costs, topology=topo, cache_dir=False, micro_batches=2)
+            elif name == "random":
+                placement = random_placement(runner.dag, len(specs), 0)
+            else:
+                placement = {i: 1 if name == "homo-R" else 0 for i in n}
             out[name] = {"placement": dict(placement)}
         except Exception as e:  # noqa: BLE001 - a plan that does not apply is reported, the others still run
             out[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-    out["random"] = {"placement": random_placement(runner.dag, len(specs), 0)}
-    return out, topo
+    return out
+
+
+def request_dist_schedule(dag, placement, m: int, k: int, domains):
+    """Micro-batches ``0..k-1`` wholly on device 0, ``k..m-1`` wholly on device 1, in program order, no waits."""
+    from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, RunStep
+
+    order = sorted(dag.graph.nodes)
+    streams = ([RunStep(0, b, v) for b in range(k) for v in order], [RunStep(1, b, v) for b in range(k, m) for v in order])
+    return PipelinedSchedule(2, m, tuple(tuple(s) for s in streams), placement, tuple(domains), (),
+                             source=f"request-dist {k}:{m - k}")
 
 
 def variants(sched, devices: int) -> dict[str, Any]:
@@ -162,135 +196,219 @@ def variants(sched, devices: int) -> dict[str, Any]:
     no_wait = [[s for s in st if not isinstance(s, (WaitStep, RecordStep))] for st in sched.streams]
     out = {"no-wait": make(no_wait, "no-wait")}
     for d in range(devices):
-        out[f"alone-{d}"] = make([st if e == d else [] for e, st in enumerate(no_wait)], f"alone-{d}")
+        if no_wait[d]:
+            out[f"alone-{d}"] = make([st if e == d else [] for e, st in enumerate(no_wait)], f"alone-{d}")
     return out
 
 
-def time_modes(ex, sched, batches, args) -> dict[str, Any]:
-    """Median seconds of one replay per mode, modes interleaved in rounds; the host issue time of ``executed``."""
-    devices = len(ex.devices)
-    var = variants(sched, devices)
-    replays = {"executed": ex.replay(sched), "null-hop": ex.replay(sched, move_bytes=False)}
-    replays.update({k: ex.replay(v, check=False) for k, v in var.items()})
+def time_modes(ex, sched, batches, args, checked: bool, captured: bool) -> tuple[dict, list]:
+    """Median seconds of one replay per mode, modes interleaved in rounds; the host issue time of ``eager``.
+    Returns ``(medians, the executed replay's outputs)``."""
+    replays = {"executed": ex.replay(sched, check=checked, captured=captured)}
+    replays.update({k: ex.replay(v, check=False, captured=captured) for k, v in variants(sched, len(ex.devices)).items()})
+    if args.eager:
+        replays["eager"] = ex.replay(sched, check=checked, captured=False)
     names = list(replays)
     times: dict[str, list[float]] = {k: [] for k in names}
     issue: list[float] = []
     sync = (lambda: torch.cuda.synchronize()) if ex.devices[0].torch_device.type == "cuda" else (lambda: None)
     with torch.no_grad():
-        replays["executed"].run(batches)
+        got = replays["executed"].run(batches)  # captures (the first call: warm-up, then the capture)
+        got = replays["executed"].run(batches)  # a replay of the graph
         pools = replays["executed"].last_pools  # every mode runs in these: each buffer exists and holds real values
-        for r in names:
-            replays[r].run(batches, pools)  # warm-up (autotuning)
+        for r in names[1:]:
+            replays[r].run(batches, pools)  # warm-up / capture
         for rnd in range(args.rounds):
             for r in (names if rnd % 2 == 0 else names[::-1]):
                 for _ in range(args.calls):
                     sync()
                     t0 = time.perf_counter()
-                    replays[r].run(batches, pools)
+                    replays[r].run(batches, None if r == "executed" else pools)
                     times[r].append(time.perf_counter() - t0)
-                    if r == "executed":
+                    if r == "eager":
                         issue.append(replays[r].last_issue_seconds)
     med = {k: statistics.median(v) for k, v in times.items()}
-    med["host-issue"] = statistics.median(issue)
-    return med
+    if issue:
+        med["eager-host-issue"] = statistics.median(issue)
+    med["captures"] = sum(getattr(r, "captures", 0) for r in replays.values())
+    return med, got
 
 
-def split(med: dict, devices: int, cuts: int, m: int) -> dict[str, float]:
-    """The lost time and its parts (module docstring), per step and per cut edge."""
-    alone = max(med[f"alone-{d}"] for d in range(devices))
+def simulated(sched, runner, costs, topo, host) -> float:
+    """The simulator's step for ``sched``: measured launch costs, the planner's bandwidth figures, DRAM of a shared
+    GPU split by SM count; ``host``: the eager replay's host issue (None: captured)."""
+    from torch_tessera.scheduler.issue import HostIssue
+    from torch_tessera.scheduler.pipeline_plan import PipelineModel, launch_bytes
+    from torch_tessera.scheduler.simulate import MemoryShare, simulate
+
+    specs = [d.spec for d in runner.devices]
+    model = PipelineModel.from_specs(specs)
+    mem = MemoryShare(launch_bytes(runner.dag), model.device_bandwidth, dict(model.domain_bandwidth),
+                      tuple(float(s.sm_count or 1) for s in specs))
+    return simulate(sched, costs, topo, memory=mem, host=HostIssue() if host else None).step_seconds
+
+
+def split(med: dict, devices: int, cuts: int, m: int) -> dict[str, float | None]:
+    """The lost time, per step and per cut edge: ``executed - max(alone)`` and the no-wait share of it."""
+    alone = max((med[f"alone-{d}"] for d in range(devices) if f"alone-{d}" in med), default=0.0)
     lost = med["executed"] - alone
     waits = med["executed"] - med["no-wait"]
-    issue = max(0.0, min(med["no-wait"], med["host-issue"]) - alone)
-    shared = max(0.0, med["no-wait"] - alone - issue)
-    per = max(cuts * m, 1)
-    return {"alone_max_s": alone, "lost_s": lost, "waits_s": waits, "issue_order_s": issue, "shared_bandwidth_s": shared,
-            "per_cut_edge_us": lost / per * 1e6, "waits_per_cut_edge_us": waits / per * 1e6}
+    per = cuts * m
+    return {"alone_max_s": alone, "lost_s": lost, "waits_s": waits,
+            "per_cut_edge_us": lost / per * 1e6 if per else None, "waits_per_cut_edge_us": waits / per * 1e6 if per else None}
 
 
-def diagnose(args) -> dict:
-    from torch_tessera.models import get_model
-    from torch_tessera.scheduler.modulo import build_pipelined_schedule
-    from torch_tessera.scheduler.simulate import simulate
+def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
+    """Every plan of ``name`` into ``res["models"][name]`` (written out after each plan)."""
+    from torch_tessera.target.links import build_topology
 
     t0 = time.perf_counter()
-    model, runner, inputs, template = build(args)
+    spec, runner, inputs, template, home_equal = build(name, args)
     device = "cuda" if args.devices.startswith("cuda") else "cpu"
-    spec = get_model(args.model)
     batches = micro_batches(spec, args, template, inputs, args.micro_batches, device)
     costs = launch_costs(runner, batches[0])
-    chosen, topo = plans(runner, costs, args.hop_us)
-    res = {"model": args.model, "size": args.size, "layers": args.layers, "devices": args.devices,
-           "micro_batches": args.micro_batches, "hop_us": args.hop_us, "launches": len(runner.program.launches),
-           "torch": torch.__version__, "cost_source": costs.source, "plans": {}}
-    for name, p in chosen.items():
-        if "error" in p:
-            res["plans"][name] = p
+    topo = build_topology([d.spec for d in runner.devices])
+    on_gpu = all(d.torch_device.type == "cuda" for d in runner.devices)
+    out = res["models"][name] = {"launches": len(runner.program.launches), "home_equals_eager": home_equal,
+                                 "cost_source": costs.source, "replay": "captured" if on_gpu else "eager (CPU)",
+                                 "build_s": time.perf_counter() - t0, "plans": {}}
+    runner.set_placement({i: 0 for i in sorted(runner.dag.graph.nodes)})
+    with torch.no_grad():
+        want = [[o.clone() if isinstance(o, torch.Tensor) else o for o in runner.executor.run(list(b))] for b in batches]
+    chosen = plans(runner, costs, topo, args.plans)
+    for plan_name, p in chosen.items():
+        if time.perf_counter() > deadline:
+            out["plans"][plan_name] = {"error": "skipped: --budget-s spent"}
             continue
-        placement = p["placement"]
-        runner.set_placement(placement)
-        ex = runner.executor
-        sched = build_pipelined_schedule(runner.dag, placement, args.micro_batches, costs=costs, topology=topo,
-                                         domains=ex.domains, devices=len(ex.devices))
-        with torch.no_grad():
-            got = ex.run_pipelined(batches, schedule=sched)
-            want = [ex.run(list(b)) for b in batches]
-        ok = all(torch.allclose(g[0].float(), w[0].float(), rtol=2e-2, atol=2e-2) for g, w in zip(got, want))
-        med = time_modes(ex, sched, batches, args)
-        cuts = len(sched.cut_edges)
-        row = {"cut_edges": cuts, "waits": sched.num_waits, "transfer_bytes": sched.transfer_bytes,
-               "launches_per_device": [sum(1 for v in placement.values() if v == d) for d in range(len(ex.devices))],
-               "correct": ok, "seconds": med, "split": split(med, len(ex.devices), cuts, args.micro_batches)}
+        if "error" in p:
+            out["plans"][plan_name] = p
+            continue
         try:
-            row["simulated_s"] = simulate(sched, costs, topo).step_seconds
+            out["plans"][plan_name] = run_plan(plan_name, p["placement"], runner, batches, want, costs, topo, args,
+                                               on_gpu)
+        except Exception as e:  # noqa: BLE001 - one plan failing is reported, the others still run
+            log.exception("plan %s of %s failed", plan_name, name)
+            out["plans"][plan_name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+        write(res, args.out)
+        if on_gpu:
+            torch.cuda.empty_cache()
+    out["seconds"] = time.perf_counter() - t0
+
+
+def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_gpu) -> dict:
+    from torch_tessera.scheduler.modulo import build_pipelined_schedule
+
+    runner.set_placement(placement)
+    ex = runner.executor
+    M = args.micro_batches
+    if plan_name == "request-dist":
+        if len(set(ex.domains)) != 1:
+            return {"error": "request-dist here needs one memory domain (the replicas share the weights)"}
+        sched, checked = request_dist_schedule(runner.dag, placement, M, max(1, M // 2), ex.domains), False
+    else:
+        sched, checked = build_pipelined_schedule(runner.dag, placement, M, costs=costs, topology=topo,
+                                                  domains=ex.domains, devices=len(ex.devices)), True
+    med, got = time_modes(ex, sched, batches, args, checked, on_gpu)
+    tol = 3e-2 if args.size == "full" else 1e-4
+    ok = all(_close(g, w, tol) for g, w in zip(got, want))
+    cuts = len(sched.cut_edges)
+    row = {"cut_edges": cuts, "waits": sched.num_waits, "transfer_bytes": sched.transfer_bytes,
+           "launches_per_device": [sum(1 for st in sched.streams[d] if type(st).__name__ == "RunStep") // M
+                                   for d in range(len(ex.devices))],
+           "correct": ok, "seconds": med, "split": split(med, len(ex.devices), cuts, M)}
+    for key, host in (("simulated_s", False), ("eager_simulated_s", True)):
+        try:
+            row[key] = simulated(sched, runner, costs, topo, host)
         except Exception as e:  # noqa: BLE001 - the prediction is context, not the measurement
-            row["simulated_error"] = str(e)[:200]
-        res["plans"][name] = row
-        print(f"{name}: {cuts} cut edges, step {med['executed'] * 1e3:.3f} ms, lost "
-              f"{row['split']['lost_s'] * 1e3:.3f} ms = waits {row['split']['waits_s'] * 1e3:.3f} + issue "
-              f"{row['split']['issue_order_s'] * 1e3:.3f} + shared bandwidth {row['split']['shared_bandwidth_s'] * 1e3:.3f}"
-              f"; {row['split']['per_cut_edge_us']:.1f} us per cut edge; results {'ok' if ok else 'WRONG'}")
-    res["seconds_total"] = time.perf_counter() - t0
-    return res
+            row[key + "_error"] = str(e)[:200]
+    if "simulated_s" in row:
+        row["executed_over_simulated"] = med["executed"] / row["simulated_s"]
+    if "eager" in med and "eager_simulated_s" in row:
+        row["eager_over_simulated"] = med["eager"] / row["eager_simulated_s"]
+    per = row["split"]["per_cut_edge_us"]
+    print(f"{plan_name}: {cuts} cut edges, step {med['executed'] * 1e3:.3f} ms (simulated "
+          f"{row.get('simulated_s', float('nan')) * 1e3:.3f}), lost {row['split']['lost_s'] * 1e3:.3f} ms"
+          f"{f', {per:.1f} us per cut edge' if per is not None else ''}; eager {med.get('eager', float('nan')) * 1e3:.3f}"
+          f" ms; results {'ok' if ok else 'WRONG'}", flush=True)
+    return row
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x * 1e3:.3f}"
 
 
 def markdown(res: dict) -> str:
-    lines = [f"# Cut diagnosis: {res['model']} {res['size']}, {res['layers']} layers on {res['devices']}", "",
-             f"{res['micro_batches']} micro-batches per step, per-cut charge {res['hop_us']} us when planning; "
-             f"costs: {res['cost_source']}; torch {res['torch']}.", "",
-             "| plan | cut edges | executed ms | null hop ms | no wait ms | alone max ms | host issue ms | waits ms | "
-             "issue order ms | shared bw ms | per cut edge us | simulated ms | correct |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for name, r in res["plans"].items():
-        if "error" in r:
-            lines.append(f"| {name} | {r['error']} |" + " |" * 11)
+    lines = [f"# Cut cost with the captured schedule: {res['layers']} layers on {res['devices']}", "",
+             f"{res['micro_batches']} micro-batches per step; torch {res['torch']}; {res['rounds']} rounds x "
+             f"{res['calls']} calls per mode. Modes and definitions: bench/gpu_cut_diagnose.py.", ""]
+    for name, m in res["models"].items():
+        if "error" in m:
+            lines += [f"## {name}", "", f"failed: {m['error']}", ""]
             continue
-        s, x = r["seconds"], r["split"]
-        sim = f"{r['simulated_s'] * 1e3:.3f}" if "simulated_s" in r else "-"
-        lines.append(f"| {name} | {r['cut_edges']} | {s['executed'] * 1e3:.3f} | {s['null-hop'] * 1e3:.3f} | "
-                     f"{s['no-wait'] * 1e3:.3f} | {x['alone_max_s'] * 1e3:.3f} | {s['host-issue'] * 1e3:.3f} | "
-                     f"{x['waits_s'] * 1e3:.3f} | {x['issue_order_s'] * 1e3:.3f} | {x['shared_bandwidth_s'] * 1e3:.3f} | "
-                     f"{x['per_cut_edge_us']:.1f} | {sim} | {r['correct']} |")
-    lines += ["", "Modes and the split: see the docstring of bench/gpu_cut_diagnose.py."]
+        lines += [f"## {name} ({m['launches']} launches; replay {m['replay']}; home placement equals eager: "
+                  f"{m['home_equals_eager']}; costs: {m['cost_source']})", "",
+                  "| plan | cut edges | waits | executed ms | simulated ms | executed / simulated | alone max ms | "
+                  "lost us per cut edge | waits us per cut edge | eager ms | eager simulated ms | eager host issue ms "
+                  "| correct |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for plan_name, r in m["plans"].items():
+            if "error" in r:
+                lines.append(f"| {plan_name} | {r['error']} |" + " |" * 11)
+                continue
+            s, x = r["seconds"], r["split"]
+            ratio = f"{r['executed_over_simulated']:.3f}" if "executed_over_simulated" in r else "-"
+            per = "-" if x["per_cut_edge_us"] is None else f"{x['per_cut_edge_us']:.1f}"
+            wper = "-" if x["waits_per_cut_edge_us"] is None else f"{x['waits_per_cut_edge_us']:.1f}"
+            lines.append(f"| {plan_name} | {r['cut_edges']} | {r['waits']} | {_ms(s['executed'])} | "
+                         f"{_ms(r.get('simulated_s'))} | {ratio} | {_ms(x['alone_max_s'])} | {per} | {wper} | "
+                         f"{_ms(s.get('eager'))} | {_ms(r.get('eager_simulated_s'))} | {_ms(s.get('eager-host-issue'))} "
+                         f"| {r['correct']} |")
+        lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def write(res: dict, out: Path) -> None:
+    (out / "cut_diagnose.json").write_text(json.dumps(res, indent=1, default=str))
+    (out / "cut_diagnose.md").write_text(markdown(res))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path, help="directory for cut_diagnose.json / .md")
-    ap.add_argument("--model", default="llama")
+    ap.add_argument("--model", default="llama,mamba,dit", help="comma-separated registry models")
+    ap.add_argument("--plans", default=",".join(PLANS), help=f"comma-separated, of {PLANS}")
     ap.add_argument("--size", default="full", choices=("tiny", "full"))
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--devices", default="cuda:0@104sm,cuda:0@24sm")
     ap.add_argument("--micro-batches", type=int, default=2)
-    ap.add_argument("--hop-us", type=float, default=5.0, help="per-cut charge the planner prices (us)")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=10, help="replays timed per mode per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=5, help="replays timed per mode per round")
+    ap.add_argument("--no-eager", dest="eager", action="store_false", help="skip the eager (host-issued) replay")
+    ap.add_argument("--budget-s", type=float, default=330.0, help="skip the plans left after this many seconds")
     args = ap.parse_args(argv)
+    args.plans = [p for p in args.plans.split(",") if p]
+    bad = sorted(set(args.plans) - set(PLANS))
+    if bad:
+        ap.error(f"unknown plans {bad}: use {PLANS}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
-    res = diagnose(args)
-    (args.out / "cut_diagnose.json").write_text(json.dumps(res, indent=1, default=str))
-    (args.out / "cut_diagnose.md").write_text(markdown(res))
+    t0 = time.perf_counter()
+    deadline = t0 + args.budget_s
+    res = {"layers": args.layers, "devices": args.devices, "micro_batches": args.micro_batches, "rounds": args.rounds,
+           "calls": args.calls, "torch": torch.__version__, "models": {}}
+    for name in [m for m in args.model.split(",") if m]:
+        if time.perf_counter() > deadline:
+            res["models"][name] = {"error": "skipped: --budget-s spent"}
+            continue
+        print(f"== {name}", flush=True)
+        try:
+            diagnose_model(name, args, res, deadline)
+        except Exception as e:  # noqa: BLE001 - one model failing (e.g. diffusers missing) leaves the others
+            log.exception("model %s failed", name)
+            res["models"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+        write(res, args.out)
+    res["seconds_total"] = time.perf_counter() - t0
+    write(res, args.out)
     print(markdown(res))
     return 0
 
