@@ -35,6 +35,7 @@ Writes ``DIR/cut_diagnose.json`` and ``DIR/cut_diagnose.md`` (rewritten after ev
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import statistics
@@ -48,6 +49,10 @@ import torch
 log = logging.getLogger("gpu_cut_diagnose")
 
 PLANS = ("tessera", "af", "random", "homo-L", "homo-R", "request-dist")
+
+#: largest relative L2 error of a plan's first output against the home placement's, in bf16 (another placement
+#: reorders nothing inside a kernel, so anything above rounding noise is a wrong result)
+TOLERANCE = 1e-2
 
 
 def _first_tensor(x: Any) -> torch.Tensor | None:
@@ -63,15 +68,18 @@ def _first_tensor(x: Any) -> torch.Tensor | None:
     return None
 
 
-def _close(a: Any, b: Any, tol: float) -> bool:
+def rel_error(a: Any, b: Any) -> float:
+    """``|a - b| / |b|`` (L2 norms) of the first tensor of each; infinite when they cannot be compared."""
     a, b = _first_tensor(a), _first_tensor(b)
-    return a is not None and b is not None and a.shape == b.shape and \
-        bool(torch.allclose(a.float(), b.float(), rtol=tol, atol=tol))
+    if a is None or b is None or a.shape != b.shape:
+        return float("inf")
+    a, b = a.float(), b.float()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def build(name: str, args) -> tuple[Any, Any, tuple, list, bool]:
+def build(name: str, args) -> tuple[Any, Any, tuple, list, float]:
     """The model (``--layers`` kept), its inputs, the runner of its largest program on ``--devices``, the program's
-    input template, and whether the compiled home placement equals eager PyTorch."""
+    input template, and the relative error of the compiled home placement against eager PyTorch."""
     from torch_tessera.backend.recording import RecordingBackend
     from torch_tessera.measure.programs import cut_layers
     from torch_tessera.models import build_module, get_model
@@ -89,7 +97,7 @@ def build(name: str, args) -> tuple[Any, Any, tuple, list, bool]:
     with torch.no_grad():
         got = compiled(*inputs)
         want = model(*inputs)
-    equal = _close(got, want, 3e-2 if dtype == torch.bfloat16 else 1e-4)
+    equal = rel_error(got, want)
     runner = max(backend.executors, key=lambda r: len(r.program.launches))
     seen: list = []
     ex = runner.executor
@@ -263,13 +271,13 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
     from torch_tessera.target.links import build_topology
 
     t0 = time.perf_counter()
-    spec, runner, inputs, template, home_equal = build(name, args)
+    spec, runner, inputs, template, home_error = build(name, args)
     device = "cuda" if args.devices.startswith("cuda") else "cpu"
     batches = micro_batches(spec, args, template, inputs, args.micro_batches, device)
     costs = launch_costs(runner, batches[0])
     topo = build_topology([d.spec for d in runner.devices])
     on_gpu = all(d.torch_device.type == "cuda" for d in runner.devices)
-    out = res["models"][name] = {"launches": len(runner.program.launches), "home_equals_eager": home_equal,
+    out = res["models"][name] = {"launches": len(runner.program.launches), "home_rel_error": home_error,
                                  "cost_source": costs.source, "replay": "captured" if on_gpu else "eager (CPU)",
                                  "build_s": time.perf_counter() - t0, "plans": {}}
     runner.set_placement({i: 0 for i in sorted(runner.dag.graph.nodes)})
@@ -290,6 +298,7 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
             log.exception("plan %s of %s failed", plan_name, name)
             out["plans"][plan_name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
         write(res, args.out)
+        gc.collect()  # the executor and its replays refer to each other: free the captured graphs' memory now
         if on_gpu:
             torch.cuda.empty_cache()
     out["seconds"] = time.perf_counter() - t0
@@ -309,13 +318,13 @@ def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_
         sched, checked = build_pipelined_schedule(runner.dag, placement, M, costs=costs, topology=topo,
                                                   domains=ex.domains, devices=len(ex.devices)), True
     med, got = time_modes(ex, sched, batches, args, checked, on_gpu)
-    tol = 3e-2 if args.size == "full" else 1e-4
-    ok = all(_close(g, w, tol) for g, w in zip(got, want))
+    err = max(rel_error(g, w) for g, w in zip(got, want))
+    ok = err <= (TOLERANCE if args.size == "full" else 1e-4)
     cuts = len(sched.cut_edges)
     row = {"cut_edges": cuts, "waits": sched.num_waits, "transfer_bytes": sched.transfer_bytes,
            "launches_per_device": [sum(1 for st in sched.streams[d] if type(st).__name__ == "RunStep") // M
                                    for d in range(len(ex.devices))],
-           "correct": ok, "seconds": med, "split": split(med, len(ex.devices), cuts, M)}
+           "correct": ok, "rel_error": err, "seconds": med, "split": split(med, len(ex.devices), cuts, M)}
     for key, host in (("simulated_s", False), ("eager_simulated_s", True)):
         try:
             row[key] = simulated(sched, runner, costs, topo, host)
@@ -345,8 +354,8 @@ def markdown(res: dict) -> str:
         if "error" in m:
             lines += [f"## {name}", "", f"failed: {m['error']}", ""]
             continue
-        lines += [f"## {name} ({m['launches']} launches; replay {m['replay']}; home placement equals eager: "
-                  f"{m['home_equals_eager']}; costs: {m['cost_source']})", "",
+        lines += [f"## {name} ({m['launches']} launches; replay {m['replay']}; home placement against eager: "
+                  f"relative error {m['home_rel_error']:.2e}; costs: {m['cost_source']})", "",
                   "| plan | cut edges | waits | executed ms | simulated ms | executed / simulated | alone max ms | "
                   "lost us per cut edge | waits us per cut edge | eager ms | eager simulated ms | eager host issue ms "
                   "| correct |",

@@ -19,7 +19,8 @@ show up as a wrong value. Around the pipelined steps run the executor's per-call
 graph inputs onto the devices that read them before, the gathers of outputs and state to their homes after) and,
 once, the setup copies (weights, static inputs). At the end the host waits for every event the streams waited on,
 bounded by ``timeout_s``: a wait that never completes raises :class:`~torch_tessera.errors.TransferTimeout` naming
-its edges and micro-batch.
+its edges and micro-batch. With CUDA graphs, :class:`~torch_tessera.runtime.captured.CapturedReplay` captures these
+very items, in this order, as one graph and replays it per call instead.
 """
 
 from __future__ import annotations
