@@ -233,3 +233,20 @@ def test_a_registry_model_equals_eager_through_the_captured_graph(stand_in_graph
                         torch.testing.assert_close(gg, ww, msg=lambda e: f"{name}, placement {seed}, call {attempt}, "
                                                                          f"output {j} of micro-batch {k}: {e}")
             assert ex.replay(sched).replays == 1
+
+
+def test_a_replay_that_never_completes_raises_transfer_timeout(stand_in_graphs, monkeypatch):
+    from torch_tessera.errors import TransferTimeout
+    from torch_tessera.runtime import realize
+
+    model, inputs, template, ex, sched = _captured_executor(3, 2)
+    _, batches = _batches(template, inputs, 2)
+    with torch.no_grad():
+        ex.run_pipelined(batches, schedule=sched)  # the capturing call
+    ex.timeout_s = 0.05
+    monkeypatch.setattr(devices_mod.CpuEvent, "query", lambda self: False)  # the event after the replay never fires
+    monkeypatch.setattr(realize, "SPIN_S", 0.0)
+    with pytest.raises(TransferTimeout, match=r"one replay of the CUDA graph over .* did not complete within 0.05 s; "
+                                              r"it holds \d+ transfers \(edges \[\("):
+        with torch.no_grad():
+            ex.run_pipelined(batches, schedule=sched)

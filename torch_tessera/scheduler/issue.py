@@ -95,10 +95,8 @@ class HostIssue:
     """Host seconds the runtime's eager replay (:class:`~torch_tessera.runtime.replay.ScheduleReplay`) spends issuing
     one step of each kind; a replay captured as one CUDA graph has none (the simulator's ``host=None``).
 
-    Defaults: fitted to the measured host issue of three Llama plans (8 layers, 2 micro-batches, 238 launches and
-    86-145 waits in 31.7-34.0 ms on one H200 split 104 + 24 SMs, torch 2.11; docs/BENCHMARKS.md, cut diagnosis),
-    within 1 % of each. Transfers are assumed to cost what a launch does (none were measured: no bytes move between
-    partitions of one GPU).
+    Defaults: fitted to the measured host issue of the eager replay on one H200 split 104 + 24 SMs (docs/BENCHMARKS.md,
+    cut diagnosis). Transfers are assumed to cost what a launch does (none were measured).
 
     Attributes:
         run: seconds per launch (:class:`RunStep`).

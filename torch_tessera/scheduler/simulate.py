@@ -12,7 +12,7 @@ Semantics (the schedule's contract): each device's stream runs its steps in orde
 Bandwidth sharing. A launch of ``c`` seconds moving ``b`` bytes asks for ``b / c`` bytes/s (at most its device's own
 bandwidth). While the launches running in one memory domain ask for more than the domain's bandwidth ``B``, ``B`` is
 shared max-min fairly (water-filling), weighted by each device's :attr:`MemoryShare.weights` (a partition's SM
-count: measured, two partitions of one H200 copying at once split its DRAM in proportion to their SMs), and each
+count: docs/BENCHMARKS.md, cut diagnosis), and each
 launch progresses at ``granted / asked`` of its solo speed: a memory-bound launch stretches, a compute-bound one
 (small ``b / c``) hardly does. This is the roofline ``time = max(compute, bytes / bandwidth)`` with the bandwidth a
 launch gets at each moment.
@@ -48,8 +48,7 @@ class MemoryShare:
         device_bandwidth: ``[D]`` bytes/s each device reaches alone (a partition's own figure).
         domain_bandwidth: memory domain -> bytes/s the whole domain (one GPU) has.
         weights: ``[D]`` each device's weight in the shared domain's bandwidth under contention: its SM count for a
-            partition (docs/BENCHMARKS.md, cut diagnosis: two concurrent copies on 104 + 24 SMs of an H200 predicted
-            within 5 % by SM weights, 23-34 % off with equal ones); ``()``: equal weights.
+            partition (the measured fit: docs/BENCHMARKS.md, cut diagnosis); ``()``: equal weights.
     """
 
     launch_bytes: Mapping[int, float]
