@@ -122,10 +122,17 @@ def micro_batches(spec, args, template, inputs, n: int, device: str) -> list[lis
     return out
 
 
+#: host seconds of lead a spin kernel gives per launch before the timed launches (the eager issue takes ~0.12 ms per
+#: launch and its two events: docs/BENCHMARKS.md, cut diagnosis)
+LEAD_PER_LAUNCH_S = 400e-6
+
+
 def launch_costs(runner, batch: list, repeats: int = 3):
     """Seconds of each launch on each device alone: CUDA events around every launch of the program placed whole on
-    that device (minimum of ``repeats`` runs); on CPU the roofline model (plumbing only)."""
+    that device, all queued behind a spin kernel so the GPU runs them back to back (otherwise each would include the
+    host's issue gap); minimum of ``repeats`` runs. On CPU the roofline model (plumbing only)."""
     from torch_tessera.backend.pipeline import estimate
+    from torch_tessera.compat.torch_cuda import spin
     from torch_tessera.runtime.schedule import LaunchStep
     from torch_tessera.target.costs import CostTable
 
@@ -134,6 +141,7 @@ def launch_costs(runner, batch: list, repeats: int = 3):
         return estimate(runner.program, specs)[0]
     n = len(runner.program.launches)
     secs = np.zeros((n, len(specs)))
+    spun = True
     for g, dev in enumerate(runner.devices):
         runner.set_placement({i: g for i in range(n)})
         ex = runner.executor
@@ -144,6 +152,8 @@ def launch_costs(runner, batch: list, repeats: int = 3):
                 ctx = ex.call_context(ex.bind_call(list(batch)), ex.streams)
                 stream = ex.streams[g]
                 marks = []
+                with dev.guard(), torch.cuda.stream(stream):
+                    spun = spin(LEAD_PER_LAUNCH_S * n) and spun
                 for item in ex.items:
                     if isinstance(item.step, LaunchStep):
                         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -157,7 +167,8 @@ def launch_costs(runner, batch: list, repeats: int = 3):
                 for launch, a, b in marks:
                     best[launch] = min(best[launch], a.elapsed_time(b) / 1e3)
         secs[:, g] = best
-    return CostTable(tuple(s.name for s in specs), tuple(range(n)), secs, source="cuda events, gpu_cut_diagnose")
+    how = "behind a spin kernel" if spun else "without a spin kernel (host gaps included)"
+    return CostTable(tuple(s.name for s in specs), tuple(range(n)), secs, source=f"cuda events {how}, gpu_cut_diagnose")
 
 
 def plans(runner, costs, topo, names) -> dict[str, dict]:

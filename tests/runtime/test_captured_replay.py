@@ -250,3 +250,15 @@ def test_a_replay_that_never_completes_raises_transfer_timeout(stand_in_graphs, 
                                               r"it holds \d+ transfers \(edges \[\("):
         with torch.no_grad():
             ex.run_pipelined(batches, schedule=sched)
+
+
+def test_spin_queues_the_cycles_asked_or_says_it_cannot(monkeypatch):
+    """compat.torch_cuda.spin (the diagnosis bench queues its timed launches behind it): seconds become clock cycles
+    at SPIN_CLOCK_HZ; a torch without ``torch.cuda._sleep`` gets False and nothing queued."""
+    from torch_tessera.compat import torch_cuda
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "_sleep", asked.append, raising=False)
+    assert torch_cuda.spin(2e-3) and asked == [int(2e-3 * torch_cuda.SPIN_CLOCK_HZ)]
+    monkeypatch.delattr(torch.cuda, "_sleep")
+    assert torch_cuda.spin(1e-3) is False and len(asked) == 1
