@@ -279,6 +279,10 @@ def run(args: argparse.Namespace) -> int:
     print("\nconstants fitted on every model (the CALIBRATED model):")
     for n, v in consts.items():
         print(f"  {n} = {v:.4g}")
+    models_used = ", ".join(models)
+    print(f"\nas target/kernelmodel.py's CALIBRATED: KernelModel("
+          + ", ".join(f"{n}={v:.4g}" for n, v in consts.items())
+          + f', source="tessera calibrate: {len(samples)} measured launches of {models_used}")')
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"coverage": coverage, "held_out": rows, "constants": consts}, indent=1))
