@@ -9,6 +9,9 @@ program the GPU ran, no name matching), and every launch is timed back to back i
 waits for the host; the median of ``--repeats`` runs). One file per (model, device):
 ``<model>_<device>.launch_times.json`` (format in ``measure/kernel_times.py``); ``summary.json`` has, per file, the
 sum over launches against the program replayed as one CUDA graph, the starved chunks, and the seconds each step took.
+By default (``--pack``) the files are written to a scratch folder and packed, after every model, into
+``--out/kernel_times.tar.gz`` (the device tool returns at most 8 files from ``$OUT``); ``summary.json`` stays beside
+it. ``tar xzf kernel_times.tar.gz -C DIR`` gives the files back, for ``tessera calibrate --results DIR``.
 
     python3 bench/gpu_kernel_times.py --out $OUT
 
@@ -26,6 +29,8 @@ import json
 import logging
 import re
 import sys
+import tarfile
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -131,6 +136,20 @@ def _triton_version() -> str:
         return "-"
 
 
+def _save(summary: dict, out: Path, top: Path, pack: bool) -> None:
+    """Write ``summary.json`` (in ``top``) and, with ``pack``, every file of ``out`` into ``top/kernel_times.tar.gz``
+    (rewritten whole, so a run stopped later keeps the models done)."""
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    if not pack:
+        return
+    (top / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    tmp = top / "kernel_times.tar.gz.part"
+    with tarfile.open(tmp, "w:gz") as tar:
+        for f in sorted(out.iterdir()):
+            tar.add(f, arcname=f.name)
+    tmp.replace(top / "kernel_times.tar.gz")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -141,14 +160,17 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=None, help="repeated blocks kept (default: 8 at full size)")
     ap.add_argument("--prefill-tokens", type=int, default=None,
                     help="LLM prompt tokens (default: the measured bench's; Mamba keeps its own default)")
-    ap.add_argument("--repeats", type=int, default=5, help="timed runs per launch (median kept)")
+    ap.add_argument("--repeats", type=int, default=7, help="timed runs per launch (median kept)")
     ap.add_argument("--chunk", type=int, default=96, help="launches timed behind one backlog")
-    ap.add_argument("--budget-s", type=float, default=330.0, help="start no model after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=300.0, help="start no model after this many seconds")
     ap.add_argument("--model-s", type=float, default=60.0, help="seconds a model is assumed to need at least")
+    ap.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True,
+                    help="pack the files into --out/kernel_times.tar.gz (default) instead of writing them there")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    top = Path(args.out)
+    top.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix="kernel_times_")) if args.pack else top
     gpu_key = None
     if torch.cuda.is_available() and args.devices.startswith("cuda"):
         from torch_tessera.target.catalog import match_gpu_name
@@ -157,8 +179,13 @@ def main() -> int:
         gpu_key = e.key if e else None
     summary: dict = {"args": vars(args), "torch": torch.__version__, "triton": _triton_version(), "gpu_key": gpu_key,
                      "skipped": [], "failed": {}}
+    from torch_tessera.models import get_model
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    for model in models:  # an unknown name fails here, naming the registry, before any work
+        get_model(model)
     start = time.time()
-    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
+    for model in models:
         if time.time() - start > args.budget_s - args.model_s:
             summary["skipped"].append(model)
             print(f"{model}: skipped (budget {args.budget_s:.0f} s)", flush=True)
@@ -171,9 +198,9 @@ def main() -> int:
         torch._dynamo.reset()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        _save(summary, out, top, args.pack)
     summary["seconds"] = round(time.time() - start, 1)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    _save(summary, out, top, args.pack)
     print(json.dumps({k: summary[k] for k in ("skipped", "failed", "seconds")}), flush=True)
     return 0
 

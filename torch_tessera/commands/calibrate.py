@@ -181,6 +181,10 @@ def load_launch_time_samples(results: str, min_s: float) -> tuple[list[Sample], 
     for path in sorted(glob.glob(f"{results}/**/*{SUFFIX}", recursive=True)):
         for rec in load_launch_times(path):
             spec = parse_device(rec.sim_device)
+            if not spec.is_gpu or not spec.catalog_key:
+                coverage.append(f"{rec.model} {rec.program} on {rec.device}: left out ({rec.sim_device} is no "
+                                "catalog GPU: the kernel model has no figures for it)")
+                continue
             groups: dict[tuple, list] = {}
             for f, t, starved in zip(rec.features, rec.seconds, rec.starved):
                 if not starved and math.isfinite(t):
@@ -246,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
     if not samples:
         raise ConfigError(f"no measured per-launch seconds under {args.results} (--data {args.data}): run "
                           "bench/gpu_kernel_times.py on a GPU (*.launch_times.json) or the measured bench "
-                          "(bench.json with kernel_seconds)")
+                          "(bench.json with kernel_seconds)" + (f"; found: {coverage[0]}" if coverage else ""))
     specs = {d: parse_device(d) for d in {s.device for s in samples}}
     models = sorted({s.model for s in samples})
     if len(models) < 2:
