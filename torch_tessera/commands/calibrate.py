@@ -175,13 +175,15 @@ def load_launch_time_samples(results: str, min_s: float) -> tuple[list[Sample], 
     below ``min_s``, or streaming weights faster than the device's DRAM are left out. Also one coverage line per
     (model, program, device)."""
     from torch_tessera.measure.kernel_times import SUFFIX, load_launch_times
+    from torch_tessera.target.catalog import CATALOG
     from torch_tessera.target.devices import parse_device
 
     samples, coverage = [], []
     for path in sorted(glob.glob(f"{results}/**/*{SUFFIX}", recursive=True)):
         for rec in load_launch_times(path):
             spec = parse_device(rec.sim_device)
-            if not spec.is_gpu or not spec.catalog_key:
+            entry = CATALOG.get(spec.catalog_key or "")
+            if entry is None or entry.kernel is None:
                 coverage.append(f"{rec.model} {rec.program} on {rec.device}: left out ({rec.sim_device} is no "
                                 "catalog GPU: the kernel model has no figures for it)")
                 continue
