@@ -165,3 +165,41 @@ def test_back_to_back_times_every_launch_in_program_order():
     assert bb.chunks == 3 and bb.starved_chunks == 0 and not any(bb.starved)
     # the third chunk (launches 8, 9): reset, launches 0..6 untimed, 7 warm, then 8 and 9
     assert ran[-11:] == ["reset", 0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+class _DeviceClock(HostClock):
+    """A device timeline: a launch adds 1 us of device time, a hold unit 1 ms (``hold_works=False``: nothing)."""
+
+    def __init__(self, hold_works=True):
+        self.t, self.hold_works = 0.0, hold_works
+
+    def mark(self):
+        return self.t
+
+    def hold(self, units):
+        self.t += units * 1e-3 if self.hold_works else 0.0
+
+    def hold_unit(self):
+        return 1e-3
+
+
+def _slow_host_launch(clock):
+    import time
+
+    def run(i):
+        time.sleep(2e-4)  # the host issues slower than the device runs
+        clock.t += 1e-6
+    return run
+
+
+def test_backlog_is_sized_to_cover_the_hosts_issue_time():
+    clock = _DeviceClock()
+    bb = time_back_to_back(12, _slow_host_launch(clock), lambda: None, clock, repeats=2, chunk=6, warm=1)
+    assert bb.starved_chunks == 0 and not any(bb.starved)
+    assert bb.seconds == pytest.approx([1e-6] * 12)
+
+
+def test_a_backlog_that_does_not_hold_the_device_flags_its_chunks_starved():
+    clock = _DeviceClock(hold_works=False)
+    bb = time_back_to_back(12, _slow_host_launch(clock), lambda: None, clock, repeats=2, chunk=6, warm=1, tries=2)
+    assert bb.starved_chunks == bb.chunks * 2 == 4 and all(bb.starved)
