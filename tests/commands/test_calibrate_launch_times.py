@@ -94,10 +94,10 @@ def _models(tmp_path, noise=None):
 
 
 def _run(tmp_path, capsys):
-    out = tmp_path / "cal.json"
+    out = tmp_path / "cal"
     args = argparse.Namespace(results=str(tmp_path), data="launch-times", min_us=0.0, out=str(out))
     assert calibrate.run(args) == 0
-    return json.loads(out.read_text()), capsys.readouterr().out
+    return json.loads((out / "calibrate.json").read_text()), capsys.readouterr().out
 
 
 def test_reader_takes_features_from_the_dumped_program(tmp_path):

@@ -63,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "measured bench's kernel_seconds (one-by-one, calibrated to the graph total, matched by "
                              "name); all: both; auto: launch-times when any are found, else bench")
     parser.add_argument("--min-us", type=float, default=5.0, help="leave out launches measured below this (us)")
-    parser.add_argument("--out", default=None, help="write the table and the fitted constants as JSON here")
+    parser.add_argument("--out", default=None,
+                        help="directory for calibrate.json (coverage, held-out table, fitted constants)")
 
 
 def _signature(name: str) -> str:
@@ -290,6 +291,9 @@ def run(args: argparse.Namespace) -> int:
           + ", ".join(f"{n}={v:.4g}" for n, v in consts.items())
           + f', source="tessera calibrate: {len(samples)} measured launches of {models_used}")')
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"coverage": coverage, "held_out": rows, "constants": consts}, indent=1))
+        path = Path(args.out) / "calibrate.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"data": args.data, "min_us": args.min_us, "coverage": coverage,
+                                    "held_out": rows, "constants": consts}, indent=1))
+        print(f"wrote {path}")
     return 0
