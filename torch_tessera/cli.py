@@ -8,6 +8,7 @@ import logging
 import re
 import sys
 
+from torch_tessera.compat.argparse import DefaultsOnceHelpFormatter
 from torch_tessera.errors import TesseraError
 
 #: Subcommand name -> module under ``torch_tessera.commands``.
@@ -23,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"torch_tessera.commands.{module_name}")
         p = sub.add_parser(name, help=getattr(module, "HELP", None),
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=DefaultsOnceHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(command_module=module, command_parser=p)
     return parser

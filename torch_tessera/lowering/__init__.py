@@ -13,6 +13,7 @@ import torch
 
 from torch_tessera.compat import torch_inductor as compat
 from torch_tessera.errors import LoweringError, TesseraError
+from torch_tessera.lowering.cache import load_codegen_record, save_codegen_record
 from torch_tessera.lowering.capture import CapturedGraph, capture_program, launch_writes
 from torch_tessera.lowering.program import (  # noqa: F401
     Buffer,
@@ -77,6 +78,25 @@ def lower(
         isinstance(x, torch.nn.Parameter) for x in example_inputs
     ]
     events: list[compat.CodegenEvent] = []
+    # the current inner graph: the key of its generated code, and whether its events came from a saved record
+    current: dict[str, Any] = {"key": None, "loaded": False}
+
+    def needs_codegen(compiled: Any) -> bool:
+        current["key"], current["loaded"] = compat.codegen_key(compiled), False
+        if events or current["key"] is None:  # codegen ran now (events recorded), or nothing was generated
+            return False
+        record = load_codegen_record(current["key"])
+        if record is None:  # generated again; its record is then saved under this key
+            return True
+        names = compat.generated_kernel_names(compiled)
+        if names is None or {e.name for e in record if e.kind == "triton"} != names:
+            log.info("the codegen record %s does not name the kernels of the cached graph; generating it again",
+                     current["key"][:16])
+            return True
+        events.extend(record)
+        current["loaded"] = True
+        log.debug("FX graph cache hit: codegen record %s reused (%d kernel calls)", current["key"][:16], len(record))
+        return False
 
     def on_compiled(compiled: Any, fake_inputs: Sequence[Any], static_idxs: Sequence[int] = ()) -> None:
         if not hasattr(compiled, "current_callable"):
@@ -85,6 +105,10 @@ def lower(
             log.info("graph has no kernels to capture; Inductor's callable runs it")
             events.clear()
             return
+        if not current["loaded"]:
+            key = current["key"] or compat.codegen_key(compiled)
+            if key is not None:
+                save_codegen_record(key, events)
         captured = capture_program(compiled, fake_inputs, list(events), names, flags, static_idxs)
         events.clear()
         runner = on_captured(captured)
@@ -93,7 +117,7 @@ def lower(
 
     try:
         with _interpreter_scope(device_type), compat.compile_context(device_type), compat.record_codegen(events):
-            return compat.compile_graph(gm, example_inputs, on_compiled)
+            return compat.compile_graph(gm, example_inputs, on_compiled, needs_codegen)
     except TesseraError:
         raise
     except Exception as e:  # noqa: BLE001 - the border with Inductor: any failure there is a lowering failure

@@ -291,14 +291,12 @@ def capture_graph(machine: Machine, issue: Callable[[], None], streams: Sequence
                         done.record(st)
                         main.wait_event(done)
     except Exception as e:  # noqa: BLE001 - CUDA or torch refused the multi-device capture: fall back, say why
-        import warnings
-
-        from torch_tessera.errors import TesseraFallbackWarning
+        from torch_tessera.errors import TesseraFallbackWarning, warn_user
 
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         log.warning("one CUDA graph over all devices could not be captured (%s); %s", why, fallback)
-        warnings.warn(f"tessera could not capture the program as one CUDA graph ({why}); {fallback}",
-                      TesseraFallbackWarning, stacklevel=3)
+        warn_user(f"tessera could not capture the program as one CUDA graph ({why}); {fallback}",
+                  TesseraFallbackWarning)
         torch.cuda.synchronize()
         return None
     return graph, [pool for _, pool in other_pools.values()]
