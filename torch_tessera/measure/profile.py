@@ -7,104 +7,31 @@ from typing import Any, Mapping, Sequence
 
 import logging
 
-import torch
-
 from torch_tessera.measure.programs import Compiled
 from torch_tessera.measure.settings import MeasureSettings
+from torch_tessera.runtime.profiling import SMALL_STATE_BYTES  # noqa: F401  (re-exported; the home is runtime)
 
 log = logging.getLogger(__name__)
-
-#: STATE buffers at most this many bytes (cache-length counters) are restored before every profiled run.
-SMALL_STATE_BYTES = 4096
 
 
 def profile_on_device(prog: Compiled, g: int, s: MeasureSettings) -> Any:
     """Time every launch of ``prog`` on device ``g`` of its runner: one column of the measured cost table.
 
-    The launches run in a private pool on that device: weights bound (copied when the device has other memory),
-    other inputs and STATE copied (the caller's KV cache is not touched), the rest allocated and filled by one run of
-    the whole program in order. Small STATE buffers (<= :data:`SMALL_STATE_BYTES`, the cache-length counters) are
-    restored before every run, so repeated launches keep writing the same cache positions; larger STATE (KV cache
-    contents, an SSM's conv/SSM state) is not: repeated decode launches keep updating the SSM state, whose values
-    drift but stay bounded (the recurrence decays), and no launch's time depends on them.
+    The launches run in a private pool on that device with copies of the program's inputs (the caller's KV cache is
+    not touched); on a GPU the column is calibrated to the whole program replayed as one CUDA graph (see
+    :func:`torch_tessera.runtime.profiling.profile_launches`).
 
     Returns:
         a :class:`~torch_tessera.target.profiler.ProfileColumn` (seconds per launch, program order).
     """
-    from torch.utils._pytree import tree_flatten
-
-    from torch_tessera.lowering.program import BufferKind, ExternLaunch, TensorArg
-    from torch_tessera.runtime.executor import BufferPool, bind_input, fresh_extern_outputs
-    from torch_tessera.runtime.streams import stream_ctx as _stream_ctx
-    from torch_tessera.target.profiler import ProfileCache, profile_program
+    from torch_tessera.runtime.profiling import profile_launches
+    from torch_tessera.target.profiler import ProfileCache
 
     runner = prog.runner
-    program = runner.program
-    dev = runner.devices[g]
-    tdev = dev.torch_device
-    launcher = runner.executor.launchers[g]
-    stream = dev.default_stream if tdev.type == "cuda" else None
-    pool = BufferPool(tdev)
-    small: dict[str, torch.Tensor] = {}
     prog.reset()
-    for i, (spec, value) in enumerate(zip(program.inputs, prog.args)):
-        if not isinstance(spec, TensorArg) or spec.buffer in pool:
-            continue
-        kind = program.buffers[spec.buffer].kind
-        if kind != BufferKind.PARAMETER or value.device != tdev:
-            value = value.detach().clone().to(tdev) if value.device == tdev else value.detach().to(tdev, copy=True)
-        bind_input(pool, spec, value, i)
-        if kind == BufferKind.STATE and program.buffers[spec.buffer].nbytes <= SMALL_STATE_BYTES:
-            small[spec.buffer] = pool.storages[spec.buffer].clone()
-    for name, buf in program.buffers.items():
-        if name not in pool:
-            pool.allocate(name, buf.nbytes)
-    fresh = fresh_extern_outputs(program)
-
-    def run_launch(launch: Any) -> None:
-        with dev.guard(), _stream_ctx(stream):
-            result = launcher.launch(launch, pool, stream)
-        if isinstance(launch, ExternLaunch) and launch.index in fresh:
-            leaves = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
-            for spec, t in zip(launch.outputs, leaves):
-                if spec.buffer in fresh[launch.index]:
-                    pool.bind(spec.buffer, t)
-
-    def restore(launch: Any, i: int) -> None:
-        for name, saved in small.items():
-            pool.storages[name].copy_(saved)
-
-    with torch.no_grad():
-        for launch in program.launches:  # one run in order: every temporary holds what the program computes
-            run_launch(launch)
-        restore(None, 0)
-        column = profile_program(program, dev, run_launch, warmup=s.profile_warmup, repeats=s.profile_repeats,
-                                 rotate=restore, cache=ProfileCache(s.profile_cache), progress=False)
-        if tdev.type == "cuda":
-            # one-by-one times include the host's launch latency; calibrate them to the whole program replayed
-            # back to back as one CUDA graph on this device (see target.profiler.calibrate_to_total)
-            from torch_tessera.target.profiler import calibrate_to_total, time_graph_replay
-
-            stream = dev.new_stream()  # run_launch reads this variable: capture needs a non-default stream
-
-            def run_all() -> None:
-                restore(None, 0)
-                for launch in program.launches:
-                    run_launch(launch)
-
-            try:
-                run_all()
-                total = time_graph_replay(run_all, stream, repeats=max(5, s.profile_repeats))
-            except Exception as e:  # noqa: BLE001 - keep the uncalibrated column, say so
-                log.warning("%s on %s: could not time the program as one graph (%s: %s); its launch times stay "
-                            "uncalibrated (they include host launch latency)", prog.name, dev.name,
-                            type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-            else:
-                one_by_one = float(column.seconds.sum())
-                column = calibrate_to_total(column, total)
-                log.info("%s on %s: launches one by one sum to %.3f ms, the program as one graph %.3f ms",
-                         prog.name, dev.name, one_by_one * 1e3, total * 1e3)
-    return column
+    return profile_launches(runner.program, runner.devices[g], runner.executor.launchers[g], inputs=prog.args,
+                            cache=ProfileCache(s.profile_cache), warmup=s.profile_warmup,
+                            repeats=s.profile_repeats, name=prog.name)
 
 
 def measured_workload(progs: Sequence[Compiled], s: MeasureSettings, progress: Any = None,
