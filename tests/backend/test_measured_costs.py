@@ -138,3 +138,18 @@ def test_a_corrupt_profile_entry_is_ignored_with_a_log_warning(tmp_path, monkeyp
     assert f"ignoring unreadable profile cache entry {entries[0]}" in caplog.text
     assert report.launches_timed >= len(entries)  # every corrupt entry was timed again
     assert json.loads(entries[0].read_text())["seconds"] >= 0  # and rewritten
+
+
+def test_a_launch_failing_while_measured_plans_with_the_model_after_a_warning(tmp_path, monkeypatch):
+    import torch_tessera.runtime.profiling as profiling
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(profiling, "profile_launches", out_of_memory)
+    with pytest.warns(torch_tessera.TesseraFallbackWarning, match=r"could not measure kernel costs on cpu:0, cpu:1 "
+                      r"\(OutOfMemoryError: CUDA out of memory.*\); it plans with the cost model instead\. Pass "
+                      r"options=\{'costs': 'model'\}"):
+        report = _compile_and_check("measured")
+    assert report.costs.startswith("model (measuring failed: OutOfMemoryError") and report.launches_timed == 0

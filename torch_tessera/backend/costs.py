@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from torch_tessera.errors import TesseraFallbackWarning
 from torch_tessera.lowering.program import KernelProgram
 from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.target.devices import Device, DeviceSpec
@@ -70,16 +72,27 @@ def choose_costs(program: KernelProgram, devices: Sequence[Device], kind: str,
         kernel_objects: the live kernel objects of the model's device (reused on devices that share it).
 
     Returns:
-        A :class:`CostChoice`; its ``costs.source`` is its ``summary``.
+        A :class:`CostChoice`; its ``costs.source`` is its ``summary``. When a launch fails to run on a device
+        (out of memory, say), the cost model's, after a :class:`~torch_tessera.errors.TesseraFallbackWarning`
+        naming the error.
     """
     from torch_tessera.backend.pipeline import estimate
+    from torch_tessera.errors import TesseraError
 
     specs = [d.spec for d in devices]
-    if kind == "model":
-        costs, topology = estimate(program, specs)
-        summary = f"model: {costs.source}"
-        return CostChoice(dataclasses.replace(costs, source=summary), topology, "model", summary)
-    return _measured(program, devices, kernel_objects)
+    why = ""
+    if kind == "measured":
+        try:
+            return _measured(program, devices, kernel_objects)
+        except (RuntimeError, TesseraError) as e:  # running the launches failed: plan from the model, say so
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            message = (f"tessera could not measure kernel costs on {', '.join(d.name for d in devices)} ({why}); it "
+                       "plans with the cost model instead. Pass options={'costs': 'model'} to skip measuring.")
+            log.warning("%s", message)
+            warnings.warn(message, TesseraFallbackWarning, stacklevel=2)
+    costs, topology = estimate(program, specs)
+    summary = f"model{f' (measuring failed: {why})' if why else ''}: {costs.source}"
+    return CostChoice(dataclasses.replace(costs, source=summary), topology, "model", summary)
 
 
 def _measured(program: KernelProgram, devices: Sequence[Device], kernel_objects: Mapping[str, Any] | None) -> CostChoice:
