@@ -36,8 +36,8 @@ def profile_launches(program: KernelProgram, device: Device, launcher: KernelLau
     When ``cache`` holds every distinct launch (and, on a GPU, the whole program's back-to-back time), nothing runs
     and no buffer is allocated. Otherwise the launches run in a private pool on ``device``: inputs bound to copies of
     ``inputs`` (weights bound as they are when already on the device; the caller's STATE, e.g. a KV cache, is never
-    written), or zero-filled when ``inputs`` is ``None`` (zeros are valid token ids and cache positions, so gathers
-    stay in bounds); temporaries allocated and filled by one run of the whole program in order. Small STATE buffers
+    written), or stand-ins when ``inputs`` is ``None`` (small normal values in floating point buffers, zeros in the
+    others: valid token ids and cache positions, so gathers stay in bounds); temporaries allocated and filled by one run of the whole program in order. Small STATE buffers
     (<= :data:`SMALL_STATE_BYTES`, cache-length counters) are restored before every run, so repeated launches keep
     writing the same cache positions; larger STATE is not (no launch's time depends on its values).
 
@@ -48,7 +48,7 @@ def profile_launches(program: KernelProgram, device: Device, launcher: KernelLau
         program: the kernel program.
         device: an open device (CUDA GPU, green-context partition or CPU virtual device).
         launcher: launches single kernels of ``program`` on ``device``.
-        inputs: the graph's input values in ``program.inputs`` order, or ``None`` for zero-filled inputs.
+        inputs: the graph's input values in ``program.inputs`` order, or ``None`` for stand-ins.
         cache: where times are read from and written to.
         warmup: untimed runs per distinct launch.
         repeats: timed runs per distinct launch (the median is kept).
@@ -105,7 +105,7 @@ def _setup_pool(program: KernelProgram, device: Device,
         buf = program.buffers[spec.buffer]
         if inputs is None:
             where = tdev if torch.device(buf.device).type == tdev.type else torch.device(buf.device)
-            pool.bind(spec.buffer, torch.zeros(buf.nbytes, dtype=torch.uint8, device=where))
+            pool.bind(spec.buffer, _stand_in(buf.dtype, buf.nbytes, where))
         else:
             value = inputs[i]
             if buf.kind != BufferKind.PARAMETER or value.device != tdev:
@@ -122,6 +122,19 @@ def _setup_pool(program: KernelProgram, device: Device,
             pool.storages[name].copy_(saved)
 
     return pool, restore
+
+
+def _stand_in(dtype: torch.dtype, nbytes: int, device: torch.device) -> torch.Tensor:
+    """``nbytes`` of storage for an input nobody passed: floating point buffers (weights, activations) hold small
+    normal values, as trained weights do (a GEMM over zeros draws less power than over real values); every other
+    dtype holds zeros: valid token ids, indices and cache positions, so gathers and scatters stay in bounds."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if dtype.is_floating_point and itemsize >= 2 and nbytes % itemsize == 0:
+        try:
+            return torch.empty(nbytes // itemsize, dtype=dtype, device=device).normal_(0.0, 0.02)
+        except (RuntimeError, NotImplementedError):  # a dtype without normal_ (float8): zeros
+            pass
+    return torch.zeros(nbytes, dtype=torch.uint8, device=device)
 
 
 def _launch_step(program: KernelProgram, device: Device, launcher: KernelLauncher, pool: BufferPool,
