@@ -132,3 +132,27 @@ def test_one_warning_when_a_function_recompiles_too_often():
     assert len(recompiles) == 1, recompiles
     assert f"compiled fn (" in recompiles[0] and f"{RECOMPILE_WARN_AFTER + 1} times" in recompiles[0]
     assert "compile_for_generate" in recompiles[0]
+
+
+def test_fallback_warning_names_the_callers_line():
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: torch.relu(x) * 2.0, backend="tessera", dynamic=True)
+    with pytest.warns(TesseraFallbackWarning) as got:
+        f(torch.randn(5))  # the warning must point at this file, not at torch_tessera or torch internals
+    (w,) = [w for w in got if issubclass(w.category, TesseraFallbackWarning)]
+    assert os.path.abspath(w.filename) == os.path.abspath(__file__), w.filename
+
+
+def test_explain_leaves_out_graphs_dynamo_dropped():
+    torch._dynamo.reset()
+    m, x = _mlp(), torch.randn(4, 16)
+    f = torch.compile(m, backend="tessera", dynamic=False)
+    with torch.no_grad():
+        f(x)
+    assert len(torch_tessera.explain(f)) == 1
+    torch._dynamo.reset()  # drops the compiled graph
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), m(x))  # compiles again
+    reports = torch_tessera.explain(f)
+    assert len(reports) == 1, str(reports)  # only the live graph, not the dropped one
+    assert reports[0].backend == "tessera" and reports[0].programs == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from typing import Any, Callable, Sequence
 
 import torch
@@ -13,8 +12,8 @@ import torch
 from torch_tessera.backend.checks import check_compilable, in_user_terms
 from torch_tessera.backend.config import TesseraConfig
 from torch_tessera.backend.costs import choose_costs, plan_source, resolve_costs, with_costs_note
-from torch_tessera.backend.explain import GraphRecord, add_executor, explain, open_record
-from torch_tessera.errors import ConfigError, InfeasiblePlanError, LoweringError, TesseraFallbackWarning
+from torch_tessera.backend.explain import GraphRecord, add_executor, close_record, explain, open_record
+from torch_tessera.errors import ConfigError, InfeasiblePlanError, LoweringError, TesseraFallbackWarning, warn_user
 
 log = logging.getLogger("torch_tessera.backend")
 
@@ -50,11 +49,11 @@ def tessera_backend(
     record = open_record(gm, example_inputs)
     try:
         check_compilable(gm, example_inputs)
-        return _compile(gm, example_inputs, config, record)
+        return close_record(record, _compile(gm, example_inputs, config, record))
     except LoweringError as e:
         if config.fallback == "raise":
             raise
-        return _fallback(gm, example_inputs, e, record)
+        return close_record(record, _fallback(gm, example_inputs, e, record))
 
 
 def _fallback(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], error: LoweringError,
@@ -66,8 +65,8 @@ def _fallback(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], error: Lo
     message = (f"tessera could not compile graph {record.compile_id or record.index} ({record.reason}); it runs with "
                "plain Inductor instead. Pass options={'fallback': 'raise'} to make this an error.")
     log.warning("%s", message)
-    warnings.warn(message, TesseraFallbackWarning, stacklevel=2)
-    return compile_fx(gm, list(example_inputs))
+    warn_user(message, TesseraFallbackWarning)
+    return _with_executors(compile_fx(gm, list(example_inputs)), [])
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: TesseraConfig,

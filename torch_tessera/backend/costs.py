@@ -13,11 +13,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from torch_tessera.errors import TesseraFallbackWarning
+from torch_tessera.errors import TesseraFallbackWarning, warn_user
 from torch_tessera.lowering.program import KernelProgram
 from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.target.devices import Device, DeviceSpec
@@ -89,7 +88,7 @@ def choose_costs(program: KernelProgram, devices: Sequence[Device], kind: str,
             message = (f"tessera could not measure kernel costs on {', '.join(d.name for d in devices)} ({why}); it "
                        "plans with the cost model instead. Pass options={'costs': 'model'} to skip measuring.")
             log.warning("%s", message)
-            warnings.warn(message, TesseraFallbackWarning, stacklevel=2)
+            warn_user(message, TesseraFallbackWarning)
     costs, topology = estimate(program, specs)
     summary = f"model{f' (measuring failed: {why})' if why else ''}: {costs.source}"
     return CostChoice(dataclasses.replace(costs, source=summary), topology, "model", summary)

@@ -8,14 +8,14 @@ Inductor fallback and why, the executor, where the costs came from), and warns o
 
 from __future__ import annotations
 
+import gc
 import threading
-import warnings
 import weakref
 from dataclasses import dataclass, field
 from types import CodeType
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
-from torch_tessera.errors import TesseraRecompileWarning
+from torch_tessera.errors import TesseraRecompileWarning, warn_user
 
 #: Compiles of one function after which :class:`TesseraRecompileWarning` is issued (once per function).
 RECOMPILE_WARN_AFTER = 4
@@ -43,6 +43,9 @@ class GraphRecord:
         launches_timed: (distinct launch, device) pairs timed at compile time for measured costs (0 when all came
             from the profile cache or from the model), ``None`` without costs.
         plan_source: how the plan was found (``"reused from the plan cache ..."`` or the solver's method now).
+        compiled: weak reference to the callable the backend returned for the graph (``None`` until it returns):
+            once Dynamo drops it (``torch._dynamo.reset()``, a recompile that replaces it), :func:`explain` leaves
+            the graph out.
     """
 
     index: int
@@ -55,6 +58,11 @@ class GraphRecord:
     costs: str | None = None
     launches_timed: int | None = None
     plan_source: str | None = None
+    compiled: Any = None
+
+    def dropped(self) -> bool:
+        """Whether Dynamo no longer holds what the backend returned for this graph."""
+        return self.compiled is not None and self.compiled() is None
 
 
 @dataclass(frozen=True)
@@ -141,12 +149,21 @@ def open_record(gm: Any, example_inputs: Any) -> GraphRecord:
     root = user_code(codes)
     if warn:
         where = f"{root.co_name} ({root.co_filename}:{root.co_firstlineno})" if root is not None else "a function"
-        warnings.warn(
+        warn_user(
             f"tessera has compiled {where} {n} times: each new input "
             "shape is a new program and costs a compile, and Dynamo runs the function eagerly once its recompile limit "
             "is reached. Pad inputs to a few shapes (torch_tessera.hf.compile_for_generate pads prompts to length "
-            "buckets) and use a static KV cache for decode loops.", TesseraRecompileWarning, stacklevel=2)
+            "buckets) and use a static KV cache for decode loops.", TesseraRecompileWarning)
     return record
+
+
+def close_record(record: GraphRecord, compiled: Callable) -> Callable:
+    """Note the callable the backend returns for the record's graph (held weakly), and return it."""
+    try:
+        record.compiled = weakref.ref(compiled)
+    except TypeError:  # not weak-referenceable: the record stays listed
+        pass
+    return compiled
 
 
 def add_executor(record: GraphRecord, executor: Any) -> None:
@@ -203,10 +220,12 @@ def explain(compiled: Any = None) -> Explanation:
 
     Returns:
         An :class:`Explanation` (iterable of :class:`GraphReport`; ``print`` shows one line per graph). Empty when
-        nothing of ``compiled`` was compiled yet (graphs compile at the first call).
+        nothing of ``compiled`` was compiled yet (graphs compile at the first call). Graphs Dynamo has dropped
+        (after ``torch._dynamo.reset()``) are left out.
     """
+    gc.collect()  # graphs Dynamo dropped are freed (reference cycles included) before we look
     with _lock:
-        records = list(_records)
+        records = [r for r in _records if not r.dropped()]
     if compiled is not None:
         from torch_tessera.compat.dynamo import compiled_codes, compiled_tensors
 

@@ -129,8 +129,8 @@ def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology, Pipelin
     name = MODEL_ALIASES.get(args.model, args.model)
     specs = parse_devices(args.devices, assume_gpu="h200")
     _warn_assumed(args.devices)
-    print(f"lowering {args.model} ({args.size}) without its weights, then PTX analysis and costs: most of the run "
-          "(one to two minutes for llama-3.1-8b on a 2-core CPU)", flush=True)
+    print(f"lowering {args.model} ({args.size}) without its weights, then PTX analysis and costs (the first time up "
+          "to two minutes for llama-3.1-8b on a 2-core CPU; seconds once the program cache holds it)", flush=True)
     mw = model_workload(name, specs, size=args.size, mean_output_tokens=args.output_tokens)
     print(f"lowered, analysed and costed {args.model} ({args.size}) in {mw.seconds:.1f} s")
     return mw.workload, mw.topology, PipelineModel.from_specs(specs)

@@ -17,14 +17,19 @@ What we rely on, and why:
   one of them, so that every device launches a kernel with the configuration its first device settled on.
 * Provenance: ``PythonWrapperCodegen.generate_kernel_call`` and ``Scheduler.codegen_extern_call`` are wrapped during
   codegen to note which FX nodes (and so which ATen ops and ``nn.Module`` paths) each launch computes.
-* Caches (FX graph cache, AOTAutograd cache) are disabled while we compile: a cache hit skips ``inner_compile``.
+* Caches: the AOTAutograd cache is disabled while we compile (a hit skips ``inner_compile``). Inductor's FX graph
+  cache stays as the user set it (on by default): a hit returns the generated module without running codegen, so
+  the provenance above is not recorded; the caller then supplies the record it saved for that module's source
+  (:func:`generated_source_key`) or asks for codegen again with the FX graph cache off (``needs_codegen``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -114,9 +119,9 @@ def record_codegen(events: list[CodegenEvent]) -> Iterator[None]:
 
 
 def inductor_config_patches(device_type: str) -> dict[str, Any]:
-    """Inductor config for a tessera compile: Triton kernels on every device, no caches, no Inductor CUDA graphs."""
+    """Inductor config for a tessera compile: Triton kernels on every device, no Inductor CUDA graphs (the FX graph
+    cache is left as the user set it)."""
     patches: dict[str, Any] = {
-        "fx_graph_cache": False,
         "triton.cudagraphs": False,
         "cpp_wrapper": False,
     }
@@ -144,6 +149,7 @@ def compile_graph(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
     on_compiled: Callable[[Any, Sequence[Any], Sequence[int]], None],
+    needs_codegen: Callable[[Any], bool] = lambda compiled: False,
 ) -> Callable:
     """Compile ``gm`` with Inductor, calling ``on_compiled(compiled_fx_graph, fake_inputs, static_input_idxs)`` on
     each inner graph.
@@ -152,16 +158,41 @@ def compile_graph(
     module buffers, from AOTAutograd's ``fw_metadata.static_input_indices``; ``compile_fx`` hands them to its
     ``inner_compile``, and ``mode="reduce-overhead"`` reads them in place instead of copying them each call; checked
     on torch 2.11 and 2.13). Returns what ``compile_fx`` returns: a callable taking the graph's inputs.
-    ``on_compiled`` may replace ``compiled_fx_graph.current_callable``.
+    ``on_compiled`` may replace ``compiled_fx_graph.current_callable``. ``needs_codegen(compiled)`` is asked first:
+    ``True`` (e.g. an FX graph cache hit whose codegen record the caller does not have) compiles the inner graph again
+    with the FX graph cache off, so that codegen runs.
     """
+    import torch._inductor.config as inductor_config
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     def inner_compile(inner_gm: torch.fx.GraphModule, inner_inputs: Sequence[Any], **kwargs: Any) -> Any:
         compiled = compile_fx_inner(inner_gm, inner_inputs, **kwargs)
+        if needs_codegen(compiled):
+            log.info("Inductor's FX graph cache gave a graph whose codegen record is not saved; generating it again")
+            # the first compile's post_compile noted the output strides in the tracing context, and a second one
+            # asserts that none are noted yet (torch 2.11, 2.13)
+            context = torch._guards.TracingContext.try_get()
+            if context is not None and getattr(context, "output_strides", None) is not None:
+                context.output_strides.clear()
+            with inductor_config.patch(fx_graph_cache=False):
+                compiled = compile_fx_inner(inner_gm, inner_inputs, **kwargs)
         on_compiled(compiled, inner_inputs, tuple(kwargs.get("static_input_idxs") or ()))
         return compiled
 
     return compile_fx(gm, list(example_inputs), inner_compile=inner_compile)
+
+
+def generated_source_key(compiled: Any) -> str | None:
+    """SHA-256 (hex) of the generated wrapper module's source behind ``compiled`` (the same on an FX graph cache hit
+    as when it was generated), or ``None`` when there is none (a graph with nothing to launch) or it cannot be read.
+    """
+    if not hasattr(compiled, "current_callable"):
+        return None
+    try:
+        path = generated_module_globals(generated_call(compiled)).get("__file__")
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+    except (RuntimeError, OSError, TypeError):
+        return None
 
 
 def generated_call(compiled: Any) -> Callable:

@@ -13,6 +13,7 @@ import torch
 
 from torch_tessera.compat import torch_inductor as compat
 from torch_tessera.errors import LoweringError, TesseraError
+from torch_tessera.lowering.cache import load_codegen_record, save_codegen_record
 from torch_tessera.lowering.capture import CapturedGraph, capture_program, launch_writes
 from torch_tessera.lowering.program import (  # noqa: F401
     Buffer,
@@ -77,6 +78,21 @@ def lower(
         isinstance(x, torch.nn.Parameter) for x in example_inputs
     ]
     events: list[compat.CodegenEvent] = []
+    loaded: list[bool] = [False]  # the current inner graph's events came from a saved codegen record
+
+    def needs_codegen(compiled: Any) -> bool:
+        # codegen ran now (events recorded), or nothing was generated: nothing to look up
+        loaded[0] = False
+        key = None if events else compat.generated_source_key(compiled)
+        if key is None:
+            return False
+        record = load_codegen_record(key)
+        if record is None:
+            return True
+        events.extend(record)
+        loaded[0] = True
+        log.debug("FX graph cache hit: codegen record of %s reused (%d kernel calls)", key[:12], len(record))
+        return False
 
     def on_compiled(compiled: Any, fake_inputs: Sequence[Any], static_idxs: Sequence[int] = ()) -> None:
         if not hasattr(compiled, "current_callable"):
@@ -85,6 +101,10 @@ def lower(
             log.info("graph has no kernels to capture; Inductor's callable runs it")
             events.clear()
             return
+        if not loaded[0]:
+            key = compat.generated_source_key(compiled)
+            if key is not None:
+                save_codegen_record(key, events)
         captured = capture_program(compiled, fake_inputs, list(events), names, flags, static_idxs)
         events.clear()
         runner = on_captured(captured)
@@ -93,7 +113,7 @@ def lower(
 
     try:
         with _interpreter_scope(device_type), compat.compile_context(device_type), compat.record_codegen(events):
-            return compat.compile_graph(gm, example_inputs, on_compiled)
+            return compat.compile_graph(gm, example_inputs, on_compiled, needs_codegen)
     except TesseraError:
         raise
     except Exception as e:  # noqa: BLE001 - the border with Inductor: any failure there is a lowering failure

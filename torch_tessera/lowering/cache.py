@@ -1,5 +1,5 @@
-"""A disk cache of lowered kernel programs, so that commands over many devices (census, pairs, advise) lower a
-full-size model once.
+"""Disk caches of lowering: lowered kernel programs, so that commands over many devices (census, pairs, advise) lower
+a full-size model once; and codegen records, so that an Inductor FX graph cache hit needs no codegen.
 
 Location: ``$TESSERA_CACHE_DIR/programs``, else ``~/.cache/torch_tessera/programs``; one pickle per key, written
 atomically. The key names what was lowered (model, size, shape) and the torch and Triton versions: a program
@@ -8,17 +8,20 @@ lowered by another version is lowered again. An unreadable entry is logged and l
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
 import os
 import pickle
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import triton
 
 from torch_tessera import knobs
+from torch_tessera.compat.torch_inductor import CodegenEvent
 from torch_tessera.lowering.program import KernelProgram
 
 log = logging.getLogger(__name__)
@@ -65,3 +68,36 @@ def cached_program(key: str, lower: Callable[[], KernelProgram], use_cache: bool
     except (OSError, pickle.PicklingError, TypeError) as e:
         log.warning("could not cache lowered program %s: %s", key, e)
     return program
+
+
+def _codegen_path(source_key: str) -> Path:
+    digest = hashlib.sha256(f"{source_key}|torch {torch.__version__}".encode()).hexdigest()
+    return knobs.cache_dir("codegen") / f"{digest[:32]}.json"
+
+
+def load_codegen_record(source_key: str) -> list[CodegenEvent] | None:
+    """The codegen events saved for the generated module whose source hashes to ``source_key``, or ``None`` (never
+    saved, or unreadable: logged)."""
+    path = _codegen_path(source_key)
+    try:
+        rows = json.loads(path.read_text())["events"]
+        return [CodegenEvent(r["kind"], r["name"], tuple(r["aten_ops"]), tuple(r["fx_nodes"]),
+                             tuple(r["module_paths"])) for r in rows]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("unreadable codegen record %s (%s); Inductor generates the graph again", path, e)
+        return None
+
+
+def save_codegen_record(source_key: str, events: Sequence[CodegenEvent]) -> None:
+    """Save ``events`` for the generated module whose source hashes to ``source_key`` (atomic; a failure is logged,
+    and only costs a codegen the next time)."""
+    path = _codegen_path(source_key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"events": [dataclasses.asdict(e) for e in events]}))
+        tmp.replace(path)
+    except OSError as e:
+        log.warning("could not save codegen record %s: %s", path, e)

@@ -17,12 +17,11 @@ import logging
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from torch_tessera import knobs
-from torch_tessera.errors import TesseraCacheWarning
+from torch_tessera.errors import TesseraCacheWarning, warn_user
 from torch_tessera.lowering.program import KernelSource
 from torch_tessera.ptx import _triton_compat as compat
 from torch_tessera.ptx.types import CompiledPTX, PTXCompileError
@@ -150,7 +149,7 @@ def _store(folder: Path, files: list[tuple[Path, str]]) -> None:
         message = (f"the PTX cache {folder} cannot be written ({type(e).__name__}: {e}); kernels are compiled to PTX "
                    "again in every process. Set TESSERA_CACHE_DIR to a writable directory.")
         log.warning("%s", message)
-        warnings.warn(message, TesseraCacheWarning, stacklevel=3)
+        warn_user(message, TesseraCacheWarning)
 
 
 def compile_ptx(source: KernelSource, config: Mapping[str, Any], target: int) -> CompiledPTX:

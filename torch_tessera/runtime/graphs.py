@@ -256,16 +256,14 @@ def capture_whole(machine: Machine, items: Sequence[Any], ctx: CallContext, home
                         done.record(st)
                         main.wait_event(done)
     except Exception as e:  # noqa: BLE001 - CUDA or torch refused the multi-device capture: fall back, say why
-        import warnings
-
-        from torch_tessera.errors import TesseraFallbackWarning
+        from torch_tessera.errors import TesseraFallbackWarning, warn_user
 
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         log.warning("one CUDA graph over all devices could not be captured (%s); capturing one graph per segment "
                     "instead", why)
-        warnings.warn(f"tessera could not capture the program as one CUDA graph ({why}); it replays one graph per "
+        warn_user(f"tessera could not capture the program as one CUDA graph ({why}); it replays one graph per "
                       "device segment instead (cuda_graphs='segments' asks for that directly, cuda_graphs=False "
-                      "turns graphs off)", TesseraFallbackWarning, stacklevel=2)
+                      "turns graphs off)", TesseraFallbackWarning)
         torch.cuda.synchronize()
         return None
     return graph, [pool for _, pool in other_pools.values()]

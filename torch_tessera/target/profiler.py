@@ -24,7 +24,6 @@ import os
 import math
 import statistics
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -35,7 +34,7 @@ import torch
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, Launch, TensorArg, to_jsonable
 from torch_tessera import knobs
 from torch_tessera.target.costs import CostTable
-from torch_tessera.errors import DeviceUnavailableError, TesseraCacheWarning
+from torch_tessera.errors import DeviceUnavailableError, TesseraCacheWarning, warn_user
 from torch_tessera.target.devices import Device, DeviceKind, DeviceSpec
 
 log = logging.getLogger(__name__)
@@ -174,7 +173,7 @@ class ProfileCache:
                        "are kept in memory for this process only, so the next process measures again. Set "
                        "TESSERA_CACHE_DIR to a writable directory.")
             log.warning("%s", message)
-            warnings.warn(message, TesseraCacheWarning, stacklevel=2)
+            warn_user(message, TesseraCacheWarning)
 
 
 @dataclass(frozen=True)
