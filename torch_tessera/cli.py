@@ -8,23 +8,13 @@ import logging
 import re
 import sys
 
+from torch_tessera.compat.argparse import DefaultsOnceHelpFormatter
 from torch_tessera.errors import TesseraError
 
 #: Subcommand name -> module under ``torch_tessera.commands``.
 COMMANDS = {"bench": "bench", "inspect": "inspect", "devices": "devices", "plan": "plan", "serve-bench": "serve_bench",
             "dist-run": "dist_run", "report": "report", "calibrate": "calibrate", "census": "census",
             "pairs": "pairs", "advise": "advise"}
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends ``(default: X)`` to an option's help only where the help does not state its default already and there
-    is a default to state."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "default" in text or action.default is None or action.default is argparse.SUPPRESS:
-            return text
-        return super()._get_help_string(action) or text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"torch_tessera.commands.{module_name}")
         p = sub.add_parser(name, help=getattr(module, "HELP", None),
-                           formatter_class=_HelpFormatter)
+                           formatter_class=DefaultsOnceHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(command_module=module, command_parser=p)
     return parser

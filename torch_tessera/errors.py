@@ -134,6 +134,7 @@ def warn_user(message: str, category: type[Warning]) -> None:
     """``warnings.warn(message, category)`` attributed to the user's code: the first frame outside torch and
     torch_tessera (the line that called the compiled model), so the warning names that line and the default
     ``"once per location"`` filter works on it."""
+    import inspect
     import os
     import sys
     import warnings
@@ -141,7 +142,8 @@ def warn_user(message: str, category: type[Warning]) -> None:
     import torch
 
     inside = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (torch, sys.modules[__package__]))
-    frame, level = sys._getframe(1), 1
+    here = inspect.currentframe()
+    frame, level = (here.f_back if here is not None else None), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(inside):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level + 1 if frame is not None else 2)

@@ -47,3 +47,19 @@ def test_census_command_writes_table_json_and_png(tmp_path, capsys):
 def test_census_refuses_other_than_two_devices(capsys):
     assert main(["census", "--model", "mlp", "--size", "tiny", "--devices", "sim:a100"]) == 2
     assert "exactly two devices" in capsys.readouterr().err
+
+
+def test_png_panels_count_launches_as_the_table_does():
+    """The PNG's whole-workload panel weights each launch by its program's runs per step, as the rows do: its share
+    of launches faster on the second device is the table's (80 %, not the 67 % of counting each program once)."""
+    from torch_tessera.commands.census import histogram_panels, panel_share
+
+    tables = [("prefill", 1.0, np.array([[1.0, 2.0], [3.0, 1.0]]), ["gemm", "norm"]),
+              ("decode", 3.0, np.array([[2.0, 1.0]]), ["gemm"])]
+    rows = {(r.program, r.op_class): r for r in census_rows(tables)}
+    panels = {name: (w, sec) for name, w, sec in histogram_panels(tables)}
+    assert set(panels) == {"prefill", "decode", "all"}
+    for name, (w, sec) in panels.items():
+        assert panel_share(w, sec) == pytest.approx(rows[name, "all"].faster_on_second)
+        assert w.sum() == pytest.approx(rows[name, "all"].launches)
+    assert panel_share(*panels["all"]) == pytest.approx(80.0)

@@ -50,7 +50,7 @@ def test_fx_graph_cache_hit_reuses_the_codegen_record(caches, caplog):
     assert len(records) == 1, records
     with caplog.at_level(logging.DEBUG, logger="torch_tessera.lowering"):
         second = _program_of(inputs)
-    assert "codegen record of" in caplog.text  # the hit path ran: no second codegen
+    assert "codegen record " in caplog.text and "reused" in caplog.text  # the hit path ran: no second codegen
     assert "generating it again" not in caplog.text
     assert _provenance(second) == _provenance(first)
     assert any(p[2] for p in _provenance(first))  # the record carries ATen ops, not empty provenance
@@ -62,7 +62,7 @@ def test_backend_through_a_cache_hit_equals_eager(caches, caplog):
     out1 = _compiled_output(inputs)
     with caplog.at_level(logging.DEBUG, logger="torch_tessera.lowering"):
         out2 = _compiled_output(inputs)
-    assert "codegen record of" in caplog.text
+    assert "codegen record " in caplog.text and "reused" in caplog.text
     torch.testing.assert_close(out1, _block(*inputs))
     torch.testing.assert_close(out2, _block(*inputs))
 
@@ -88,4 +88,22 @@ def test_unreadable_record_is_logged_and_regenerated(caches, caplog):
     with caplog.at_level(logging.INFO, logger="torch_tessera"):
         second = _program_of(inputs)
     assert "unreadable codegen record" in caplog.text
+    assert _provenance(second) == _provenance(first)
+
+
+def test_record_naming_other_kernels_is_not_trusted(caches, caplog):
+    import json
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(8, 16), torch.randn(16, 16), torch.randn(16, 16))
+    first = _program_of(inputs)
+    for p in (caches / "tessera" / "codegen").glob("*.json"):
+        data = json.loads(p.read_text())
+        for e in data["events"]:
+            if e["kind"] == "triton":
+                e["name"] += "_other"
+        p.write_text(json.dumps(data))
+    with caplog.at_level(logging.INFO, logger="torch_tessera"):
+        second = _program_of(inputs)
+    assert "does not name the kernels" in caplog.text
     assert _provenance(second) == _provenance(first)

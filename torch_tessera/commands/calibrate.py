@@ -1,7 +1,11 @@
 """``tessera calibrate``: fit the kernel cost model's free constants to launches measured on one GPU and its
 partitions, holding one model out at a time, and print the held-out error.
 
-Data: every ``bench.json`` under ``--results`` whose measured bench saved per-launch seconds
+Data, by ``--data``: the per-launch seconds ``bench/gpu_kernel_times.py`` timed back to back in program order
+(``*.launch_times.json`` under ``--results``, each beside the program it was timed on, dumped on the GPU: features
+come from that program, one sample per distinct launch, the median of its copies; launches flagged starved are left
+out; format: :mod:`torch_tessera.measure.kernel_times`), and/or every ``bench.json`` under ``--results`` whose
+measured bench saved per-launch seconds
 (``measured.meta.kernel_seconds``: program -> device -> seconds per launch, in program order). Those seconds were timed
 one launch at a time and calibrated to the whole program replayed back to back
 (:func:`torch_tessera.target.profiler.calibrate_to_total`): launches at that function's floor (1 us) carry no
@@ -48,10 +52,19 @@ class Sample:
     seconds: float
 
 
+DATA = ("auto", "launch-times", "bench", "all")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", default="docs/results", help="directory searched for bench.json files")
+    parser.add_argument("--results", default="docs/results",
+                        help="directory searched for *.launch_times.json and bench.json files")
+    parser.add_argument("--data", default="auto", choices=DATA,
+                        help="launch-times: the back-to-back timings of bench/gpu_kernel_times.py; bench: the "
+                             "measured bench's kernel_seconds (one-by-one, calibrated to the graph total, matched by "
+                             "name); all: both; auto: launch-times when any are found, else bench")
     parser.add_argument("--min-us", type=float, default=5.0, help="leave out launches measured below this (us)")
-    parser.add_argument("--out", default=None, help="write the table and the fitted constants as JSON here")
+    parser.add_argument("--out", default=None,
+                        help="directory for calibrate.json (coverage, held-out table, fitted constants)")
 
 
 def _signature(name: str) -> str:
@@ -152,6 +165,50 @@ def load_samples(results: str, min_s: float) -> tuple[list[Sample], list[str]]:
     return samples, coverage
 
 
+def _feature_key(f) -> tuple:
+    return (f.label, f.kernel_class, f.flops, f.nbytes, f.param_bytes, f.tensor_core, f.blocks, f.threads_per_block,
+            f.dtype)
+
+
+def load_launch_time_samples(results: str, min_s: float) -> tuple[list[Sample], list[str]]:
+    """Samples from every ``*.launch_times.json`` under ``results``: per (model, program, device) one sample per
+    distinct launch (same features), its seconds the median over its copies; launches timed in a starved chunk,
+    below ``min_s``, or streaming weights faster than the device's DRAM are left out. Also one coverage line per
+    (model, program, device)."""
+    from torch_tessera.measure.kernel_times import SUFFIX, load_launch_times
+    from torch_tessera.target.catalog import CATALOG
+    from torch_tessera.target.devices import parse_device
+
+    samples, coverage = [], []
+    for path in sorted(glob.glob(f"{results}/**/*{SUFFIX}", recursive=True)):
+        for rec in load_launch_times(path):
+            spec = parse_device(rec.sim_device)
+            entry = CATALOG.get(spec.catalog_key or "")
+            if entry is None or entry.kernel is None:
+                coverage.append(f"{rec.model} {rec.program} on {rec.device}: left out ({rec.sim_device} is no "
+                                "catalog GPU: the kernel model has no figures for it)")
+                continue
+            groups: dict[tuple, list] = {}
+            for f, t, starved in zip(rec.features, rec.seconds, rec.starved):
+                if not starved and math.isfinite(t):
+                    groups.setdefault(_feature_key(f), []).append((f, t))
+            used = small = impossible = 0
+            for members in groups.values():
+                f, t = members[0][0], float(np.median([t for _, t in members]))
+                if t < min_s:
+                    small += 1
+                elif f.param_bytes / t > 1.05 * spec.mem_bandwidth:
+                    impossible += 1
+                else:
+                    used += 1
+                    samples.append(Sample(rec.model, rec.program, rec.sim_device, f, t))
+            coverage.append(f"{rec.model} {rec.program} on {rec.device} ({rec.sim_device}): {len(rec.seconds)} "
+                            f"launches timed back to back, {sum(rec.starved)} starved, {len(groups)} distinct; "
+                            f"{used} samples (below {min_s * 1e6:g} us: {small}; weights faster than DRAM: "
+                            f"{impossible})")
+    return samples, coverage
+
+
 def _errors(model, samples: list[Sample], specs: dict) -> np.ndarray:
     return np.array([model.predict(s.features, specs[s.device]) / s.seconds - 1 for s in samples])
 
@@ -186,12 +243,23 @@ def run(args: argparse.Namespace) -> int:
     from torch_tessera.errors import ConfigError
     from torch_tessera.target.devices import parse_device
 
-    samples, coverage = load_samples(args.results, args.min_us * 1e-6)
+    min_s = args.min_us * 1e-6
+    samples, coverage = [], []
+    if args.data in ("auto", "launch-times", "all"):
+        samples, coverage = load_launch_time_samples(args.results, min_s)
+    if args.data in ("bench", "all") or (args.data == "auto" and not coverage):
+        more, lines = load_samples(args.results, min_s)
+        samples, coverage = samples + more, coverage + lines
     if not samples:
-        raise ConfigError(f"no bench.json with measured per-launch seconds (kernel_seconds) under {args.results}")
+        raise ConfigError(f"no measured per-launch seconds under {args.results} (--data {args.data}): run "
+                          "bench/gpu_kernel_times.py on a GPU (*.launch_times.json) or the measured bench "
+                          "(bench.json with kernel_seconds)" + (f"; found: {coverage[0]}" if coverage else ""))
     specs = {d: parse_device(d) for d in {s.device for s in samples}}
     models = sorted({s.model for s in samples})
-    print("SIMULATED cost model vs launches MEASURED on the H200 (whole GPU) and its green-context partitions")
+    if len(models) < 2:
+        raise ConfigError(f"calibrate holds one model out at a time and needs measurements of two or more models; "
+                          f"found only {models} under {args.results}")
+    print("SIMULATED cost model vs launches MEASURED on one GPU (whole GPU) and its green-context partitions")
     for line in coverage:
         print("  " + line)
     rows = []
@@ -205,16 +273,27 @@ def run(args: argparse.Namespace) -> int:
             t = [s for s in test if sel(s)]
             err = np.abs(_errors(m, t, specs)) if t else np.array([math.nan])
             row[part] = {"n": len(t), "median_abs_error": float(np.median(err))}
+        row["per_device"] = {d: {"n": len(t), "median_abs_error": float(np.median(np.abs(_errors(m, t, specs))))}
+                             for d in sorted({s.device for s in test}) for t in [[s for s in test if s.device == d]]}
         rows.append(row)
         print(f"{held:10} {','.join(row['fitted_on']):18} "
               f"{row['whole']['n']:5d} {row['whole']['median_abs_error'] * 100:6.1f} %{'':14} "
               f"{row['partitions']['n']:5d} {row['partitions']['median_abs_error'] * 100:6.1f} %")
+        print(" " * 11 + "per device: " + ", ".join(f"{d} {v['median_abs_error'] * 100:.1f} % (n {v['n']})"
+                                                   for d, v in row["per_device"].items()))
     final = fit(samples, specs)
     consts = {n: getattr(final, n) for n in FREE}
     print("\nconstants fitted on every model (the CALIBRATED model):")
     for n, v in consts.items():
         print(f"  {n} = {v:.4g}")
+    models_used = ", ".join(models)
+    print(f"\nas target/kernelmodel.py's CALIBRATED: KernelModel("
+          + ", ".join(f"{n}={v:.4g}" for n, v in consts.items())
+          + f', source="tessera calibrate: {len(samples)} measured launches of {models_used}")')
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"coverage": coverage, "held_out": rows, "constants": consts}, indent=1))
+        path = Path(args.out) / "calibrate.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"data": args.data, "min_us": args.min_us, "coverage": coverage,
+                                    "held_out": rows, "constants": consts}, indent=1))
+        print(f"wrote {path}")
     return 0

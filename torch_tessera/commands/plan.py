@@ -6,13 +6,15 @@ Examples::
     tessera plan --synthetic-layers 32 --devices big,small --policy latency  # a synthetic transformer, no lowering
     tessera plan --program dump/program_0.json --devices sim:a100,sim:l40s   # a dumped program (dump_dir option)
 
-This module holds the rendering side: :func:`plan_all` (the policy and every baseline over one workload) and
-:func:`report` (the text). ``_model_inputs`` is the hook where the lead connects lowering and the cost model.
+This module holds the rendering side: :func:`plan_all` (the policy and every baseline over one workload),
+:func:`best_throughput` (the throughput plan chosen from a space holding every baseline's placement, as ``tessera
+bench`` chooses tessera) and :func:`report` (the text). ``_model_inputs`` is the hook where the lead connects lowering and the cost model.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 from typing import Mapping
 
@@ -23,6 +25,8 @@ from torch_tessera.scheduler import NotApplicableError, Plan, Workload, availabl
 from torch_tessera.scheduler.gantt import write_gantt
 from torch_tessera.scheduler.pipeline_plan import PipelineModel
 from torch_tessera.scheduler.report import compare
+
+log = logging.getLogger(__name__)
 
 HELP = "plan a model over devices (lowered without weights): the plan, every baseline, a Gantt chart"
 
@@ -77,6 +81,51 @@ def plan_all(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Map
         except (NotApplicableError, InfeasiblePlanError) as e:
             out[name] = e
     return out
+
+
+#: The throughput planner's own placement, kept beside ``throughput`` when another plan of its space is predicted faster.
+PLANNER = "throughput-planner"
+
+
+def best_throughput(plans: Mapping[str, Plan | TesseraError], workload: Workload, topology: Topology,
+                    **stream_options) -> tuple[dict[str, Plan | TesseraError], str]:
+    """``plans`` with ``throughput`` the highest-throughput plan of a space that contains every baseline's placement:
+    the planner's single placement, one request stream per device (:func:`~torch_tessera.scheduler.plan_streams`,
+    whose space holds request-dist), and each baseline plan in ``plans`` (homo-*, request-dist, pd, af, layer), as
+    ``tessera bench`` chooses (:func:`torch_tessera.benchmark.with_streams`, :func:`~torch_tessera.benchmark.
+    best_of_space`). So no baseline's predicted throughput is above the throughput plan's. When another plan wins,
+    the planner's own placement stays as :data:`PLANNER`.
+
+    Args:
+        plans: :func:`plan_all`'s result for the throughput policy (with its baselines).
+        workload / topology: what they were planned on.
+        stream_options: passed to :func:`~torch_tessera.scheduler.plan_streams` (``micro_batches``...).
+
+    Returns:
+        ``(plans, note)``: the note names the plan chosen and why (empty when the planner's placement stays).
+    """
+    from torch_tessera.benchmark import best_of_space, with_streams
+
+    mine = plans.get("throughput")
+    if not isinstance(mine, Plan):
+        return dict(plans), ""
+    work = {("tessera" if k == "throughput" else k): v for k, v in plans.items() if k != "latency"}
+    if isinstance(workload, Workload) and len(topology.devices) > 1:
+        try:
+            work, _ = with_streams(work, workload, topology, **stream_options)
+        except (NotApplicableError, ValueError) as e:
+            log.warning("throughput plan: the one-request-stream-per-device plan was not made (%s)", e)
+    work, _ = best_of_space(work)
+    best = work["tessera"]
+    out = dict(plans)
+    out["throughput"] = best
+    if best is mine:
+        return out, ""
+    out[PLANNER] = mine
+    chosen = next((k for k, v in plans.items() if v is best and k != "throughput"), "one request stream per device")
+    return out, (f"throughput plan: {chosen}, the best predicted throughput of a space holding every baseline's "
+                 f"placement ({best.cycle_seconds * 1e3:.4g} ms/step); the planner's single placement "
+                 f"({mine.cycle_seconds * 1e3:.4g} ms/step) is {PLANNER}")
 
 
 def report(plans: Mapping[str, Plan | TesseraError], policy: str) -> str:
@@ -168,11 +217,19 @@ def run(args: argparse.Namespace) -> int:
     budgets = [g * 1e9 for g in _gigabytes(args.memory)] if args.memory else None  # checked before any work
     inputs = _synthetic_inputs if args.synthetic_layers else _program_inputs if args.program else _model_inputs
     wl, topo, model = inputs(args)
-    plans = plan_all(wl, None, topo, args.policy, not args.no_baselines, memory_budgets=budgets,
+    throughput = args.policy == "throughput"
+    plans = plan_all(wl, None, topo, args.policy, throughput or not args.no_baselines, memory_budgets=budgets,
                      micro_batches=args.micro_batches, time_limit=args.time_limit,
                      cache_dir=False if args.no_cache else None, pipeline=model,
                      **({"dump_dir": args.dump_dir} if args.dump_dir else {}))
+    note = ""
+    if throughput:  # chosen from a space holding every baseline's placement, so never below one's prediction
+        plans, note = best_throughput(plans, wl, topo, micro_batches=args.micro_batches, memory_budgets=budgets)
+        if args.no_baselines:
+            plans = {k: v for k, v in plans.items() if k in ("throughput", PLANNER)}
     print(report(plans, args.policy))
+    if note:
+        print(note)
     chosen = plans[args.policy]
     if args.gantt and isinstance(chosen, Plan):
         path = write_gantt(chosen, wl, None, topo, Path(args.gantt), pipeline=model)

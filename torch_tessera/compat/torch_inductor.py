@@ -20,7 +20,7 @@ What we rely on, and why:
 * Caches: the AOTAutograd cache is disabled while we compile (a hit skips ``inner_compile``). Inductor's FX graph
   cache stays as the user set it (on by default): a hit returns the generated module without running codegen, so
   the provenance above is not recorded; the caller then supplies the record it saved for that module's source
-  (:func:`generated_source_key`) or asks for codegen again with the FX graph cache off (``needs_codegen``).
+  (:func:`codegen_key`) or asks for codegen again with the FX graph cache off (``needs_codegen``).
 """
 
 from __future__ import annotations
@@ -182,17 +182,34 @@ def compile_graph(
     return compile_fx(gm, list(example_inputs), inner_compile=inner_compile)
 
 
-def generated_source_key(compiled: Any) -> str | None:
-    """SHA-256 (hex) of the generated wrapper module's source behind ``compiled`` (the same on an FX graph cache hit
-    as when it was generated), or ``None`` when there is none (a graph with nothing to launch) or it cannot be read.
+def codegen_key(compiled: Any) -> str | None:
+    """A key naming the generated code behind ``compiled``, the same on an FX graph cache hit as when it was generated:
+    Inductor's FX graph cache key (``CompiledFxGraph._fx_graph_cache_key``, set on a miss and on a hit; torch 2.11,
+    2.13), else the SHA-256 of the generated wrapper module's source. ``None`` when there is no generated module (a
+    graph with nothing to launch) or neither can be read.
     """
     if not hasattr(compiled, "current_callable"):
         return None
+    fx_key = getattr(compiled, "_fx_graph_cache_key", None)
+    if isinstance(fx_key, str) and fx_key:
+        return f"fx:{fx_key}"
     try:
         path = generated_module_globals(generated_call(compiled)).get("__file__")
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+        return f"src:{hashlib.sha256(Path(path).read_bytes()).hexdigest()}" if path else None
     except (RuntimeError, OSError, TypeError):
         return None
+
+
+def generated_kernel_names(compiled: Any) -> set[str] | None:
+    """Names of the Triton kernels (``CachingAutotuner`` globals) of the generated module behind ``compiled``, or
+    ``None`` when it cannot be found."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    try:
+        module_globals = generated_module_globals(generated_call(compiled))
+    except RuntimeError:
+        return None
+    return {k for k, v in module_globals.items() if isinstance(v, CachingAutotuner)}
 
 
 def generated_call(compiled: Any) -> Callable:

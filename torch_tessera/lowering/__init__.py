@@ -78,20 +78,24 @@ def lower(
         isinstance(x, torch.nn.Parameter) for x in example_inputs
     ]
     events: list[compat.CodegenEvent] = []
-    loaded: list[bool] = [False]  # the current inner graph's events came from a saved codegen record
+    # the current inner graph: the key of its generated code, and whether its events came from a saved record
+    current: dict[str, Any] = {"key": None, "loaded": False}
 
     def needs_codegen(compiled: Any) -> bool:
-        # codegen ran now (events recorded), or nothing was generated: nothing to look up
-        loaded[0] = False
-        key = None if events else compat.generated_source_key(compiled)
-        if key is None:
+        current["key"], current["loaded"] = compat.codegen_key(compiled), False
+        if events or current["key"] is None:  # codegen ran now (events recorded), or nothing was generated
             return False
-        record = load_codegen_record(key)
-        if record is None:
+        record = load_codegen_record(current["key"])
+        if record is None:  # generated again; its record is then saved under this key
+            return True
+        names = compat.generated_kernel_names(compiled)
+        if names is None or {e.name for e in record if e.kind == "triton"} != names:
+            log.info("the codegen record %s does not name the kernels of the cached graph; generating it again",
+                     current["key"][:16])
             return True
         events.extend(record)
-        loaded[0] = True
-        log.debug("FX graph cache hit: codegen record of %s reused (%d kernel calls)", key[:12], len(record))
+        current["loaded"] = True
+        log.debug("FX graph cache hit: codegen record %s reused (%d kernel calls)", current["key"][:16], len(record))
         return False
 
     def on_compiled(compiled: Any, fake_inputs: Sequence[Any], static_idxs: Sequence[int] = ()) -> None:
@@ -101,8 +105,8 @@ def lower(
             log.info("graph has no kernels to capture; Inductor's callable runs it")
             events.clear()
             return
-        if not loaded[0]:
-            key = compat.generated_source_key(compiled)
+        if not current["loaded"]:
+            key = current["key"] or compat.codegen_key(compiled)
             if key is not None:
                 save_codegen_record(key, events)
         captured = capture_program(compiled, fake_inputs, list(events), names, flags, static_idxs)

@@ -73,7 +73,7 @@ class TensorArg:
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
+        return self.dtype.itemsize
 
     @property
     def numel(self) -> int:

@@ -9,16 +9,29 @@ import logging
 
 from torch_tessera.measure.programs import Compiled
 from torch_tessera.measure.settings import MeasureSettings
-from torch_tessera.runtime.profiling import SMALL_STATE_BYTES  # noqa: F401  (re-exported; the home is runtime)
+from torch_tessera.runtime.profiling import (  # noqa: F401  (re-exported; the home is runtime.profiling)
+    SMALL_STATE_BYTES, DeviceLaunches, graph_total,
+)
 
 log = logging.getLogger(__name__)
+
+
+def prepare_launches(prog: Compiled, g: int) -> DeviceLaunches:
+    """``prog``'s launches ready to run one by one on device ``g`` of its runner, in a private pool with copies of
+    the program's inputs (the caller's KV cache is not touched), after one run of the whole program in order (see
+    :func:`torch_tessera.runtime.profiling.prepare_launches`)."""
+    from torch_tessera.runtime.profiling import prepare_launches as prepare
+
+    runner = prog.runner
+    prog.reset()
+    return prepare(runner.program, runner.devices[g], runner.executor.launchers[g], prog.args)
 
 
 def profile_on_device(prog: Compiled, g: int, s: MeasureSettings) -> Any:
     """Time every launch of ``prog`` on device ``g`` of its runner: one column of the measured cost table.
 
-    The launches run in a private pool on that device with copies of the program's inputs (the caller's KV cache is
-    not touched); on a GPU the column is calibrated to the whole program replayed as one CUDA graph (see
+    The launches run in a private pool on that device with copies of the program's inputs, each distinct launch
+    timed one by one; on a GPU the column is calibrated to the whole program replayed as one CUDA graph (see
     :func:`torch_tessera.runtime.profiling.profile_launches`).
 
     Returns:

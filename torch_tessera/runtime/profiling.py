@@ -2,12 +2,14 @@
 half of :mod:`torch_tessera.target.profiler` (which keys, times and caches), shared by the backend's measured costs
 and the measured bench (:func:`torch_tessera.measure.profile_on_device`).
 
-Entry function: :func:`profile_launches`.
+Entry function: :func:`profile_launches`; :func:`prepare_launches` and :func:`graph_total` are its two halves, for
+callers that time launches their own way (``measure.kernel_times``).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -34,12 +36,8 @@ def profile_launches(program: KernelProgram, device: Device, launcher: KernelLau
     """Seconds of every launch of ``program`` on ``device``: one column of the measured cost table.
 
     When ``cache`` holds every distinct launch (and, on a GPU, the whole program's back-to-back time), nothing runs
-    and no buffer is allocated. Otherwise the launches run in a private pool on ``device``: inputs bound to copies of
-    ``inputs`` (weights bound as they are when already on the device; the caller's STATE, e.g. a KV cache, is never
-    written), or stand-ins when ``inputs`` is ``None`` (small normal values in floating point buffers, zeros in the
-    others: valid token ids and cache positions, so gathers stay in bounds); temporaries allocated and filled by one run of the whole program in order. Small STATE buffers
-    (<= :data:`SMALL_STATE_BYTES`, cache-length counters) are restored before every run, so repeated launches keep
-    writing the same cache positions; larger STATE is not (no launch's time depends on its values).
+    and no buffer is allocated. Otherwise the launches run as :func:`prepare_launches` sets them up (copies of
+    ``inputs``, or stand-ins), the small STATE buffers restored before every run.
 
     On a GPU with ``calibrate``, the one-by-one times are scaled to the whole program replayed as one CUDA graph on
     ``device`` (:func:`~torch_tessera.target.profiler.calibrate_to_total`), and that total is cached too.
@@ -69,17 +67,19 @@ def profile_launches(program: KernelProgram, device: Device, launcher: KernelLau
         column = profile_program(program, device, _never_runs, cache=cache, progress=False)
         return calibrate_to_total(column, total) if total is not None else column
     with real_tensors(), torch.no_grad():
-        pool, restore = _setup_pool(program, device, inputs)
-        run_launch = _launch_step(program, device, launcher, pool, device.default_stream if is_cuda else None)
-        for launch in program.launches:  # one run in order: every temporary holds what the program computes
-            run_launch(launch)
-        restore(None, 0)
-        column = profile_program(program, device, run_launch, warmup=warmup, repeats=repeats, rotate=restore,
-                                 cache=cache, use_cache=use_cache, progress=progress)
+        d = prepare_launches(program, device, launcher, inputs)
+        column = profile_program(program, device, lambda launch: d.run(launch, d.stream), warmup=warmup,
+                                 repeats=repeats, rotate=lambda launch, i: d.restore(), cache=cache,
+                                 use_cache=use_cache, progress=progress)
         if is_cuda and calibrate:
             if total is None:
-                total = _replay_total(program, device, launcher, pool, restore, repeats, name)
-                if total is not None:
+                try:
+                    total = graph_total(d, max(5, repeats))
+                except Exception as e:  # noqa: BLE001 - keep the uncalibrated column, say so
+                    log.warning("%s on %s: could not time the program as one graph (%s: %s); its launch times stay "
+                                "uncalibrated (they include host launch latency)", name, device.name,
+                                type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                else:
                     cache.put(total_key, total, f"{name}: whole program as one CUDA graph", device.name)
             if total is not None:
                 one_by_one = float(column.seconds.sum())
@@ -89,13 +89,75 @@ def profile_launches(program: KernelProgram, device: Device, launcher: KernelLau
     return column
 
 
+@dataclass(frozen=True)
+class DeviceLaunches:
+    """A program's launches ready to run one by one on one device, in a private pool.
+
+    Attributes:
+        program: the :class:`~torch_tessera.lowering.program.KernelProgram`.
+        device: the open :class:`~torch_tessera.target.devices.Device`.
+        stream: the device's stream (``None`` on CPU).
+        run: ``run(launch, stream)`` issues one launch on ``stream`` (an extern op's fresh outputs bound in the pool).
+        restore: puts the small STATE buffers back (see :func:`prepare_launches`).
+    """
+
+    program: KernelProgram
+    device: Device
+    stream: Any
+    run: Callable[[Any, Any], None]
+    restore: Callable[[], None]
+
+
+def prepare_launches(program: KernelProgram, device: Device, launcher: KernelLauncher,
+                     inputs: Sequence[Any] | None = None) -> DeviceLaunches:
+    """Set up ``program``'s buffers in a private pool on ``device`` and run the whole program once in order.
+
+    Inputs are bound to copies of ``inputs`` (weights bound as they are when already on the device; the caller's
+    STATE, e.g. a KV cache, is never written), or to stand-ins when ``inputs`` is ``None`` (small normal values in
+    floating point buffers, zeros in the others: valid token ids and cache positions, so gathers stay in bounds);
+    temporaries are allocated and filled by the one run. Small STATE buffers (<= :data:`SMALL_STATE_BYTES`, the
+    cache-length counters) are what ``restore`` puts back, so repeated launches keep writing the same cache
+    positions; larger STATE (KV cache contents, an SSM's conv/SSM state) is not: repeated decode launches keep
+    updating it, its values drift but stay bounded, and no launch's time depends on them.
+
+    Args:
+        program: the kernel program.
+        device: an open device.
+        launcher: launches single kernels of ``program`` on ``device``.
+        inputs: the graph's input values in ``program.inputs`` order, or ``None`` for stand-ins.
+    """
+    stream = device.default_stream if device.torch_device.type == "cuda" else None
+    with real_tensors(), torch.no_grad():
+        pool, restore = _setup_pool(program, device, inputs)
+        run = _launch_step(program, device, launcher, pool)
+        for launch in program.launches:  # one run in order: every temporary holds what the program computes
+            run(launch, stream)
+        restore()
+    return DeviceLaunches(program, device, stream, run, restore)
+
+
+def graph_total(d: DeviceLaunches, repeats: int) -> float:
+    """Seconds of the whole program captured and replayed as one CUDA graph on ``d``'s device (a new stream of it:
+    capture needs a non-default stream); median of ``repeats`` replays."""
+    stream = d.device.new_stream()
+
+    def run_all() -> None:
+        d.restore()
+        for launch in d.program.launches:
+            d.run(launch, stream)
+
+    with real_tensors(), torch.no_grad():
+        run_all()
+        return time_graph_replay(run_all, stream, repeats=repeats)
+
+
 def _never_runs(launch: Launch) -> None:
     raise RuntimeError(f"launch {launch.index} was to be read from the profile cache, not run")  # pragma: no cover
 
 
 def _setup_pool(program: KernelProgram, device: Device,
-                inputs: Sequence[Any] | None) -> tuple[BufferPool, Callable[[Any, int], None]]:
-    """The pool the profiled launches run in, and the ``rotate`` callback restoring small STATE buffers."""
+                inputs: Sequence[Any] | None) -> tuple[BufferPool, Callable[[], None]]:
+    """The pool the launches run in, and the callback restoring its small STATE buffers."""
     tdev = device.torch_device
     pool = BufferPool(tdev)
     small: dict[str, torch.Tensor] = {}
@@ -117,7 +179,7 @@ def _setup_pool(program: KernelProgram, device: Device,
         if name not in pool:
             pool.allocate(name, buf.nbytes)
 
-    def restore(launch: Any, i: int) -> None:
+    def restore() -> None:
         for name, saved in small.items():
             pool.storages[name].copy_(saved)
 
@@ -137,12 +199,12 @@ def _stand_in(dtype: torch.dtype, nbytes: int, device: torch.device) -> torch.Te
     return torch.zeros(nbytes, dtype=torch.uint8, device=device)
 
 
-def _launch_step(program: KernelProgram, device: Device, launcher: KernelLauncher, pool: BufferPool,
-                 stream: Any) -> Callable[[Launch], None]:
-    """Runs one launch from ``pool`` on ``device`` (binding the outputs an extern launch creates)."""
+def _launch_step(program: KernelProgram, device: Device, launcher: KernelLauncher,
+                 pool: BufferPool) -> Callable[[Launch, Any], None]:
+    """``run(launch, stream)``: one launch from ``pool`` on ``device`` (binding the outputs an extern launch creates)."""
     fresh = fresh_extern_outputs(program)
 
-    def run_launch(launch: Any) -> None:
+    def run(launch: Any, stream: Any) -> None:
         with device.guard(), stream_ctx(stream):
             result = launcher.launch(launch, pool, stream)
         if isinstance(launch, ExternLaunch) and launch.index in fresh:
@@ -151,26 +213,4 @@ def _launch_step(program: KernelProgram, device: Device, launcher: KernelLaunche
                 if spec.buffer in fresh[launch.index]:
                     pool.bind(spec.buffer, t)
 
-    return run_launch
-
-
-def _replay_total(program: KernelProgram, device: Device, launcher: KernelLauncher, pool: BufferPool,
-                  restore: Callable[[Any, int], None], repeats: int, name: str) -> float | None:
-    """Seconds of the whole program replayed as one CUDA graph on ``device``, or ``None`` (logged) where capture
-    fails."""
-    stream = device.new_stream()  # capture needs a non-default stream
-    run_launch = _launch_step(program, device, launcher, pool, stream)
-
-    def run_all() -> None:
-        restore(None, 0)
-        for launch in program.launches:
-            run_launch(launch)
-
-    try:
-        run_all()
-        return time_graph_replay(run_all, stream, repeats=max(5, repeats))
-    except Exception as e:  # noqa: BLE001 - keep the uncalibrated column, say so
-        log.warning("%s on %s: could not time the program as one graph (%s: %s); its launch times stay "
-                    "uncalibrated (they include host launch latency)", name, device.name, type(e).__name__,
-                    str(e).splitlines()[0] if str(e) else "")
-        return None
+    return run
