@@ -104,6 +104,8 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
             row["error"] = f"{type(e).__name__}: {str(e)[:2000]}"
         model.forward = orig
         out["cases"][name] = row
+        if args.result:  # after every case: a child stopped by its time limit still leaves what it measured
+            Path(args.result).write_text(json.dumps(out, indent=1))
         print(f"{name}: " + (row.get("error") or f"{row['ms_per_token']:.2f} ms/token, compile {row['compile_s']:.1f}"
               f" s, {row['launches_timed']} launches timed, tokens equal {row['tokens_equal_first_case']}"),
               flush=True)
@@ -124,7 +126,9 @@ def _child(args: argparse.Namespace, cases: list[str], tag: str, timeout: float)
     except subprocess.TimeoutExpired as e:
         log = f"timed out after {timeout:.0f} s\n{(e.stdout or b'')!s}"[-4000:]
     (Path(args.out) / f"{tag}.log").write_text(log)
-    res = json.loads(path.read_text()) if path.exists() else {"error": log[-3000:]}
+    res = json.loads(path.read_text()) if path.exists() else {}
+    if "timed out" in log[:40] or not path.exists():
+        res["error"] = log[-3000:]
     res["process_s"] = time.perf_counter() - t0
     return res
 
@@ -143,6 +147,9 @@ def table(main: dict, warm: dict) -> str:
         plans = "; ".join(sorted({(p or "-").split(" (")[0] for p in r["plan_sources"]}))
         rows.append(f"| {name} | {r['compile_s']:.1f} | {r['ms_per_token']:.2f} | {rel} | {r['launches_timed']} | "
                     f"{plans} | {r['tokens_equal_first_case']} |")
+    for tag, run in (("first process", main), ("warm process", warm)):
+        if "error" in run or "skipped" in run:
+            rows.append(f"\n{tag}: {(run.get('error') or run.get('skipped')).strip().splitlines()[-1][:300]}")
     return "\n".join(rows)
 
 
@@ -161,7 +168,7 @@ def main() -> int:
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.result is not None:  # child: one process
-        Path(args.result).write_text(json.dumps(run_cases(args, args.cases.split(",")), indent=1))
+        run_cases(args, args.cases.split(","))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

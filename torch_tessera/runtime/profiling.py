@@ -65,7 +65,7 @@ def profile_launches(program: KernelProgram, device: Device, launcher: KernelLau
     if use_cache and not uncached_launches(program, device.spec, cache) and (total is not None or not
                                                                                  (is_cuda and calibrate)):
         column = profile_program(program, device, _never_runs, cache=cache, progress=False)
-        return calibrate_to_total(column, total) if total is not None else column
+        return _calibrated(column, total, name, device) if total is not None else column
     with real_tensors(), torch.no_grad():
         d = prepare_launches(program, device, launcher, inputs)
         column = profile_program(program, device, lambda launch: d.run(launch, d.stream), warmup=warmup,
@@ -82,11 +82,20 @@ def profile_launches(program: KernelProgram, device: Device, launcher: KernelLau
                 else:
                     cache.put(total_key, total, f"{name}: whole program as one CUDA graph", device.name)
             if total is not None:
-                one_by_one = float(column.seconds.sum())
-                column = calibrate_to_total(column, total)
-                log.info("%s on %s: launches one by one sum to %.3f ms, the program as one graph %.3f ms", name,
-                         device.name, one_by_one * 1e3, total * 1e3)
+                column = _calibrated(column, total, name, device)
     return column
+
+
+def _calibrated(column: ProfileColumn, total: float, name: str, device: Device) -> ProfileColumn:
+    """``column`` calibrated to ``total`` seconds back to back, or as it is (logged) when ``total`` is too small."""
+    try:
+        calibrated = calibrate_to_total(column, total)
+    except ValueError as e:
+        log.warning("%s on %s: launch times stay uncalibrated (%s)", name, device.name, e)
+        return column
+    log.info("%s on %s: launches one by one sum to %.3f ms, the program as one graph %.3f ms", name, device.name,
+             float(column.seconds.sum()) * 1e3, total * 1e3)
+    return calibrated
 
 
 @dataclass(frozen=True)
