@@ -17,6 +17,7 @@ from torch_tessera.errors import (  # noqa: F401
     LoweringError,
     PTXParseError,
     ScheduleError,
+    TesseraCacheWarning,
     TesseraError,
     TesseraFallbackWarning,
     TesseraRecompileWarning,

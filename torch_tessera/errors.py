@@ -42,6 +42,11 @@ class TesseraFallbackWarning(UserWarning):
     as one CUDA graph replays one graph per device segment (issued once per capture)."""
 
 
+class TesseraCacheWarning(TesseraFallbackWarning):
+    """An on-disk cache (``TESSERA_CACHE_DIR``: measured kernel times, plans) cannot be written: the work goes on with
+    the results kept in memory for this process, and the next process repeats it."""
+
+
 class TesseraRecompileWarning(UserWarning):
     """A function compiled with tessera was compiled again many times (new shapes): each compile costs seconds, and
     Dynamo gives up after its recompile limit. Pad inputs to a few shapes (``torch_tessera.hf.compile_for_generate``)

@@ -37,6 +37,9 @@ CUDA_GRAPHS = (None, False, True, "whole", "segments")
 GRAPH_COPIES = ("link", "producer", "push")
 #: How static inputs reach the devices that read them (``torch_tessera.runtime.schedule``).
 STATIC_INPUTS = ("place", "copy")
+#: Where the plan's kernel costs come from: ``"auto"`` (measured when option ``devices`` names real GPUs, the cost
+#: model otherwise), ``"model"`` (the cost model always), ``"measured"`` (measured on the devices, CPU ones included).
+COSTS = ("auto", "model", "measured")
 #: Stream priority classes of a compiled program (``torch_tessera.runtime.pipelining``).
 PRIORITY_CLASSES = ("normal", "urgent", "background")
 

@@ -45,10 +45,10 @@ def test_explain_reports_tessera_launches_cuts_and_costs():
     assert report.backend == "tessera" and report.reason is None and report.programs == 1
     assert set(report.launches) <= {"cpu:0", "cpu:1"} and sum(report.launches.values()) >= 2
     assert report.predicted_step_s is not None and report.predicted_step_s > 0
-    assert report.costs.startswith("roofline model")
+    assert report.costs.startswith("model: roofline model")
     assert report.cuda_graphs is False  # CPU devices: graphs stay off by default
     line = str(torch_tessera.explain(f))
-    assert "tessera" in line and "costs roofline model" in line and "cut edge" in line
+    assert "tessera" in line and "costs model: roofline model" in line and "cut edge" in line
 
 
 def test_explain_single_device_has_no_plan():

@@ -37,5 +37,5 @@ def test_fixture_fills_extra_info(pytester):
     (graph,) = entry["graphs"]
     assert graph["backend"] == "tessera" and graph["reason"] is None
     assert set(graph["launches"]) <= {"cpu:0", "cpu:1"} and sum(graph["launches"].values()) > 0
-    assert graph["costs"].startswith("roofline model") and graph["predicted_step_s"] > 0
+    assert graph["costs"].startswith("model: roofline model") and graph["predicted_step_s"] > 0
     assert "Plan 'throughput'" in graph["plan"] and "graph 0/0: tessera" in entry["explain"]

@@ -209,3 +209,54 @@ def test_calibrate_to_total_keeps_the_floor_and_the_total():
     np.testing.assert_allclose(up.seconds / col.seconds, 1e-3 / col.seconds.sum())
     with pytest.raises(ValueError):
         calibrate_to_total(col, 1e-7, floor_s=1e-6)
+
+
+def test_key_covers_torch_and_triton_versions(cpu0, monkeypatch):
+    import triton
+
+    prog = make_program()
+    triton_key, extern_key = (launch_key(prog, prog.launches[i], cpu0) for i in (0, 1))
+    monkeypatch.setattr(torch, "__version__", "0.0.1")
+    assert launch_key(prog, prog.launches[0], cpu0) != triton_key
+    assert launch_key(prog, prog.launches[1], cpu0) != extern_key
+    monkeypatch.undo()
+    monkeypatch.setattr(triton, "__version__", "0.0.1")
+    assert launch_key(prog, prog.launches[0], cpu0) != triton_key
+    assert launch_key(prog, prog.launches[1], cpu0) != extern_key
+
+
+def test_program_key_and_uncached_launches(tmp_path, cpu0):
+    from torch_tessera.target.profiler import program_key, uncached_launches
+
+    prog = make_program()
+    cache = ProfileCache(tmp_path)
+    assert uncached_launches(prog, cpu0, cache) == [0, 1, 3]  # launch 2 is launch 0 again (same key)
+    profile_program(prog, cpu0, Runner(), repeats=1, timer=FakeTimer([1.0]), cache=cache, progress=False)
+    assert uncached_launches(prog, cpu0, ProfileCache(tmp_path)) == []
+    assert program_key(prog, cpu0) != program_key(prog, cpu0, kernels=[0, 1])
+    assert program_key(prog, cpu0) != program_key(prog, parse_device("cuda:0", assume_gpu="h200"))
+
+
+def test_invalid_cache_values_are_misses(tmp_path, cpu0, caplog):
+    cache = ProfileCache(tmp_path)
+    (tmp_path / "profiles").mkdir()
+    for key, text in {"list": '{"seconds": [1.0]}', "negative": '{"seconds": -1}', "nan": '{"seconds": NaN}',
+                      "nokey": '{"s": 1}'}.items():
+        (tmp_path / "profiles" / f"{key}.json").write_text(text)
+        assert cache.get(key) is None, key
+    assert caplog.text.count("profile cache entry") == 4
+
+
+def test_unwritable_cache_warns_once_and_keeps_times_in_memory(tmp_path, cpu0):
+    from torch_tessera.errors import TesseraCacheWarning
+
+    (tmp_path / "file").write_text("")
+    cache = ProfileCache(tmp_path / "file")
+    with pytest.warns(TesseraCacheWarning, match="cannot be written.*TESSERA_CACHE_DIR") as got:
+        col = profile_program(make_program(), cpu0, Runner(), repeats=1, timer=FakeTimer([3.0]), cache=cache,
+                              progress=False)
+    assert len([w for w in got if issubclass(w.category, TesseraCacheWarning)]) == 1
+    assert col.measured == 3 and cache.write_error is not None
+    again = profile_program(make_program(), cpu0, Runner(), repeats=1, timer=FakeTimer([9.0]), cache=cache,
+                            progress=False)
+    assert again.cache_hits == 3 and list(again.seconds) == [3.0] * 4

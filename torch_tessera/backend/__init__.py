@@ -11,7 +11,7 @@ import torch
 
 from torch_tessera.backend.checks import check_compilable, in_user_terms
 from torch_tessera.backend.config import TesseraConfig
-from torch_tessera.backend.costs import choose_costs
+from torch_tessera.backend.costs import choose_costs, plan_source, resolve_costs, with_costs_note
 from torch_tessera.backend.explain import GraphRecord, add_executor, close_record, explain, open_record
 from torch_tessera.errors import ConfigError, InfeasiblePlanError, LoweringError, TesseraFallbackWarning, warn_user
 
@@ -115,14 +115,23 @@ def _placed_runner(captured: Any, config: TesseraConfig, graphs: bool | str, rec
         )
     dag = analyze(program)
     specs = [d.spec for d in devices]
-    costs = choose_costs(program, specs) if config.policy not in ("home", "random") else None
+    choice = None
+    if config.policy not in ("home", "random"):
+        kind = resolve_costs(config.costs, bool(config.devices), specs)
+        choice = choose_costs(program, devices, kind, captured.kernel_objects)
     try:
         placement, plan = place(program, dag, specs, config.policy, seed=config.seed,
-                                **({"costs": costs[0], "topology": costs[1]} if costs else {}),
+                                **({"costs": choice.costs, "topology": choice.topology} if choice else {}),
                                 **({"dump_dir": config.dump_dir} if config.dump_dir else {}))
     except InfeasiblePlanError as e:
         raise in_user_terms(e, specs, config) from None
-    record.costs = costs[0].source if costs else None
+    if choice is not None:
+        record.costs = choice.summary
+        record.launches_timed = (record.launches_timed or 0) + choice.launches_timed
+    if plan is not None:
+        record.plan_source = plan_source(plan)
+        log.info("plan: %s", record.plan_source)
+        plan = with_costs_note(plan, choice.summary) if choice is not None else plan
     return TesseraRunner(program, dag, devices, placement, captured.kernel_objects, plan=plan,
                          timeout_s=config.timeout_s, cuda_graphs=graphs,
                          graph_copies=config.graph_copies, priority_class=config.priority,

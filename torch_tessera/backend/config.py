@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from torch_tessera.errors import ConfigError, DeviceUnavailableError
-from torch_tessera.options import (BACKEND_POLICIES, CUDA_GRAPHS, FALLBACKS, GRAPH_COPIES, PRIORITY_CLASSES,
+from torch_tessera.options import (BACKEND_POLICIES, COSTS, CUDA_GRAPHS, FALLBACKS, GRAPH_COPIES, PRIORITY_CLASSES,
                                    STATIC_INPUTS, check_choice)
 
 #: kept for callers that read the tuples here; the home is :mod:`torch_tessera.options`
@@ -34,7 +34,7 @@ class TesseraConfig:
         policy: how launches are placed on ``devices``: ``"throughput"`` (default: the scheduler's pipelined MILP),
             ``"latency"`` (critical path), a baseline (``"homo-L"``, ``"homo-R"``, ``"af"``, ``"layer"``), ``"home"``
             (all on the first device) or ``"random"`` (a random device per launch, seeded by ``seed``: a
-            correctness check). Kernel costs come from the roofline cost model of the devices' specs.
+            correctness check). Option ``costs`` says where the planned policies take kernel times from.
         seed: seed of the ``"random"`` policy (an int).
         timeout_s: seconds a call waits for its cross-device transfers before raising ``TransferTimeout`` (a
             positive number).
@@ -57,6 +57,16 @@ class TesseraConfig:
             or ``_version``, so a caller that changes one in place must use ordinary tensor ops (which bump
             ``_version``); ``"copy"`` copies them every call, needed when they are written through ``.data``,
             numpy or DLPack aliases or custom kernels (see ``torch_tessera.runtime.placed.PlacedExecutor``).
+        costs: where the plan's kernel times come from: ``"auto"`` (default) measures them when ``devices`` names
+            real GPUs or green-context partitions (``"cuda:0"``, ``"cuda:0@104sm,cuda:0@24sm"``) and takes the cost
+            model otherwise (CPU devices, or ``devices`` unset: one device, nothing to place); ``"model"`` keeps the
+            cost model (the calibrated kernel model for catalog GPUs, the roofline otherwise) even on real GPUs;
+            ``"measured"`` measures on any devices, CPU ones included (there under Triton's interpreter). Measuring
+            times each distinct launch once per device at compile time (identical layers share one timing) and
+            caches the times, and the plan, under ``$TESSERA_CACHE_DIR`` (``profiles/``, ``plans/``): a later compile
+            of the same model on the same devices, in any process, times nothing and solves nothing.
+            :func:`torch_tessera.explain` and the plan's summary name the costs used. Links between the devices are
+            modelled either way (``torch_tessera.target.links``). Ignored by ``"home"`` and ``"random"``.
         priority: stream priority class of the compiled program when several share the devices (``"normal"``
             default; ``"urgent"`` for the per-token program, e.g. an LLM's decode, ``"background"`` for bulk work
             such as its prefill): see ``torch_tessera.runtime.pipelining.PRIORITY_CLASSES``.
@@ -72,6 +82,7 @@ class TesseraConfig:
     graph_copies: str = "link"
     static_inputs: str = "place"
     priority: str = "normal"
+    costs: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("fallback", self.fallback, FALLBACKS)
@@ -89,6 +100,7 @@ class TesseraConfig:
                               f"devices: also pass cuda_graphs=True (got cuda_graphs={self.cuda_graphs!r})")
         check_choice("static_inputs", self.static_inputs, STATIC_INPUTS)
         check_choice("priority", self.priority, PRIORITY_CLASSES)
+        check_choice("costs", self.costs, COSTS)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None, mode: str | None = None) -> "TesseraConfig":

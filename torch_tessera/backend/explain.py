@@ -38,8 +38,11 @@ class GraphRecord:
         reason: why it fell back (``None`` for tessera).
         executors: weak references to what the backend installed, one per inner graph (program, placement, plan);
             the compiled function holds them, so a graph Dynamo dropped frees them.
-        costs: where the plan's kernel costs came from (``"roofline model: ..."``, ``"measured ..."``), or ``None``
-            when nothing was planned (one device).
+        costs: where the plan's kernel costs came from (``"model: ..."``, ``"measured on ..."``), or ``None``
+            when nothing was planned (policy ``home`` or ``random``).
+        launches_timed: (distinct launch, device) pairs timed at compile time for measured costs (0 when all came
+            from the profile cache or from the model), ``None`` without costs.
+        plan_source: how the plan was found (``"reused from the plan cache ..."`` or the solver's method now).
         compiled: weak reference to the callable the backend returned for the graph (``None`` until it returns):
             once Dynamo drops it (``torch._dynamo.reset()``, a recompile that replaces it), :func:`explain` leaves
             the graph out.
@@ -53,6 +56,8 @@ class GraphRecord:
     reason: str | None = None
     executors: list = field(default_factory=list)
     costs: str | None = None
+    launches_timed: int | None = None
+    plan_source: str | None = None
     compiled: Any = None
 
     def dropped(self) -> bool:
@@ -75,6 +80,8 @@ class GraphReport:
         costs: where the plan's kernel costs came from, ``None`` without a plan.
         cuda_graphs: how the program replays (``False``, ``"whole"``, ``"segments"``).
         plan: the plan's summary table (:meth:`torch_tessera.scheduler.Plan.summary`), ``None`` without a plan.
+        launches_timed: (distinct launch, device) pairs timed while compiling, ``None`` without costs.
+        plan_source: how the plan was found: ``"reused from the plan cache ..."`` or solved now, ``None`` without one.
     """
 
     graph: str
@@ -87,13 +94,15 @@ class GraphReport:
     costs: str | None
     cuda_graphs: Any
     plan: str | None = None
+    launches_timed: int | None = None
+    plan_source: str | None = None
 
     def to_jsonable(self) -> dict:
         """The report as plain JSON types (for ``benchmark.extra_info`` and dumps)."""
         return {"graph": self.graph, "backend": self.backend, "reason": self.reason, "programs": self.programs,
                 "launches": dict(self.launches), "cut_edges": self.cut_edges,
                 "predicted_step_s": self.predicted_step_s, "costs": self.costs, "cuda_graphs": self.cuda_graphs,
-                "plan": self.plan}
+                "plan": self.plan, "launches_timed": self.launches_timed, "plan_source": self.plan_source}
 
     def line(self) -> str:
         """One readable line."""
@@ -102,7 +111,8 @@ class GraphReport:
         where = ", ".join(f"{d} {n}" for d, n in self.launches.items()) or "no launches"
         step = "-" if self.predicted_step_s is None else f"{self.predicted_step_s * 1e6:.1f} us"
         return (f"graph {self.graph}: tessera, {self.programs} program(s), launches {where}, {self.cut_edges} cut "
-                f"edge(s), predicted step {step}, costs {self.costs or '- (no plan)'}, cuda_graphs {self.cuda_graphs}")
+                f"edge(s), predicted step {step}, costs {self.costs or '- (no plan)'}, "
+                f"plan {self.plan_source or '-'}, cuda_graphs {self.cuda_graphs}")
 
 
 @dataclass(frozen=True)
@@ -187,7 +197,8 @@ def _report(r: GraphRecord) -> GraphReport:
         graphs = getattr(ex, "cuda_graphs", False) and getattr(getattr(ex, "executor", None), "graph_mode", "whole")
     alive = sum(1 for ref in r.executors if ref() is not None)
     return GraphReport(r.compile_id or str(r.index), r.backend, r.reason, alive, launches, cuts,
-                       predicted, r.costs, graphs or False, "\n\n".join(summaries) or None)
+                       predicted, r.costs, graphs or False, "\n\n".join(summaries) or None, r.launches_timed,
+                       r.plan_source)
 
 
 def _holds(record: GraphRecord, tensors: Any) -> bool:

@@ -445,3 +445,14 @@ def load_kernel_for_device(source: str, name: str, device_index: int | None) -> 
         old = autotuner.triton_meta.get("device")
         autotuner.triton_meta["device"] = device_index if isinstance(old, int) else new_props
     return autotuner
+
+
+@contextlib.contextmanager
+def real_tensors() -> Iterator[None]:
+    """Real tensors inside the block even while Inductor compiles (its ``FakeTensorMode`` is active around
+    ``inner_compile``): the measured costs run launches at compile time. ``torch._subclasses.fake_tensor.
+    unset_fake_temporarily``, checked on torch 2.11.0 and 2.13.0."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        yield

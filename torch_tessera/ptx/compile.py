@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from torch_tessera import knobs
+from torch_tessera.errors import TesseraCacheWarning, warn_user
 from torch_tessera.lowering.program import KernelSource
 from torch_tessera.ptx import _triton_compat as compat
 from torch_tessera.ptx.types import CompiledPTX, PTXCompileError
@@ -114,26 +115,41 @@ def compile_many(jobs: Iterable[tuple[KernelSource, Mapping[str, Any], int]]) ->
     folder = cache_dir()
     paths = [folder / f"{s.name[:80]}-{_cache_key(s, c, t)}.ptx" for s, c, t in jobs]  # names can exceed NAME_MAX
     todo = [i for i, p in enumerate(paths) if not p.exists()]
+    texts: dict[int, str] = {}
     if todo:
         requests = [_request(*jobs[i]) for i in todo]
         log.info("compiling %d kernel/target pairs to PTX%s", len(todo),
                  " in a subprocess (TRITON_INTERPRET is set)" if compat.interpreting() else "")
         results = _compile_in_subprocess(requests) if compat.interpreting() else compile_here(requests)
-        folder.mkdir(parents=True, exist_ok=True)
         for i, res in zip(todo, results):
             s, _, t = jobs[i]
             if "error" in res:
                 raise PTXCompileError(f"kernel {s.name} failed to compile for sm_{t}: {res['error']}")
-            tmp = paths[i].with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(res["ptx"])
-            tmp.replace(paths[i])  # atomic: concurrent readers never see half a file
+            texts[i] = res["ptx"]
+        _store(folder, [(paths[i], texts[i]) for i in todo])
     out = []
-    for (s, c, t), p in zip(jobs, paths):
-        text = p.read_text()
+    for i, ((s, c, t), p) in enumerate(zip(jobs, paths)):
+        text = texts[i] if i in texts else p.read_text()
         params = [(q.name, q.width, q.is_pointer) for q in parse_entry_params(text, kernel=s.name)]
         out.append(CompiledPTX(kernel=s.name, target=t, ptx=text, param_names=_param_names(s, params),
                                config=dict(c)))
     return out
+
+
+def _store(folder: Path, files: list[tuple[Path, str]]) -> None:
+    """Write PTX files into the cache atomically; a cache that cannot be written is warned about
+    (:class:`~torch_tessera.errors.TesseraCacheWarning`) and the PTX stays in memory for this call."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for path, text in files:
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(text)
+            tmp.replace(path)  # atomic: concurrent readers never see half a file
+    except OSError as e:
+        message = (f"the PTX cache {folder} cannot be written ({type(e).__name__}: {e}); kernels are compiled to PTX "
+                   "again in every process. Set TESSERA_CACHE_DIR to a writable directory.")
+        log.warning("%s", message)
+        warn_user(message, TesseraCacheWarning)
 
 
 def compile_ptx(source: KernelSource, config: Mapping[str, Any], target: int) -> CompiledPTX:

@@ -8,9 +8,11 @@ outside the timed region). GPUs are timed with CUDA events on the device's strea
 ``time.perf_counter``; tests pass a fake :class:`Timer`.
 
 Results are cached on disk, one JSON file per launch key, under ``$TESSERA_CACHE_DIR/profiles`` (default
-``~/.cache/torch_tessera/profiles``). The key hashes the kernel source (Triton) or op name and torch version (extern),
-the argument signature, grid and config, and the device's model, architecture, SM count and throttle, so a changed
-kernel or another device never reuses a stale time.
+``~/.cache/torch_tessera/profiles``). The key hashes the kernel source (Triton) or op name (extern), the argument
+signature (shapes, strides, dtypes, scalars), grid and config, the device's model, architecture, SM count and throttle,
+and the torch and Triton versions, so a changed kernel, another device or another compiler never reuses a stale time.
+A cache that cannot be written keeps its times in memory for the process, after one
+:class:`~torch_tessera.errors.TesseraCacheWarning`; an unreadable entry is ignored with a log warning.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -31,7 +34,7 @@ import torch
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, Launch, TensorArg, to_jsonable
 from torch_tessera import knobs
 from torch_tessera.target.costs import CostTable
-from torch_tessera.errors import DeviceUnavailableError
+from torch_tessera.errors import DeviceUnavailableError, TesseraCacheWarning, warn_user
 from torch_tessera.target.devices import Device, DeviceKind, DeviceSpec
 
 log = logging.getLogger(__name__)
@@ -83,41 +86,94 @@ def _signature(obj: object) -> object:
     return to_jsonable(obj)
 
 
+#: Version of the cached profiles: bump when what a cached time means changes (an entry of another version is a miss).
+SCHEMA = 2
+
+
+def _versions() -> list[str]:
+    try:
+        import triton
+
+        triton_version = str(triton.__version__)
+    except ImportError:  # pragma: no cover - torch without triton
+        triton_version = "none"
+    return [f"schema{SCHEMA}", torch.__version__, triton_version]
+
+
 def launch_key(program: KernelProgram, launch: Launch, device: DeviceSpec) -> str:
     """Cache key of one launch on one device (see the module docstring for what it covers)."""
     if isinstance(launch, ExternLaunch):
-        code = ["extern", launch.op, torch.__version__]
+        code = ["extern", launch.op]
         body = [_signature(list(launch.args)), _signature(dict(launch.kwargs))]
     else:
         src = program.kernels.get(launch.kernel)
         code = ["triton", src.source_hash if src is not None else launch.kernel]
         body = [_signature(list(launch.args)), list(launch.grid), to_jsonable(dict(launch.config))]
-    blob = json.dumps([code, body, device.cache_identity], sort_keys=True, default=str)
+    blob = json.dumps([code, body, device.cache_identity, _versions()], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def program_key(program: KernelProgram, device: DeviceSpec, kernels: Sequence[int] | None = None) -> str:
+    """Cache key of a whole run of ``kernels`` (default: every launch) of ``program`` on ``device``, in that order:
+    the key of the back-to-back time :func:`calibrate_to_total` scales a column to."""
+    by_index = {launch.index: launch for launch in program.launches}
+    wanted = list(by_index) if kernels is None else list(kernels)
+    blob = json.dumps(["program", [launch_key(program, by_index[k], device) for k in wanted]])
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
 class ProfileCache:
-    """One JSON file per launch key: ``{"seconds": ..., "label": ..., "device": ..., "measured_at": ...}``."""
+    """One JSON file per launch key: ``{"seconds": ..., "label": ..., "device": ..., "measured_at": ...}``.
+
+    Times are also kept in memory for the life of the object, so a directory that cannot be written (one
+    :class:`~torch_tessera.errors.TesseraCacheWarning` naming it and the fix) still serves what this process measured.
+
+    Attributes:
+        root: the directory of the entries (``<cache root>/profiles``).
+        write_error: why the directory could not be written (``None`` while writes succeed).
+    """
 
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = cache_dir(root)
+        self.write_error: str | None = None
+        self._memory: dict[str, float] = {}
 
     def get(self, key: str) -> float | None:
+        """Seconds cached under ``key``, or ``None`` (a miss; an unreadable or invalid entry is logged and missed)."""
+        if key in self._memory:
+            return self._memory[key]
         path = self.root / f"{key}.json"
         try:
-            return float(json.loads(path.read_text())["seconds"])
-        except FileNotFoundError:
+            seconds = float(json.loads(path.read_text())["seconds"])
+        except (FileNotFoundError, NotADirectoryError):
             return None
-        except (ValueError, KeyError, OSError) as exc:
+        except (ValueError, KeyError, TypeError, OSError) as exc:
             log.warning("ignoring unreadable profile cache entry %s: %s", path, exc)
             return None
+        if not (math.isfinite(seconds) and seconds >= 0):
+            log.warning("ignoring profile cache entry %s: %r is not a time in seconds", path, seconds)
+            return None
+        self._memory[key] = seconds
+        return seconds
 
     def put(self, key: str, seconds: float, label: str, device: str) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Cache ``seconds`` under ``key``: in memory always, on disk unless the directory cannot be written."""
+        self._memory[key] = seconds
+        if self.write_error is not None:
+            return
         tmp = self.root / f"{key}.json.tmp{os.getpid()}"
-        tmp.write_text(json.dumps({"seconds": seconds, "label": label, "device": device,
-                                   "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}))
-        tmp.replace(self.root / f"{key}.json")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"seconds": seconds, "label": label, "device": device,
+                                       "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+            tmp.replace(self.root / f"{key}.json")
+        except OSError as exc:
+            self.write_error = f"{type(exc).__name__}: {exc}"
+            message = (f"the profile cache {self.root} cannot be written ({self.write_error}); measured kernel times "
+                       "are kept in memory for this process only, so the next process measures again. Set "
+                       "TESSERA_CACHE_DIR to a writable directory.")
+            log.warning("%s", message)
+            warn_user(message, TesseraCacheWarning)
 
 
 @dataclass(frozen=True)
@@ -223,6 +279,19 @@ def to_cost_table(columns: Sequence[ProfileColumn]) -> CostTable:
             raise ValueError(f"column {c.device} covers other launches than {columns[0].device}; profile the same set")
     return CostTable(tuple(c.device for c in columns), kernels, np.stack([c.seconds for c in columns], axis=1),
                      source="; ".join(c.source for c in columns))
+
+
+def uncached_launches(program: KernelProgram, device: DeviceSpec, cache: ProfileCache,
+                      kernels: Sequence[int] | None = None) -> list[int]:
+    """Launch indices among ``kernels`` (default: all) whose time :func:`profile_program` would measure now: one per
+    distinct launch key without a cached time. Empty: profiling reads everything from ``cache`` and runs nothing."""
+    by_index = {launch.index: launch for launch in program.launches}
+    missing: dict[str, int] = {}
+    for k in (list(by_index) if kernels is None else kernels):
+        key = launch_key(program, by_index[k], device)
+        if key not in missing and cache.get(key) is None:
+            missing[key] = k
+    return list(missing.values())
 
 
 def _progress(items: list, desc: str, enabled: bool):
