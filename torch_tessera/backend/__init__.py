@@ -66,7 +66,12 @@ def _fallback(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], error: Lo
                "plain Inductor instead. Pass options={'fallback': 'raise'} to make this an error.")
     log.warning("%s", message)
     warn_user(message, TesseraFallbackWarning)
-    return _with_executors(compile_fx(gm, list(example_inputs)), [])
+    inductor = compile_fx(gm, list(example_inputs))
+
+    def run(*args: Any) -> Any:  # held by Dynamo, so the record sees when the graph is dropped
+        return inductor(*args)
+
+    return run
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: TesseraConfig,
