@@ -22,7 +22,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from torch_tessera.scheduler.modulo import WAIT_SECONDS, build_pipelined_schedule, predicted_step
+from torch_tessera.scheduler.modulo import (WAIT_SECONDS, DagIndex, Timeline, build_pipelined_schedule, dag_index,
+                                           list_timeline)
 from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule
 from torch_tessera.scheduler.problem import Problem
 from torch_tessera.scheduler.simulate import MemoryShare, SimResult, simulate
@@ -119,22 +120,20 @@ class ProgramSim:
 
 
 def program_simulations(pb: Problem, wl: Workload, place: np.ndarray, topology: Topology, model: PipelineModel,
-                        micro_batches: int, programs: Sequence[int] | None = None) -> list[ProgramSim]:
+                        micro_batches: int, programs: Sequence[int] | None = None,
+                        timelines: dict | None = None) -> list[ProgramSim]:
     """Build and simulate every program's schedule under the global placement ``place`` (``[pb.n]``).
 
-    ``programs``: the problem's index of each program of ``wl`` (default: ``wl`` is the problem's workload)."""
+    ``programs``: the problem's index of each program of ``wl`` (default: ``wl`` is the problem's workload).
+    ``timelines``: a dict the caller keeps for one ``topology`` and ``model``: each program's list-scheduler
+    timeline by placement and micro-batch count (:func:`timeline_of`), reused for the issue order."""
     out = []
-    D = pb.D
     for p, prog in zip(programs if programs is not None else range(len(wl.programs)), wl.programs):
-        ks = pb.program_slice(p)
-        launch = pb.launch[ks]
-        placement = dict(zip(launch.tolist(), np.asarray(place)[ks].tolist()))
-        cost = np.zeros((int(launch.max()) + 1, D))
-        cost[launch] = pb.cost[ks]
-        table = _Costs(cost)
-        s = build_pipelined_schedule(prog.dag, placement, micro_batches, costs=table, topology=topology,
-                                     domains=[model.domain_of(d) for d in range(D)], wait_seconds=model.wait_seconds,
-                                     devices=D)
+        placement, cost = _program_inputs(pb, p, place)
+        tl = timeline_of(pb, p, prog.dag, place, topology, model, micro_batches, timelines)
+        s = build_pipelined_schedule(prog.dag, placement, micro_batches, costs=cost, topology=topology,
+                                     domains=_domains(pb, model), wait_seconds=model.wait_seconds, devices=pb.D,
+                                     index=program_index(pb, p, prog.dag), timeline=tl)
         mem = None
         if model.device_bandwidth:
             mem = MemoryShare(launch_bytes(prog.dag), model.device_bandwidth, dict(model.domain_bandwidth))
@@ -142,14 +141,41 @@ def program_simulations(pb: Problem, wl: Workload, place: np.ndarray, topology: 
     return out
 
 
-class _Costs:
-    """A dense ``[launch, device]`` array with the :class:`CostTable` ``row`` interface (internal)."""
+def timeline_of(pb: Problem, p: int, dag, place: np.ndarray, topology: Topology, model: PipelineModel,
+                micro_batches: int, timelines: dict | None = None) -> Timeline:
+    """Program ``p``'s :func:`~.modulo.list_timeline` under the global placement ``place``, from ``timelines``
+    (keyed by program, its placement and the micro-batch count) when there, stored there otherwise."""
+    ks = pb.program_slice(p)
+    key = (p, np.asarray(place, dtype=np.int64)[ks].tobytes(), micro_batches)
+    if timelines is not None and key in timelines:
+        return timelines[key]
+    placement, cost = _program_inputs(pb, p, place)
+    tl = list_timeline(dag, placement, micro_batches, costs=cost, topology=topology, domains=_domains(pb, model),
+                       wait_seconds=model.wait_seconds, devices=pb.D, index=program_index(pb, p, dag))
+    if timelines is not None:
+        timelines[key] = tl
+    return tl
 
-    def __init__(self, seconds: np.ndarray):
-        self.seconds = seconds
 
-    def row(self, launch: int) -> np.ndarray:
-        return self.seconds[launch]
+def _program_inputs(pb: Problem, p: int, place: np.ndarray) -> tuple[dict[int, int], np.ndarray]:
+    """Program ``p``'s placement (launch -> device) and its ``[launches, D]`` costs indexed by launch."""
+    ks = pb.program_slice(p)
+    launch = pb.launch[ks]
+
+    def dense():
+        cost = np.zeros((int(launch.max()) + 1, pb.D))
+        cost[launch] = pb.cost[ks]
+        return cost
+    return dict(zip(launch.tolist(), np.asarray(place)[ks].tolist())), pb.memo(f"dense_cost:{p}", dense)
+
+
+def _domains(pb: Problem, model: PipelineModel) -> list[int]:
+    return [model.domain_of(d) for d in range(pb.D)]
+
+
+def program_index(pb: Problem, p: int, dag) -> DagIndex:
+    """:func:`~.modulo.dag_index` of program ``p``'s DAG, computed once per problem."""
+    return pb.memo(f"dag_index:{p}", lambda: dag_index(dag))
 
 
 def device_share(sim: ProgramSim) -> np.ndarray:
@@ -161,28 +187,23 @@ def device_share(sim: ProgramSim) -> np.ndarray:
     return (occupied + lost * runs_on) / r.micro_batches
 
 
-def _predicted_share(pb, prog, p, place, topology, model, M) -> np.ndarray:
-    """:func:`device_share` from the list scheduler's timeline (:func:`~.modulo.predicted_step`)."""
-    ks = pb.program_slice(p)
-    launch = pb.launch[ks]
-    cost = np.zeros((int(launch.max()) + 1, pb.D))
-    cost[launch] = pb.cost[ks]
-    step, occ = predicted_step(prog.dag, dict(zip(launch.tolist(), place[ks].tolist())), M, costs=_Costs(cost),
-                               topology=topology, domains=[model.domain_of(d) for d in range(pb.D)],
-                               wait_seconds=model.wait_seconds, devices=pb.D)
-    occupied = np.asarray(occ)
-    runs_on = np.bincount(place[ks], minlength=pb.D) > 0
-    return (occupied + max(0.0, step - float(occupied.max())) * runs_on) / M
+def _predicted_share(pb, prog, p, place, topology, model, M, timelines=None) -> np.ndarray:
+    """:func:`device_share` from the list scheduler's timeline (:func:`timeline_of`)."""
+    tl = timeline_of(pb, p, prog.dag, place, topology, model, M, timelines)
+    occupied = np.asarray(tl.occupied)
+    runs_on = np.bincount(place[pb.program_slice(p)], minlength=pb.D) > 0
+    return (occupied + max(0.0, tl.step_seconds - float(occupied.max())) * runs_on) / M
 
 
 def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: Topology, model: PipelineModel,
-                      micro_batches: int, exact: bool = False) -> float:
+                      micro_batches: int, exact: bool = False, timelines: dict | None = None) -> float:
     """Simulated seconds per workload step of placement ``place`` (``[pb.n]``). A program wholly on one device is
     not simulated: its schedule is its launches back to back, ``occupied = M x its load`` and nothing lost. Without
     bandwidth figures (``model.device_bandwidth`` empty: nothing shared to model) a split program is scored by the
     list scheduler's own timeline (:func:`~.modulo.predicted_step`, a cheap surrogate 0-14 % below the simulated
     step on the test DAGs) unless ``exact``; with them, or ``exact``, by :func:`~.simulate.simulate` of its
-    schedule."""
+    schedule. ``timelines``: a dict the caller keeps across calls with the same ``topology`` and ``model``, so the
+    list scheduler runs once per program, placement and micro-batch count (:func:`timeline_of`)."""
     place = np.asarray(place)
     T = np.zeros(pb.D)
     split = []
@@ -195,13 +216,50 @@ def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: To
             split.append(p)
     if split and not model.device_bandwidth and not exact:  # nothing shared to model: the list scheduler's timeline
         for p in split:
-            T += pb.freq[p] * _predicted_share(pb, wl.programs[p], p, place, topology, model, micro_batches)
+            T += pb.freq[p] * _predicted_share(pb, wl.programs[p], p, place, topology, model, micro_batches,
+                                               timelines)
     elif split:
         sub = Workload(tuple(wl.programs[p] for p in split), tie_state=wl.tie_state)
-        sims = program_simulations(pb, sub, place, topology, model, micro_batches, programs=split)
+        sims = program_simulations(pb, sub, place, topology, model, micro_batches, programs=split,
+                                   timelines=timelines)
         for p, sim in zip(split, sims):
             T += pb.freq[p] * device_share(sim)
     return max(float(T.max()), domain_bound(pb, wl, place, model))
+
+
+def step_lower_bound(pb: Problem, wl: Workload, place: np.ndarray, topology: Topology, model: PipelineModel) -> float:
+    """Seconds per workload step that :func:`simulated_seconds` of ``place`` (``[pb.n]``) is never below, for any
+    micro-batch count, with or without ``exact``: the larger of :func:`domain_bound` and the busiest device's
+    launches plus the transfers its stream pushes (each cross-domain RAW edge's ``latency + bytes / bandwidth``, on
+    the producer's device), times each program's frequency. A stream is occupied at least that long per micro-batch
+    (waits and stretched launches only add), and a device's share is at least its occupied time
+    (:func:`device_share`). Costs a few numpy operations per program, no schedule."""
+    place = np.asarray(place, dtype=np.int64)
+    T = np.bincount(place, weights=pb.wcost[np.arange(pb.n), place], minlength=pb.D)
+    dom = np.array([model.domain_of(d) for d in range(pb.D)])
+    for p, prog in enumerate(wl.programs):
+        ks = pb.program_slice(p)
+        if len(ks) == 0 or (place[ks] == place[ks[0]]).all():
+            continue
+        src, dst, nbytes, nodes = _edge_arrays(pb, p, prog.dag)
+        where = np.zeros(int(max(pb.launch[ks].max(), nodes.max(initial=0))) + 1, dtype=np.int64)
+        where[pb.launch[ks]] = place[ks]
+        at = where[nodes]
+        s, d = at[src], at[dst]
+        moved = (nbytes > 0) & (dom[s] != dom[d])
+        s, d = s[moved], d[moved]
+        secs = topology.latency[s, d] + nbytes[moved] / topology.bandwidth[s, d]
+        T += pb.freq[p] * np.bincount(s, weights=secs, minlength=pb.D)
+    return max(float(T.max()), domain_bound(pb, wl, place, model))
+
+
+def _edge_arrays(pb: Problem, p: int, dag) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Program ``p``'s edges as arrays by launch position (source, destination, RAW bytes) and its sorted launches."""
+    def compute():
+        ix = program_index(pb, p, dag)
+        e = np.array([(i, j, nb) for i, j, _, nb in ix.edges], dtype=np.int64).reshape(-1, 3)
+        return e[:, 0], e[:, 1], e[:, 2].astype(np.float64), np.array(ix.nodes, dtype=np.int64)
+    return pb.memo(f"edge_arrays:{p}", compute)
 
 
 def domain_bound(pb: Problem, wl: Workload, place: np.ndarray, model: PipelineModel) -> float:
