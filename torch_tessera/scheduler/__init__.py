@@ -197,20 +197,20 @@ class _Simulated:
     def __init__(self, wl, topology, model, micro_batches):
         self.wl, self.topology, self.model, self.M = wl, topology, model, micro_batches
         self.seen: dict[tuple, float] = {}
-        self.timelines: dict = {}  # list-scheduler timelines, shared by the surrogate and the exact simulation
+        self.cache: dict = {}  # DAG indexes and list-scheduler timelines (pipeline_plan.timeline_of)
 
     def __call__(self, pb, place, exact: bool = False, micro_batches: int | None = None) -> float:
         M = micro_batches or self.M
         key = (np.asarray(place, dtype=np.int64).tobytes(), exact, M)
         if key not in self.seen:
             self.seen[key] = simulated_seconds(pb, self.wl, place, self.topology, self.model, M, exact,
-                                               timelines=self.timelines)
+                                               cache=self.cache)
         return self.seen[key]
 
     def lower_bound(self, pb, place) -> float:
         """Seconds per workload step below every simulated step of ``place`` (any micro-batch count), slightly
         lowered so that rounding never makes it exceed one."""
-        return step_lower_bound(pb, self.wl, place, self.topology, self.model) * (1 - 1e-12)
+        return step_lower_bound(pb, self.wl, place, self.topology, self.model, self.cache) * (1 - 1e-12)
 
 
 #: Micro-batch counts a throughput plan may take with ``score="simulate"`` when planned at the default 2: a larger
