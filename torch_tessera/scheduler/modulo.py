@@ -164,36 +164,41 @@ def _durations(adj: "_Adjacency", place: Mapping[int, int], costs) -> list[float
 class _Adjacency:
     """The DAG as integer lists in sorted launch order, with each edge's kind under the placement (internal).
 
-    ``succ[i]``: ``(j, bytes)`` with -1 for an edge on one device, 0 for a wait only, else the bytes a
-    cross-domain RAW edge moves; ``pred[i]``: ``j`` of the edges into ``i`` on other devices, ascending."""
+    Per launch position ``i``, its out-edges in the DAG's edge order by kind: ``local[i]``: ``j`` on the same device;
+    ``waits[i]``: ``(j, device)`` on another device with nothing to move; ``sends[i]``: ``(j, device, bytes)`` a RAW
+    edge across memory domains moves. ``pred[i]``: ``j`` of the edges into ``i`` on other devices, ascending;
+    ``moves[i]``: ``(j, ranges, bytes)`` of ``sends[i]``, ascending (the order the transfers are emitted in)."""
 
     def __init__(self, index: DagIndex, place: Mapping[int, int], dom: Sequence[int]):
         self.nodes, edges = list(index.nodes), index.edges
-        self.dev = [place[n] for n in self.nodes]
+        self.dev = dev = [place[n] for n in self.nodes]
         n = len(self.nodes)
-        self.succ: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.local: list[list[int]] = [[] for _ in range(n)]
+        self.waits: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.sends: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
         self.pred: list[list[int]] = [[] for _ in range(n)]
         self.indeg = [0] * n
         self.cross = [False] * n  # has a consumer on another device
-        self.moves: list[list[tuple[int, tuple, int]]] = [[] for _ in range(n)]  # (j, ranges, bytes) to transfer
-        dev = self.dev
+        self.moves: list[list[tuple[int, tuple, int]]] = [[] for _ in range(n)]
         for i, j, ranges, nb in edges:
             self.indeg[j] += 1
             du, dv = dev[i], dev[j]
             if du == dv:
-                self.succ[i].append((j, -1))
+                self.local[i].append(j)
                 continue
             self.pred[j].append(i)
             self.cross[i] = True
             if nb and dom[du] != dom[dv]:
-                self.succ[i].append((j, nb))
+                self.sends[i].append((j, dv, nb))
                 self.moves[i].append((j, ranges, nb))
             else:
-                self.succ[i].append((j, 0))
+                self.waits[i].append((j, dv))
         for lst in self.pred:
-            lst.sort()
+            if len(lst) > 1:
+                lst.sort()
         for lst in self.moves:
-            lst.sort()
+            if len(lst) > 1:
+                lst.sort()
 
 
 @dataclass(frozen=True)
@@ -255,7 +260,7 @@ def _list_schedule(adj: _Adjacency, M, dur, topology, wait_s, priority, D, timin
     keys are unique, so the order does not depend on how ties in ready time are pushed)."""
     n = len(adj.nodes)
     dev = adj.dev
-    local, waits, pushes = _resolved_edges(adj, topology)
+    local, waits, pushes = adj.local, adj.waits, _pushes(adj, topology)
     if priority == "critical-path":
         rank = _upward_rank(adj, dur)
         key: list = [(-rank[op % n], op) for op in range(n * M)]
@@ -343,39 +348,30 @@ def _list_schedule(adj: _Adjacency, M, dur, topology, wait_s, priority, D, timin
     return order
 
 
-def _resolved_edges(adj: _Adjacency, topology) -> tuple[list, list, list]:
-    """Per launch position, its out-edges by kind under the placement: consumers on its device (``j``), consumers
-    on another device with nothing to move (``(j, device)``), and transfers in stream order (``(j, device,
-    seconds)``)."""
+def _pushes(adj: _Adjacency, topology) -> list[list[tuple[int, int, float]]]:
+    """Per launch position, its transfers in stream order as ``(j, device, seconds)``."""
     dev = adj.dev
     link: dict = {}
-    local: list[list] = []
-    waits: list[list] = []
-    pushes: list[list] = []
-    for i, succ in enumerate(adj.succ):
-        lo, wa, pu = [], [], []
-        for j, nbytes in succ:
-            if nbytes < 0:
-                lo.append(j)
-            elif nbytes == 0:
-                wa.append((j, dev[j]))
-            else:
-                k = (dev[i], dev[j], nbytes)
-                secs = link.get(k)
-                if secs is None:
-                    secs = link[k] = transfer_seconds(topology, dev[i], dev[j], nbytes)
-                pu.append((j, dev[j], secs))
-        local.append(lo)
-        waits.append(wa)
-        pushes.append(pu)
-    return local, waits, pushes
+    out: list[list] = []
+    for i, sends in enumerate(adj.sends):
+        row = []
+        for j, e, nbytes in sends:
+            k = (dev[i], e, nbytes)
+            secs = link.get(k)
+            if secs is None:
+                secs = link[k] = transfer_seconds(topology, dev[i], e, nbytes)
+            row.append((j, e, secs))
+        out.append(row)
+    return out
 
 
 def _upward_rank(adj: _Adjacency, dur: Sequence[float]) -> list[float]:
     """Longest path (seconds of launches) from each launch to the end of the program."""
     rank = [0.0] * len(adj.nodes)
     for i in range(len(adj.nodes) - 1, -1, -1):
-        rank[i] = dur[i] + max((rank[j] for j, _ in adj.succ[i]), default=0.0)
+        after = [rank[j] for j in adj.local[i]] + [rank[w[0]] for w in adj.waits[i]]
+        after += [rank[x[0]] for x in adj.sends[i]]
+        rank[i] = dur[i] + max(after, default=0.0)
     return rank
 
 
