@@ -27,7 +27,8 @@ from torch_tessera.scheduler import baselines, cache
 from torch_tessera.scheduler.blocks import aggregate
 from torch_tessera.scheduler.build import make_plan
 from torch_tessera.scheduler.heuristics import latency_bound, zero_comm_bound
-from torch_tessera.scheduler.pipeline_plan import SCORES, PipelineModel, simulated_seconds, surrogate_topology
+from torch_tessera.scheduler.pipeline_plan import (SCORES, PipelineModel, simulated_seconds, step_lower_bound,
+                                                   surrogate_topology)
 from torch_tessera.scheduler.problem import as_workload, compile_problem
 from torch_tessera.scheduler.solve import LP_PLAN_GAP, TRANSFER_TOLERANCE, solve_latency, solve_throughput
 from torch_tessera.scheduler.types import (CutEdge, NotApplicableError, Plan, SolverInfo, Workload,  # noqa: F401
@@ -188,18 +189,28 @@ def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:
 
 
 class _Simulated:
-    """Simulated seconds per workload step of placements (``score="simulate"``), cached per placement: the cheap
-    surrogate while comparing candidates (:func:`pipeline_plan.simulated_seconds`), ``exact`` for the plan's own."""
+    """Simulated seconds per workload step of placements (``score="simulate"``), cached per placement and
+    micro-batch count: the cheap surrogate while comparing candidates (:func:`pipeline_plan.simulated_seconds`),
+    ``exact`` for the plan's own; and the lower bound no simulated step of a placement is below
+    (:func:`pipeline_plan.step_lower_bound`), which skips candidates that cannot win."""
 
     def __init__(self, wl, topology, model, micro_batches):
         self.wl, self.topology, self.model, self.M = wl, topology, model, micro_batches
-        self.seen: dict[bytes, float] = {}
+        self.seen: dict[tuple, float] = {}
+        self.cache: dict = {}  # DAG indexes and list-scheduler timelines (pipeline_plan.timeline_of)
 
-    def __call__(self, pb, place, exact: bool = False) -> float:
-        key = (np.asarray(place, dtype=np.int64).tobytes(), exact)
+    def __call__(self, pb, place, exact: bool = False, micro_batches: int | None = None) -> float:
+        M = micro_batches or self.M
+        key = (np.asarray(place, dtype=np.int64).tobytes(), exact, M)
         if key not in self.seen:
-            self.seen[key] = simulated_seconds(pb, self.wl, place, self.topology, self.model, self.M, exact)
+            self.seen[key] = simulated_seconds(pb, self.wl, place, self.topology, self.model, M, exact,
+                                               cache=self.cache)
         return self.seen[key]
+
+    def lower_bound(self, pb, place) -> float:
+        """Seconds per workload step below every simulated step of ``place`` (any micro-batch count), slightly
+        lowered so that rounding never makes it exceed one."""
+        return step_lower_bound(pb, self.wl, place, self.topology, self.model, self.cache) * (1 - 1e-12)
 
 
 #: Micro-batch counts a throughput plan may take with ``score="simulate"`` when planned at the default 2: a larger
@@ -216,15 +227,17 @@ def _more_micro_batches(pb, place: np.ndarray, result: Plan, sim: _Simulated) ->
     load = np.bincount(place, weights=pb.wcost[np.arange(pb.n), place], minlength=pb.D).max()
     if len(np.unique(place)) < 2 or best_s <= load * (1 + MICRO_BATCH_GAIN):
         return result  # no stall left for more micro-batches to fill
-    base = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, best_m)  # the surrogate first
-    cheap = base
+    cheap = sim(pb, place, micro_batches=best_m)  # the surrogate first
+    bound = sim.lower_bound(pb, place)  # no count's surrogate is below it
     for m in MICRO_BATCH_CHOICES[1:]:
-        s = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, m)
+        if bound >= cheap * (1 - MICRO_BATCH_GAIN):
+            break  # no count left can be MICRO_BATCH_GAIN shorter
+        s = sim(pb, place, micro_batches=m)
         if s < cheap * (1 - MICRO_BATCH_GAIN):
             best_m, cheap = m, s
     if best_m == result.micro_batches:
         return result
-    best_s = simulated_seconds(pb, sim.wl, place, sim.topology, sim.model, best_m, exact=True)
+    best_s = sim(pb, place, exact=True, micro_batches=best_m)
     if best_s >= result.simulated_seconds * (1 - MICRO_BATCH_GAIN):
         return result
     note = (f"{best_m} micro-batches: simulated {best_s * 1e3:.4g} ms per step vs {result.simulated_seconds * 1e3:.4g} "
@@ -236,12 +249,9 @@ def _more_micro_batches(pb, place: np.ndarray, result: Plan, sim: _Simulated) ->
 
 def _simulate_candidates(pb, stack: np.ndarray, fits: np.ndarray, sim: _Simulated) -> np.ndarray:
     """Simulated seconds of the placements ``stack`` that fit (``inf`` for the others and for those not simulated):
-    in order of their kernels' busiest-device load, which no simulated step is below (launches only stretch), and
-    only while that load is below the best simulated step so far."""
-    wc = pb.wcost[np.arange(pb.n)[None], stack]
-    rows = np.arange(len(stack))[:, None] * pb.D
-    load = np.bincount((rows + stack).ravel(), weights=wc.ravel(), minlength=len(stack) * pb.D)
-    lower = load.reshape(len(stack), pb.D).max(1)
+    in order of their lower bound (:meth:`_Simulated.lower_bound`: busiest device's launches and pushed transfers),
+    and only while that bound is below the best simulated step so far (a candidate skipped cannot be better)."""
+    lower = np.array([sim.lower_bound(pb, place) if fits[i] else np.inf for i, place in enumerate(stack)])
     values = np.full(len(stack), np.inf)
     best = np.inf
     for i in [0] + sorted(range(1, len(stack)), key=lambda i: lower[i]):

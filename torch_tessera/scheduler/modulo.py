@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -42,7 +43,11 @@ def placement_map(dag: DependencyGraph, placement: Mapping[int, int] | Sequence[
     Raises:
         ConfigError: a launch of the DAG has no device.
     """
-    nodes = sorted(dag.graph.nodes)
+    return _placement_of(sorted(dag.graph.nodes), placement)
+
+
+def _placement_of(nodes: Sequence[int], placement) -> dict[int, int]:
+    """:func:`placement_map` over the sorted launches ``nodes``."""
     if isinstance(placement, Mapping):
         out = {int(k): int(v) for k, v in placement.items()}
     else:
@@ -56,92 +61,27 @@ def placement_map(dag: DependencyGraph, placement: Mapping[int, int] | Sequence[
     return out
 
 
-def launch_seconds(dag: DependencyGraph, place: Mapping[int, int], costs: CostTable | None) -> dict[int, float]:
-    """Seconds of each launch on its device (1 us each without a cost table)."""
-    if costs is None:
-        return {n: 1e-6 for n in dag.graph.nodes}
-    return {n: float(costs.row(n)[place[n]]) for n in dag.graph.nodes}
-
-
 def transfer_seconds(topology: Topology | None, src: int, dst: int, nbytes: int) -> float:
     """Link time of one transfer (0 without a topology)."""
     return topology.transfer_seconds(src, dst, nbytes) if topology is not None else 0.0
 
 
-def build_pipelined_schedule(dag: DependencyGraph, placement: Mapping[int, int] | Sequence[int],
-                             micro_batches: int = 2, *, costs: CostTable | None = None,
-                             topology: Topology | None = None, domains: Sequence[int] | None = None,
-                             wait_seconds: float = WAIT_SECONDS, priority: str = "micro-batch",
-                             devices: int | None = None) -> PipelinedSchedule:
-    """The pipelined schedule of ``placement`` over ``micro_batches`` copies of ``dag``.
+@dataclass(frozen=True)
+class DagIndex:
+    """A DAG's edges by launch position, independent of any placement (compute once per DAG, reuse per placement).
 
-    Args:
-        dag: the program's dependency DAG.
-        placement: device of every launch (``launch -> device``, or a sequence in sorted launch order).
-        micro_batches: micro-batches per step, ``>= 1``.
-        costs: seconds of each launch on each device (columns in device order); ``None``: 1 us each.
-        topology: links (bandwidth bytes/s, latency s) for the transfers' time; ``None``: transfers take no time.
-        domains: memory domain of each device (SM partitions of one GPU share one); default: each its own.
-        wait_seconds: cost of one cross-device wait (:data:`WAIT_SECONDS`).
-        priority: one of :data:`PRIORITIES`.
-        devices: number of devices (default: ``len(topology.devices)``, else the largest device index + 1).
-
-    Returns:
-        A schedule that :func:`~torch_tessera.scheduler.pipeline_schedule.check_schedule` accepts.
-
-    Raises:
-        ConfigError: ``micro_batches < 1``, an unknown priority, or a launch without a device.
+    Attributes:
+        nodes: the launches in sorted order (position ``i`` is launch ``nodes[i]``).
+        edges: ``(i, j, RAW ranges, RAW bytes)`` per edge, in the DAG's edge order; ranges ``()`` and bytes 0 for an
+            edge that only orders (WAR/WAW, or RAW without ranges).
     """
-    if micro_batches < 1:
-        raise ConfigError(f"micro_batches must be >= 1, got {micro_batches}")
-    if priority not in PRIORITIES:
-        raise ConfigError(f"priority {priority!r} is not one of {PRIORITIES}")
-    place = placement_map(dag, placement)
-    D = devices or (len(topology.devices) if topology is not None else max(place.values(), default=0) + 1)
-    dom = tuple(domains) if domains is not None else tuple(range(D))
-    adj = _Adjacency(dag, place, dom)
-    secs = launch_seconds(dag, place, costs)
-    order = _list_schedule(adj, micro_batches, [secs[v] for v in adj.nodes], topology, wait_seconds, priority, D)
-    streams = _emit(adj, order, D, micro_batches)
-    cut = tuple(sorted((u, v) for u, v in dag.graph.edges if place[u] != place[v]))
-    return PipelinedSchedule(D, micro_batches, streams, place, dom, cut, source=f"modulo:{priority}")
+
+    nodes: tuple[int, ...]
+    edges: tuple[tuple[int, int, tuple, int], ...]
 
 
-class _Adjacency:
-    """The DAG as integer lists in sorted launch order, with each edge's kind under the placement (internal).
-
-    ``succ[i]``: ``(j, bytes)`` with -1 for an edge on one device, 0 for a wait only, else the bytes a
-    cross-domain RAW edge moves; ``pred[i]``: ``j`` of the edges into ``i`` on other devices, ascending."""
-
-    def __init__(self, dag: DependencyGraph, place: Mapping[int, int], dom: Sequence[int]):
-        self.nodes, edges = _edge_list(dag)
-        self.dev = [place[n] for n in self.nodes]
-        n = len(self.nodes)
-        self.succ: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        self.pred: list[list[int]] = [[] for _ in range(n)]
-        self.indeg = [0] * n
-        self.moves: list[list[tuple[int, tuple, int]]] = [[] for _ in range(n)]  # (j, ranges, bytes) to transfer
-        dev = self.dev
-        for i, j, ranges, nb in edges:
-            self.indeg[j] += 1
-            du, dv = dev[i], dev[j]
-            if du == dv:
-                self.succ[i].append((j, -1))
-                continue
-            self.pred[j].append(i)
-            if nb and dom[du] != dom[dv]:
-                self.succ[i].append((j, nb))
-                self.moves[i].append((j, ranges, nb))
-            else:
-                self.succ[i].append((j, 0))
-        for lst in self.pred:
-            lst.sort()
-        for lst in self.moves:
-            lst.sort()
-
-
-def _edge_list(dag: DependencyGraph) -> tuple[list[int], list[tuple[int, int, tuple, int]]]:
-    """``(sorted launches, [(i, j, RAW ranges, RAW bytes)])`` of the DAG's edges by launch position."""
+def dag_index(dag: DependencyGraph) -> DagIndex:
+    """The :class:`DagIndex` of ``dag`` (one pass over its edges)."""
     nodes = sorted(dag.graph.nodes)
     idx = {n: i for i, n in enumerate(nodes)}
     edges = []
@@ -149,113 +89,310 @@ def _edge_list(dag: DependencyGraph) -> tuple[list[int], list[tuple[int, int, tu
         raw = "RAW" in d["kinds"] and bool(d["ranges"])
         ranges = tuple(tuple(r) for r in d["ranges"]) if raw else ()
         edges.append((idx[u], idx[v], ranges, sum(e - s for _, s, e in ranges)))
-    return nodes, edges
+    return DagIndex(tuple(nodes), tuple(edges))
+
+
+def build_pipelined_schedule(dag: DependencyGraph, placement: Mapping[int, int] | Sequence[int],
+                             micro_batches: int = 2, *, costs: CostTable | np.ndarray | None = None,
+                             topology: Topology | None = None, domains: Sequence[int] | None = None,
+                             wait_seconds: float = WAIT_SECONDS, priority: str = "micro-batch",
+                             devices: int | None = None, index: DagIndex | None = None,
+                             timeline: "Timeline | None" = None) -> PipelinedSchedule:
+    """The pipelined schedule of ``placement`` over ``micro_batches`` copies of ``dag``.
+
+    Args:
+        dag: the program's dependency DAG.
+        placement: device of every launch (``launch -> device``, or a sequence in sorted launch order).
+        micro_batches: micro-batches per step, ``>= 1``.
+        costs: seconds of each launch on each device (columns in device order): a cost table or a dense
+            ``[launches, D]`` array indexed by launch; ``None``: 1 us each.
+        topology: links (bandwidth bytes/s, latency s) for the transfers' time; ``None``: transfers take no time.
+        domains: memory domain of each device (SM partitions of one GPU share one); default: each its own.
+        wait_seconds: cost of one cross-device wait (:data:`WAIT_SECONDS`).
+        priority: one of :data:`PRIORITIES`.
+        devices: number of devices (default: ``len(topology.devices)``, else the largest device index + 1).
+        index: ``dag_index(dag)``, when the caller keeps it across placements (default: computed here).
+        timeline: :func:`list_timeline` of the same placement, micro-batches and arguments, when the caller has it:
+            its issue order is used instead of scheduling again (``"micro-batch"`` priority only).
+
+    Returns:
+        A schedule that :func:`~torch_tessera.scheduler.pipeline_schedule.check_schedule` accepts.
+
+    Raises:
+        ConfigError: ``micro_batches < 1``, an unknown priority, a launch without a device, or a timeline of another
+            size or with another priority.
+    """
+    if micro_batches < 1:
+        raise ConfigError(f"micro_batches must be >= 1, got {micro_batches}")
+    if priority not in PRIORITIES:
+        raise ConfigError(f"priority {priority!r} is not one of {PRIORITIES}")
+    index, place, D, dom, adj = _prepare(dag, placement, topology, domains, devices, index)
+    if timeline is None:
+        dur = _durations(adj, place, costs)
+        order = _list_schedule(adj, micro_batches, dur, topology, wait_seconds, priority, D)
+    elif priority != "micro-batch" or len(timeline.order) != len(adj.nodes) * micro_batches:
+        raise ConfigError(f"the timeline has {len(timeline.order)} ops, {len(adj.nodes) * micro_batches} expected "
+                          f"({micro_batches} micro-batches, priority {priority!r}); build it with list_timeline for "
+                          "this placement and micro-batch count")
+    else:
+        order = timeline.order
+    streams = _emit(adj, order, D, micro_batches)
+    nodes = index.nodes
+    cut = tuple(sorted((nodes[i], nodes[j]) for i, j, _, _ in index.edges if adj.dev[i] != adj.dev[j]))
+    return PipelinedSchedule(D, micro_batches, streams, place, dom, cut, source=f"modulo:{priority}")
+
+
+def _prepare(dag, placement, topology, domains, devices, index):
+    """``(index, launch -> device, D, domains, adjacency)`` of a placement (shared by the entry functions)."""
+    index = index if index is not None else dag_index(dag)
+    place = _placement_of(index.nodes, placement)
+    D = devices or (len(topology.devices) if topology is not None else max(place.values(), default=0) + 1)
+    dom = tuple(domains) if domains is not None else tuple(range(D))
+    return index, place, D, dom, _Adjacency(index, place, dom)
+
+
+def _durations(adj: "_Adjacency", place: Mapping[int, int], costs) -> list[float]:
+    """Seconds of each launch position on its device: a cost table, a dense ``[launches, D]`` array indexed by
+    launch, or ``None`` (1 us each)."""
+    if costs is None:
+        return [1e-6] * len(adj.nodes)
+    if isinstance(costs, np.ndarray):
+        return costs[np.asarray(adj.nodes, dtype=np.int64), np.asarray(adj.dev, dtype=np.int64)].tolist()
+    return [float(costs.row(v)[d]) for v, d in zip(adj.nodes, adj.dev)]
+
+
+class _Adjacency:
+    """The DAG as integer lists in sorted launch order, with each edge's kind under the placement (internal).
+
+    Per launch position ``i``, its out-edges in the DAG's edge order by kind: ``local[i]``: ``j`` on the same device;
+    ``waits[i]``: ``(j, device)`` on another device with nothing to move; ``sends[i]``: ``(j, device, bytes)`` a RAW
+    edge across memory domains moves. ``pred[i]``: ``j`` of the edges into ``i`` on other devices, ascending;
+    ``moves[i]``: ``(j, ranges, bytes)`` of ``sends[i]``, ascending (the order the transfers are emitted in)."""
+
+    def __init__(self, index: DagIndex, place: Mapping[int, int], dom: Sequence[int]):
+        self.nodes, edges = list(index.nodes), index.edges
+        self.dev = dev = [place[n] for n in self.nodes]
+        n = len(self.nodes)
+        self.local: list[list[int]] = [[] for _ in range(n)]
+        self.waits: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.sends: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        self.pred: list[list[int]] = [[] for _ in range(n)]
+        self.indeg = [0] * n
+        self.cross = [False] * n  # has a consumer on another device
+        self.moves: list[list[tuple[int, tuple, int]]] = [[] for _ in range(n)]
+        for i, j, ranges, nb in edges:
+            self.indeg[j] += 1
+            du, dv = dev[i], dev[j]
+            if du == dv:
+                self.local[i].append(j)
+                continue
+            self.pred[j].append(i)
+            self.cross[i] = True
+            if nb and dom[du] != dom[dv]:
+                self.sends[i].append((j, dv, nb))
+                self.moves[i].append((j, ranges, nb))
+            else:
+                self.waits[i].append((j, dv))
+        for lst in self.pred:
+            if len(lst) > 1:
+                lst.sort()
+        for lst in self.moves:
+            if len(lst) > 1:
+                lst.sort()
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The list scheduler's predicted timeline of one placement (see :func:`list_timeline`).
+
+    Attributes:
+        order: ops ``m * n + i`` (micro-batch ``m``, ``i``-th launch in sorted order) in issue order.
+        step_seconds: the timeline's makespan.
+        occupied: ``[D]`` seconds each device's stream is occupied (launches and the transfers it pushes).
+    """
+
+    order: tuple[int, ...]
+    step_seconds: float
+    occupied: tuple[float, ...]
+
+
+def list_timeline(dag: DependencyGraph, placement: Mapping[int, int] | Sequence[int], micro_batches: int = 2, *,
+                  costs: CostTable | np.ndarray | None = None, topology: Topology | None = None,
+                  domains: Sequence[int] | None = None, wait_seconds: float = WAIT_SECONDS,
+                  devices: int | None = None, index: DagIndex | None = None) -> Timeline:
+    """The timeline :func:`predicted_step` reads, with the issue order :func:`build_pipelined_schedule` takes
+    (``"micro-batch"`` priority). Arguments as for :func:`build_pipelined_schedule`; ``costs`` may also be a dense
+    ``[launches, D]`` array indexed by launch.
+
+    Raises:
+        ConfigError: ``micro_batches < 1`` or a launch without a device.
+    """
+    if micro_batches < 1:
+        raise ConfigError(f"micro_batches must be >= 1, got {micro_batches}")
+    _, place, D, _, adj = _prepare(dag, placement, topology, domains, devices, index)
+    timing: list = []
+    order = _list_schedule(adj, micro_batches, _durations(adj, place, costs), topology, wait_seconds, "micro-batch",
+                           D, timing)
+    return Timeline(tuple(order), timing[0], tuple(timing[1]))
 
 
 def predicted_step(dag: DependencyGraph, placement: Mapping[int, int] | Sequence[int], micro_batches: int = 2, *,
                    costs: CostTable | None = None, topology: Topology | None = None,
                    domains: Sequence[int] | None = None, wait_seconds: float = WAIT_SECONDS,
-                   devices: int | None = None) -> tuple[float, list[float]]:
+                   devices: int | None = None, index: DagIndex | None = None) -> tuple[float, list[float]]:
     """The list scheduler's own timeline of the schedule :func:`build_pipelined_schedule` would build: ``(step
     seconds, per-device seconds its stream is occupied)``, without building the steps. A cheap surrogate of
     :func:`~torch_tessera.scheduler.simulate.simulate` without bandwidth sharing: it delays every cross-device edge
     by a wait but lets a wait overlap the stream's earlier work, where the schedule keeps fewer waits that each
     occupy the stream; on the test DAGs it came out 0-14 % below the simulated step, never above
-    (tests/scheduler/test_pipeline_plan.py)."""
-    place = placement_map(dag, placement)
-    D = devices or (len(topology.devices) if topology is not None else max(place.values(), default=0) + 1)
-    dom = tuple(domains) if domains is not None else tuple(range(D))
-    adj = _Adjacency(dag, place, dom)
-    secs = launch_seconds(dag, place, costs)
-    timing: list = []
-    _list_schedule(adj, micro_batches, [secs[v] for v in adj.nodes], topology, wait_seconds, "micro-batch", D, timing)
-    return timing[0], timing[1]
+    (tests/scheduler/test_pipeline_plan.py). Arguments as for :func:`build_pipelined_schedule`."""
+    tl = list_timeline(dag, placement, micro_batches, costs=costs, topology=topology, domains=domains,
+                       wait_seconds=wait_seconds, devices=devices, index=index)
+    return tl.step_seconds, list(tl.occupied)
 
 
 def _list_schedule(adj: _Adjacency, M, dur, topology, wait_s, priority, D, timing: list | None = None) -> list[int]:
     """Ops ``m * n + i`` (micro-batch ``m``, launch ``adj.nodes[i]``) in the order the predicted timeline issues
     them (each device's issue order is its subsequence; every producer precedes its consumers). ``timing``, when
-    given, receives the timeline's makespan and each device's occupied seconds."""
+    given, receives the timeline's makespan and each device's occupied seconds.
+
+    Each device, when free, takes its ready op of lowest key (``op``, or ``(-rank, op)`` for ``"critical-path"``;
+    keys are unique, so the order does not depend on how ties in ready time are pushed)."""
     n = len(adj.nodes)
-    rank = _upward_rank(adj, dur) if priority == "critical-path" else None
+    dev = adj.dev
+    local, waits, pushes = adj.local, adj.waits, _pushes(adj, topology)
+    if priority == "critical-path":
+        rank = _upward_rank(adj, dur)
+        key: list = [(-rank[op % n], op) for op in range(n * M)]
+    else:
+        key = list(range(n * M))
     pending = adj.indeg * M
     ready_at = [0.0] * (n * M)
-    waiting: list[list] = [[] for _ in range(D)]  # (ready time, prio, op)
-    avail: list[list] = [[] for _ in range(D)]  # (prio, ready time, op)
+    waiting: list[list] = [[] for _ in range(D)]  # (ready time, key, op)
+    avail: list[list] = [[] for _ in range(D)]  # (key, ready time, op)
     free = [0.0] * D
     busy = [0.0] * D
-    link = {}
-
-    def prio(op: int) -> tuple:
-        return (op,) if rank is None else (-rank[op % n], op)
-
+    push, pop = heapq.heappush, heapq.heappop
     for op in range(n * M):
         if pending[op] == 0:
-            heapq.heappush(waiting[adj.dev[op % n]], (0.0, prio(op), op))
+            push(waiting[dev[op % n]], (0.0, key[op], op))
     order: list[int] = []
     inf = float("inf")
-    while len(order) < n * M:
+    devices = range(D)
+    for _ in range(n * M):
         d, best_t = -1, inf
-        for e in range(D):
-            t = free[e] if avail[e] else (max(free[e], waiting[e][0][0]) if waiting[e] else inf)
+        for e in devices:
+            if avail[e]:
+                t = free[e]
+            elif waiting[e]:
+                t = waiting[e][0][0]
+                if free[e] > t:
+                    t = free[e]
+            else:
+                continue
             if t < best_t:
                 d, best_t = e, t
         wq, aq = waiting[d], avail[d]
         while wq and wq[0][0] <= best_t:
-            r, p, op = heapq.heappop(wq)
-            heapq.heappush(aq, (p, r, op))
-        _, r, op = heapq.heappop(aq)
-        i, base = op % n, op - op % n
-        finish = max(free[d], r) + dur[i]
+            r, p, op = pop(wq)
+            push(aq, (p, r, op))
+        _, r, op = pop(aq)
+        i = op % n
+        base = op - i
+        began = free[d] if free[d] > r else r
+        finish = began + dur[i]
         t = finish
-        for j, nbytes in adj.succ[i]:
-            if nbytes > 0:
-                key = (d, adj.dev[j], nbytes)
-                if key not in link:
-                    link[key] = transfer_seconds(topology, d, adj.dev[j], nbytes)
-                t += link[key]
-                arrive = t + wait_s
-            else:
-                arrive = finish if nbytes < 0 else finish + wait_s
+        for _, _, secs in pushes[i]:
+            t += secs
+        busy[d] += t - began
+        free[d] = t
+        # A successor whose last input arrives by the time its device is free goes straight to that device's
+        # ready heap: it would be moved there the next time the device is chosen anyway (free[e] only changes then).
+        for j in local[i]:  # consumers on this device: ready when the launch ends
+            k = base + j
+            if finish > ready_at[k]:
+                ready_at[k] = finish
+            pending[k] -= 1
+            if not pending[k]:
+                if ready_at[k] <= t:
+                    push(aq, (key[k], ready_at[k], k))
+                else:
+                    push(wq, (ready_at[k], key[k], k))
+        arrive = finish + wait_s
+        for j, e in waits[i]:  # on another device, nothing to move: a wait after the launch
             k = base + j
             if arrive > ready_at[k]:
                 ready_at[k] = arrive
             pending[k] -= 1
-            if pending[k] == 0:
-                heapq.heappush(waiting[adj.dev[j]], (ready_at[k], prio(k), k))
-        busy[d] += t - max(free[d], r)
-        free[d] = t
+            if not pending[k]:
+                if ready_at[k] <= free[e]:
+                    push(avail[e], (key[k], ready_at[k], k))
+                else:
+                    push(waiting[e], (ready_at[k], key[k], k))
+        sent = finish
+        for j, e, secs in pushes[i]:  # transfers, one after another on this stream, then a wait
+            sent += secs
+            a = sent + wait_s
+            k = base + j
+            if a > ready_at[k]:
+                ready_at[k] = a
+            pending[k] -= 1
+            if not pending[k]:
+                if ready_at[k] <= free[e]:
+                    push(avail[e], (key[k], ready_at[k], k))
+                else:
+                    push(waiting[e], (ready_at[k], key[k], k))
         order.append(op)
     if timing is not None:
         timing[:] = [max(free, default=0.0), busy]
     return order
 
 
+def _pushes(adj: _Adjacency, topology) -> list[list[tuple[int, int, float]]]:
+    """Per launch position, its transfers in stream order as ``(j, device, seconds)``."""
+    dev = adj.dev
+    link: dict = {}
+    out: list[list] = []
+    for i, sends in enumerate(adj.sends):
+        row = []
+        for j, e, nbytes in sends:
+            k = (dev[i], e, nbytes)
+            secs = link.get(k)
+            if secs is None:
+                secs = link[k] = transfer_seconds(topology, dev[i], e, nbytes)
+            row.append((j, e, secs))
+        out.append(row)
+    return out
+
+
 def _upward_rank(adj: _Adjacency, dur: Sequence[float]) -> list[float]:
     """Longest path (seconds of launches) from each launch to the end of the program."""
     rank = [0.0] * len(adj.nodes)
     for i in range(len(adj.nodes) - 1, -1, -1):
-        rank[i] = dur[i] + max((rank[j] for j, _ in adj.succ[i]), default=0.0)
+        after = [rank[j] for j in adj.local[i]] + [rank[w[0]] for w in adj.waits[i]]
+        after += [rank[x[0]] for x in adj.sends[i]]
+        rank[i] = dur[i] + max(after, default=0.0)
     return rank
 
 
 def _emit(adj: _Adjacency, order: Sequence[int], D: int, M: int) -> tuple[tuple, ...]:
     """The streams of ``order``: runs, transfers after producers, records, and the waits vector clocks need."""
     n = len(adj.nodes)
-    nodes, dev = adj.nodes, adj.dev
+    nodes, dev, pred, moves, has_cross = adj.nodes, adj.dev, adj.pred, adj.moves, adj.cross
     streams: list[list] = [[] for _ in range(D)]
     know = [[-1] * D for _ in range(D)]  # know[d][e]: last position on e's stream known done on d's stream
     wait_know: list[list[list[int]]] = [[[] for _ in range(D)] for _ in range(D)]  # [d][e] -> know[e] after wait k
     wait_refs: list[list[tuple[int, list, list]]] = [[] for _ in range(D)]  # [d] -> (micro-batch, edges, others)
+    wait_at: list[list[tuple[int, int, int]]] = [[] for _ in range(D)]  # [d] -> (position, micro-batch, event)
+    record_at: list[list[tuple[int, int]]] = [[] for _ in range(D)]  # [d] -> (position, event)
     record: dict[int, tuple[int, int, list[int]]] = {}  # op -> (event, position, clock)
-    has_cross = [any(nb >= 0 for _, nb in adj.succ[i]) for i in range(n)]
     for op in order:
         m, i = divmod(op, n)
         d = dev[i]
         st = streams[d]
         v = nodes[i]
         kd = know[d]
-        for j in adj.pred[i]:
+        for j in pred[i]:
             du = dev[j]
             ev, pos, clock = record[m * n + j]
             u = nodes[j]
@@ -268,7 +405,8 @@ def _emit(adj: _Adjacency, order: Sequence[int], D: int, M: int) -> tuple[tuple,
                     others.append((u, v, m))
                 continue
             edges, others = [(u, v)], []
-            st.append(("wait", m, ev, edges, others))
+            wait_at[d].append((len(st), m, ev))
+            st.append(None)  # the WaitStep, made once its edges are all known
             kd = know[d] = [a if a > b else b for a, b in zip(kd, clock)]
             kd[d] = len(st) - 1
             wait_refs[d].append((m, edges, others))
@@ -278,12 +416,17 @@ def _emit(adj: _Adjacency, order: Sequence[int], D: int, M: int) -> tuple[tuple,
         kd[d] = len(st) - 1
         if not has_cross[i]:
             continue
-        for j, ranges, nb in adj.moves[i]:
+        for j, ranges, nb in moves[i]:
             st.append(TransferStep(d, dev[j], m, (v, nodes[j]), ranges, nb))
+        record_at[d].append((len(st), op))
         st.append(RecordStep(d, m, op))
         kd[d] = len(st) - 1
         record[op] = (op, len(st) - 1, list(kd))
-    used = {s[2] for st in streams for s in st if isinstance(s, tuple)}
-    return tuple(tuple(WaitStep(d, s[1], s[2], tuple(s[3]), tuple(s[4])) if isinstance(s, tuple) else s for s in st
-                       if not (isinstance(s, RecordStep) and s.event_id not in used))
-                 for d, st in enumerate(streams))
+    used = {ev for at in wait_at for _, _, ev in at}
+    out = []
+    for d, st in enumerate(streams):
+        for (k, m, ev), (_, edges, others) in zip(wait_at[d], wait_refs[d]):
+            st[k] = WaitStep(d, m, ev, tuple(edges), tuple(others))
+        drop = {k for k, ev in record_at[d] if ev not in used}
+        out.append(tuple(x for k, x in enumerate(st) if k not in drop) if drop else tuple(st))
+    return tuple(out)

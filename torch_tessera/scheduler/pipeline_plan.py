@@ -22,7 +22,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from torch_tessera.scheduler.modulo import WAIT_SECONDS, build_pipelined_schedule, predicted_step
+from torch_tessera.scheduler.modulo import (WAIT_SECONDS, DagIndex, Timeline, build_pipelined_schedule, dag_index,
+                                           list_timeline)
 from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule
 from torch_tessera.scheduler.problem import Problem
 from torch_tessera.scheduler.simulate import MemoryShare, SimResult, simulate
@@ -119,22 +120,20 @@ class ProgramSim:
 
 
 def program_simulations(pb: Problem, wl: Workload, place: np.ndarray, topology: Topology, model: PipelineModel,
-                        micro_batches: int, programs: Sequence[int] | None = None) -> list[ProgramSim]:
+                        micro_batches: int, programs: Sequence[int] | None = None,
+                        cache: dict | None = None) -> list[ProgramSim]:
     """Build and simulate every program's schedule under the global placement ``place`` (``[pb.n]``).
 
-    ``programs``: the problem's index of each program of ``wl`` (default: ``wl`` is the problem's workload)."""
+    ``programs``: the problem's index of each program of ``wl`` (default: ``wl`` is the problem's workload).
+    ``cache``: a dict the caller keeps for one workload, ``topology`` and ``model`` (:func:`timeline_of`): each
+    program's list-scheduler timeline is reused for the issue order."""
     out = []
-    D = pb.D
     for p, prog in zip(programs if programs is not None else range(len(wl.programs)), wl.programs):
-        ks = pb.program_slice(p)
-        launch = pb.launch[ks]
-        placement = dict(zip(launch.tolist(), np.asarray(place)[ks].tolist()))
-        cost = np.zeros((int(launch.max()) + 1, D))
-        cost[launch] = pb.cost[ks]
-        table = _Costs(cost)
-        s = build_pipelined_schedule(prog.dag, placement, micro_batches, costs=table, topology=topology,
-                                     domains=[model.domain_of(d) for d in range(D)], wait_seconds=model.wait_seconds,
-                                     devices=D)
+        placement, cost = _program_inputs(pb, p, place, cache)
+        tl = timeline_of(pb, p, prog.dag, place, topology, model, micro_batches, cache)
+        s = build_pipelined_schedule(prog.dag, placement, micro_batches, costs=cost, topology=topology,
+                                     domains=_domains(pb, model), wait_seconds=model.wait_seconds, devices=pb.D,
+                                     index=program_index(pb, p, prog.dag, cache), timeline=tl)
         mem = None
         if model.device_bandwidth:
             mem = MemoryShare(launch_bytes(prog.dag), model.device_bandwidth, dict(model.domain_bandwidth))
@@ -142,14 +141,54 @@ def program_simulations(pb: Problem, wl: Workload, place: np.ndarray, topology: 
     return out
 
 
-class _Costs:
-    """A dense ``[launch, device]`` array with the :class:`CostTable` ``row`` interface (internal)."""
+def timeline_of(pb: Problem, p: int, dag, place: np.ndarray, topology: Topology, model: PipelineModel,
+                micro_batches: int, cache: dict | None = None) -> Timeline:
+    """Program ``p``'s :func:`~.modulo.list_timeline` under the global placement ``place``.
 
-    def __init__(self, seconds: np.ndarray):
-        self.seconds = seconds
+    ``cache``: a dict the caller keeps across calls for one workload, ``topology`` and ``model`` (problems that
+    differ only in their cut charges may share it): it holds each program's DAG index, dense costs and list-scheduler
+    timelines by placement and micro-batch count, so each is computed once."""
+    ks = pb.program_slice(p)
+    key = ("timeline", p, np.asarray(place, dtype=np.int64)[ks].tobytes(), micro_batches)
+    if cache is not None and key in cache:
+        return cache[key]
+    placement, cost = _program_inputs(pb, p, place, cache)
+    tl = list_timeline(dag, placement, micro_batches, costs=cost, topology=topology, domains=_domains(pb, model),
+                       wait_seconds=model.wait_seconds, devices=pb.D, index=program_index(pb, p, dag, cache))
+    if cache is not None:
+        cache[key] = tl
+    return tl
 
-    def row(self, launch: int) -> np.ndarray:
-        return self.seconds[launch]
+
+def _program_inputs(pb: Problem, p: int, place: np.ndarray, cache: dict | None) -> tuple[dict[int, int], np.ndarray]:
+    """Program ``p``'s placement (launch -> device) and its ``[launches, D]`` costs indexed by launch."""
+    ks = pb.program_slice(p)
+    launch = pb.launch[ks]
+
+    def dense():
+        cost = np.zeros((int(launch.max()) + 1, pb.D))
+        cost[launch] = pb.cost[ks]
+        return cost
+    return dict(zip(launch.tolist(), np.asarray(place)[ks].tolist())), _once(pb, cache, ("dense_cost", p), dense)
+
+
+def _domains(pb: Problem, model: PipelineModel) -> list[int]:
+    return [model.domain_of(d) for d in range(pb.D)]
+
+
+def program_index(pb: Problem, p: int, dag, cache: dict | None = None) -> DagIndex:
+    """:func:`~.modulo.dag_index` of program ``p``'s DAG, computed once per ``cache`` (:func:`timeline_of`), or
+    per problem without one."""
+    return _once(pb, cache, ("dag_index", p), lambda: dag_index(dag))
+
+
+def _once(pb: Problem, cache: dict | None, key: tuple, compute):
+    """``compute()`` once per ``cache``, or per problem (:meth:`Problem.memo`) without one."""
+    if cache is None:
+        return pb.memo(":".join(map(str, key)), compute)
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
 
 
 def device_share(sim: ProgramSim) -> np.ndarray:
@@ -161,28 +200,23 @@ def device_share(sim: ProgramSim) -> np.ndarray:
     return (occupied + lost * runs_on) / r.micro_batches
 
 
-def _predicted_share(pb, prog, p, place, topology, model, M) -> np.ndarray:
-    """:func:`device_share` from the list scheduler's timeline (:func:`~.modulo.predicted_step`)."""
-    ks = pb.program_slice(p)
-    launch = pb.launch[ks]
-    cost = np.zeros((int(launch.max()) + 1, pb.D))
-    cost[launch] = pb.cost[ks]
-    step, occ = predicted_step(prog.dag, dict(zip(launch.tolist(), place[ks].tolist())), M, costs=_Costs(cost),
-                               topology=topology, domains=[model.domain_of(d) for d in range(pb.D)],
-                               wait_seconds=model.wait_seconds, devices=pb.D)
-    occupied = np.asarray(occ)
-    runs_on = np.bincount(place[ks], minlength=pb.D) > 0
-    return (occupied + max(0.0, step - float(occupied.max())) * runs_on) / M
+def _predicted_share(pb, prog, p, place, topology, model, M, cache=None) -> np.ndarray:
+    """:func:`device_share` from the list scheduler's timeline (:func:`timeline_of`)."""
+    tl = timeline_of(pb, p, prog.dag, place, topology, model, M, cache)
+    occupied = np.asarray(tl.occupied)
+    runs_on = np.bincount(place[pb.program_slice(p)], minlength=pb.D) > 0
+    return (occupied + max(0.0, tl.step_seconds - float(occupied.max())) * runs_on) / M
 
 
 def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: Topology, model: PipelineModel,
-                      micro_batches: int, exact: bool = False) -> float:
+                      micro_batches: int, exact: bool = False, cache: dict | None = None) -> float:
     """Simulated seconds per workload step of placement ``place`` (``[pb.n]``). A program wholly on one device is
     not simulated: its schedule is its launches back to back, ``occupied = M x its load`` and nothing lost. Without
     bandwidth figures (``model.device_bandwidth`` empty: nothing shared to model) a split program is scored by the
     list scheduler's own timeline (:func:`~.modulo.predicted_step`, a cheap surrogate 0-14 % below the simulated
     step on the test DAGs) unless ``exact``; with them, or ``exact``, by :func:`~.simulate.simulate` of its
-    schedule."""
+    schedule. ``cache``: a dict the caller keeps across calls for one workload, ``topology`` and ``model``, so the
+    list scheduler runs once per program, placement and micro-batch count (:func:`timeline_of`)."""
     place = np.asarray(place)
     T = np.zeros(pb.D)
     split = []
@@ -195,13 +229,52 @@ def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: To
             split.append(p)
     if split and not model.device_bandwidth and not exact:  # nothing shared to model: the list scheduler's timeline
         for p in split:
-            T += pb.freq[p] * _predicted_share(pb, wl.programs[p], p, place, topology, model, micro_batches)
+            T += pb.freq[p] * _predicted_share(pb, wl.programs[p], p, place, topology, model, micro_batches,
+                                               cache)
     elif split:
         sub = Workload(tuple(wl.programs[p] for p in split), tie_state=wl.tie_state)
-        sims = program_simulations(pb, sub, place, topology, model, micro_batches, programs=split)
+        sims = program_simulations(pb, sub, place, topology, model, micro_batches, programs=split,
+                                   cache=cache)
         for p, sim in zip(split, sims):
             T += pb.freq[p] * device_share(sim)
     return max(float(T.max()), domain_bound(pb, wl, place, model))
+
+
+def step_lower_bound(pb: Problem, wl: Workload, place: np.ndarray, topology: Topology, model: PipelineModel,
+                     cache: dict | None = None) -> float:
+    """Seconds per workload step that :func:`simulated_seconds` of ``place`` (``[pb.n]``) is never below, for any
+    micro-batch count, with or without ``exact``: the larger of :func:`domain_bound` and the busiest device's
+    launches plus the transfers its stream pushes (each cross-domain RAW edge's ``latency + bytes / bandwidth``, on
+    the producer's device), times each program's frequency. A stream is occupied at least that long per micro-batch
+    (waits and stretched launches only add), and a device's share is at least its occupied time
+    (:func:`device_share`). Costs a few numpy operations per program, no schedule. ``cache`` as for
+    :func:`timeline_of`."""
+    place = np.asarray(place, dtype=np.int64)
+    T = np.bincount(place, weights=pb.wcost[np.arange(pb.n), place], minlength=pb.D)
+    dom = np.array([model.domain_of(d) for d in range(pb.D)])
+    for p, prog in enumerate(wl.programs):
+        ks = pb.program_slice(p)
+        if len(ks) == 0 or (place[ks] == place[ks[0]]).all():
+            continue
+        src, dst, nbytes, nodes = _edge_arrays(pb, p, prog.dag, cache)
+        where = np.zeros(int(max(pb.launch[ks].max(), nodes.max(initial=0))) + 1, dtype=np.int64)
+        where[pb.launch[ks]] = place[ks]
+        at = where[nodes]
+        s, d = at[src], at[dst]
+        moved = (nbytes > 0) & (dom[s] != dom[d])
+        s, d = s[moved], d[moved]
+        secs = topology.latency[s, d] + nbytes[moved] / topology.bandwidth[s, d]
+        T += pb.freq[p] * np.bincount(s, weights=secs, minlength=pb.D)
+    return max(float(T.max()), domain_bound(pb, wl, place, model))
+
+
+def _edge_arrays(pb: Problem, p: int, dag, cache: dict | None) -> tuple[np.ndarray, ...]:
+    """Program ``p``'s edges as arrays by launch position (source, destination, RAW bytes) and its sorted launches."""
+    def compute():
+        ix = program_index(pb, p, dag, cache)
+        e = np.array([(i, j, nb) for i, j, _, nb in ix.edges], dtype=np.int64).reshape(-1, 3)
+        return e[:, 0], e[:, 1], e[:, 2].astype(np.float64), np.array(ix.nodes, dtype=np.int64)
+    return _once(pb, cache, ("edge_arrays", p), compute)
 
 
 def domain_bound(pb: Problem, wl: Workload, place: np.ndarray, model: PipelineModel) -> float:
