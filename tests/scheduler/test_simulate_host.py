@@ -137,3 +137,12 @@ def test_weights_of_the_wrong_length_are_refused():
     mem = MemoryShare({}, (4e12, 1.7e12), {0: 4e12}, (104,))
     with pytest.raises(ConfigError, match="weights"):
         simulate(s, costs, None, memory=mem)
+
+
+def test_planner_model_shares_a_gpus_dram_by_sm_count():
+    from torch_tessera.scheduler.pipeline_plan import PipelineModel
+    from torch_tessera.target.devices import parse_devices
+
+    model = PipelineModel.from_specs(parse_devices("cuda:0@104sm,cuda:0@24sm", assume_gpu="h200"))
+    assert model.share_weights == (104.0, 24.0)
+    assert model.domains == (0, 0)

@@ -48,6 +48,8 @@ class PipelineModel:
         domain_bandwidth: memory domain -> bytes/s the whole GPU has.
         wait_seconds: cost of one cross-device wait (:data:`~.modulo.WAIT_SECONDS`).
         source: where the figures come from.
+        share_weights: each device's weight in its domain's DRAM under contention (its SM count;
+            :class:`~.simulate.MemoryShare`); ``()``: equal weights.
     """
 
     domains: tuple[int, ...] = ()
@@ -55,6 +57,7 @@ class PipelineModel:
     domain_bandwidth: Mapping[int, float] = field(default_factory=dict)
     wait_seconds: float = WAIT_SECONDS
     source: str = "defaults"
+    share_weights: tuple[float, ...] = ()
 
     @staticmethod
     def from_names(names: Sequence[str], wait_seconds: float = WAIT_SECONDS) -> "PipelineModel":
@@ -78,8 +81,10 @@ class PipelineModel:
             e = catalog.CATALOG.get(getattr(s, "catalog_key", None) or "")
             bw = float(e.mem_bandwidth.value) if e is not None else float(s.mem_bandwidth)
             whole[dm] = max(whole.get(dm, 0.0), bw)
+        weights = tuple(float(getattr(s, "sm_count", None) or 1) for s in specs)
         return PipelineModel(domains, tuple(float(s.mem_bandwidth) for s in specs), whole, wait_seconds,
-                             "device specs (target.devices, datasheet bandwidth per GPU)")
+                             "device specs (target.devices, datasheet bandwidth per GPU, DRAM shared by SM count)",
+                             weights)
 
     def domain_of(self, device: int) -> int:
         return self.domains[device] if self.domains else device
@@ -136,7 +141,8 @@ def program_simulations(pb: Problem, wl: Workload, place: np.ndarray, topology: 
                                      index=program_index(pb, p, prog.dag, cache), timeline=tl)
         mem = None
         if model.device_bandwidth:
-            mem = MemoryShare(launch_bytes(prog.dag), model.device_bandwidth, dict(model.domain_bandwidth))
+            mem = MemoryShare(launch_bytes(prog.dag), model.device_bandwidth, dict(model.domain_bandwidth),
+                              model.share_weights)
         out.append(ProgramSim(prog.name, s, simulate(s, cost, topology, wait_seconds=model.wait_seconds, memory=mem)))
     return out
 
