@@ -262,3 +262,51 @@ def test_spin_queues_the_cycles_asked_or_says_it_cannot(monkeypatch):
     assert torch_cuda.spin(2e-3) and asked == [int(2e-3 * torch_cuda.SPIN_CLOCK_HZ)]
     monkeypatch.delattr(torch.cuda, "_sleep")
     assert torch_cuda.spin(1e-3) is False and len(asked) == 1
+
+
+def _no_wait(sched):
+    """``sched`` with every record and wait dropped (the diagnosis bench's ``no-wait`` mode)."""
+    from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule
+
+    streams = tuple(tuple(s for s in st if not isinstance(s, (WaitStep, RecordStep))) for st in sched.streams)
+    return PipelinedSchedule(sched.devices, sched.micro_batches, streams, sched.placement, sched.domains,
+                             sched.cut_edges, source="no-wait")
+
+
+def test_a_replay_in_another_replays_pools_leaves_that_graph_valid(stand_in_graphs):
+    """The diagnosis bench's sequence: the schedule captured, then a mode captured in its ``last_pools`` and the
+    eager replay run in them, then the first graph replayed again. The second capture must not re-bind a buffer the first graph holds the address of
+    (an extern kernel's fresh output: the stand-in raises StaleReplay; a GPU touches freed memory), and the first
+    graph's outputs must still be right."""
+    from tests.runtime.test_replay import _recorded_programs
+
+    programs = _recorded_programs("llama", 2)
+    runner, calls = max(programs, key=lambda p: len(p[0].program.launches))
+    placement = random_placement(runner.dag, 2, 2001)
+    runner.set_placement(placement)
+    ex = runner.executor
+    ex.set_cuda_graphs(True)
+    sched = _schedule(runner, placement, 2)
+    batches = [list(a) for a, _ in calls[:2]]
+    executed = ex.replay(sched, captured=True)
+    with torch.no_grad():
+        executed.run(batches)
+        executed.run(batches)
+        ex.replay(_no_wait(sched), check=False, captured=True).run(batches, executed.last_pools)
+        ex.replay(sched, captured=False).run(batches, executed.last_pools)  # the eager mode, as the bench's
+        got = executed.run(batches)
+    for k, (g, (_, want)) in enumerate(zip(got, calls)):
+        for j, (gg, ww) in enumerate(zip(g, want)):
+            torch.testing.assert_close(gg, ww, msg=lambda e: f"output {j} of micro-batch {k}: {e}")
+
+
+def test_on_step_names_each_stage_of_the_capturing_call_and_of_each_replay(stand_in_graphs):
+    model, inputs, template, ex, sched = _captured_executor(3, 2)
+    replay = ex.replay(sched)
+    stages = []
+    replay.on_step = lambda stage: stages.append((stage, replay.captures, replay.replays))
+    for call in range(3):
+        _, batches = _batches(template, inputs, 2, seed=call)
+        with torch.no_grad():
+            replay.run(batches)
+    assert stages == [("bind", 0, 0), ("warm-up", 0, 0), ("capture", 1, 0), ("replay", 1, 1), ("replay", 1, 2)]
