@@ -124,11 +124,12 @@ def build(name: str, args) -> tuple[Any, Any, tuple, list, float]:
     return spec, runner, inputs, seen[0], equal
 
 
-def micro_batches(spec, args, template, inputs, n: int, device: str) -> list[list]:
-    """``n`` micro-batches of fresh inputs in the program's input order (weights shared)."""
+def micro_batches(spec, args, template, inputs, n: int, device: str, seed: int = 100) -> list[list]:
+    """``n`` micro-batches of fresh inputs (seeds ``seed``, ``seed + 1``, ...) in the program's input order (weights
+    shared)."""
     out = []
     for k in range(n):
-        fresh = spec.example_inputs(args.size, device=device, seed=100 + k,
+        fresh = spec.example_inputs(args.size, device=device, seed=seed + k,
                                     dtype=torch.float32 if args.size == "tiny" else torch.bfloat16)
         batch = list(template)
         for old, new in zip(inputs, fresh):
