@@ -255,7 +255,7 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
     if "executed" in args.modes:
         replays["executed"] = ex.replay(sched, check=checked, captured=captured)
     for k, v in variants(sched, len(ex.devices)).items():
-        if k.split("-")[0] in args.modes:
+        if ("alone" if k.startswith("alone-") else k) in args.modes:
             replays[k] = ex.replay(v, check=False, captured=captured)
     if "eager" in args.modes:
         replays["eager"] = ex.replay(sched, check=checked, captured=False)
