@@ -26,10 +26,18 @@ are timed in ``--rounds`` interleaved rounds (order reversed every round) of ``-
 Usage (one H200 split in two green-context partitions; about 6 min for the three models)::
 
     python bench/gpu_cut_diagnose.py --out DIR --devices cuda:0@104sm,cuda:0@24sm --layers 8
+    python bench/gpu_cut_diagnose.py --out DIR --model llama --plans tessera,af --modes captured,eager --rounds 1
     python bench/gpu_cut_diagnose.py --out DIR --devices cpu:0,cpu:1 --size tiny --layers 2 --model mlp --rounds 1 \
         --calls 1   # CPU dry run (plumbing only)
 
-Writes ``DIR/cut_diagnose.json`` and ``DIR/cut_diagnose.md`` (rewritten after every plan).
+``--plans`` and ``--modes`` (``executed`` or ``captured``, ``no-wait``, ``alone``, ``eager``) run only some, to
+bisect a failure in a short call. Every step is announced on stdout (``llama/tessera: executed: first call ...``) and
+synchronized after, so the last line before a CUDA error names the plan, mode and stage (bind, warm-up, capture,
+replay) it came from. A CUDA error poisons the process's context: the bench then stops (exit status 1) and says so
+instead of running the later plans and models.
+
+Writes ``DIR/cut_diagnose.json`` and ``DIR/cut_diagnose.md`` (rewritten after every plan) and ``DIR/cut_diagnose.log``
+(every progress line and traceback, flushed as it goes; faulthandler's stack on a crash).
 """
 
 from __future__ import annotations
@@ -53,6 +61,13 @@ PLANS = ("tessera", "af", "random", "homo-L", "homo-R", "request-dist")
 #: largest relative L2 error of a plan's first output against the home placement's, in bf16 (another placement
 #: reorders nothing inside a kernel, so anything above rounding noise is a wrong result)
 TOLERANCE = 1e-2
+
+
+def say(msg: str) -> None:
+    """A progress line on stdout and in the log file (``DIR/cut_diagnose.log``), flushed at once: the last line
+    before a failure names the model, plan, mode and stage it happened in."""
+    print(msg, flush=True)
+    log.info("%s", msg)
 
 
 def _first_tensor(x: Any) -> torch.Tensor | None:
@@ -109,11 +124,12 @@ def build(name: str, args) -> tuple[Any, Any, tuple, list, float]:
     return spec, runner, inputs, seen[0], equal
 
 
-def micro_batches(spec, args, template, inputs, n: int, device: str) -> list[list]:
-    """``n`` micro-batches of fresh inputs in the program's input order (weights shared)."""
+def micro_batches(spec, args, template, inputs, n: int, device: str, seed: int = 100) -> list[list]:
+    """``n`` micro-batches of fresh inputs (seeds ``seed``, ``seed + 1``, ...) in the program's input order (weights
+    shared)."""
     out = []
     for k in range(n):
-        fresh = spec.example_inputs(args.size, device=device, seed=100 + k,
+        fresh = spec.example_inputs(args.size, device=device, seed=seed + k,
                                     dtype=torch.float32 if args.size == "tiny" else torch.bfloat16)
         batch = list(template)
         for old, new in zip(inputs, fresh):
@@ -220,32 +236,64 @@ def variants(sched, devices: int) -> dict[str, Any]:
     return out
 
 
-def time_modes(ex, sched, batches, args, checked: bool, captured: bool) -> tuple[dict, list]:
-    """Median seconds of one replay per mode, modes interleaved in rounds; the host issue time of ``eager``.
-    Returns ``(medians, the executed replay's outputs)``."""
-    replays = {"executed": ex.replay(sched, check=checked, captured=captured)}
-    replays.update({k: ex.replay(v, check=False, captured=captured) for k, v in variants(sched, len(ex.devices)).items()})
-    if args.eager:
+#: the modes ``--modes`` picks from (``captured`` also names ``executed``; ``alone`` is every ``alone-D``)
+MODES = ("executed", "no-wait", "alone", "eager")
+
+
+def is_cuda_error(e: BaseException) -> bool:
+    """Whether ``e`` is a CUDA error that poisons the process's context (every later CUDA call fails)."""
+    accel = getattr(torch, "AcceleratorError", None)
+    return (accel is not None and isinstance(e, accel)) or "CUDA error" in str(e)
+
+
+def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: str) -> tuple[dict, list]:
+    """Median seconds of one replay per mode of ``args.modes``, modes interleaved in rounds; the host issue time of
+    ``eager``. Every step is announced first (``where``: ``model/plan``) and synchronized after, so the last line
+    before a CUDA error names the mode and stage it came from. Returns ``(medians, outputs)``: the executed replay's
+    (the eager one's when ``executed`` is not run)."""
+    replays: dict[str, Any] = {}
+    if "executed" in args.modes:
+        replays["executed"] = ex.replay(sched, check=checked, captured=captured)
+    for k, v in variants(sched, len(ex.devices)).items():
+        if ("alone" if k.startswith("alone-") else k) in args.modes:
+            replays[k] = ex.replay(v, check=False, captured=captured)
+    if "eager" in args.modes:
         replays["eager"] = ex.replay(sched, check=checked, captured=False)
     names = list(replays)
+    on_cuda = ex.devices[0].torch_device.type == "cuda"
+    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
+    for r, rep in replays.items():
+        if hasattr(rep, "on_step"):
+            rep.on_step = lambda stage, r=r: (sync(), say(f"{where}: {r}: {stage} done"))
     times: dict[str, list[float]] = {k: [] for k in names}
     issue: list[float] = []
-    sync = (lambda: torch.cuda.synchronize()) if ex.devices[0].torch_device.type == "cuda" else (lambda: None)
+    base = names[0]
     with torch.no_grad():
-        got = replays["executed"].run(batches)  # captures (the first call: warm-up, then the capture)
-        got = replays["executed"].run(batches)  # a replay of the graph
-        pools = replays["executed"].last_pools  # every mode runs in these: each buffer exists and holds real values
+        say(f"{where}: {base}: first call ({'bind, warm-up, capture' if hasattr(replays[base], 'on_step') else 'eager'})")
+        got = replays[base].run(batches)
+        sync()
+        say(f"{where}: {base}: second call")
+        got = replays[base].run(batches)
+        sync()
+        pools = replays[base].last_pools  # every mode runs in these: each buffer exists and holds real values
         for r in names[1:]:
+            say(f"{where}: {r}: first call in {base}'s pools")
             replays[r].run(batches, pools)  # warm-up / capture
+            sync()
+        for rep in replays.values():  # the timed calls: no synchronizing hook inside the timings
+            if hasattr(rep, "on_step"):
+                rep.on_step = None
         for rnd in range(args.rounds):
             for r in (names if rnd % 2 == 0 else names[::-1]):
+                say(f"{where}: {r}: round {rnd}, {args.calls} timed calls")
                 for _ in range(args.calls):
                     sync()
                     t0 = time.perf_counter()
-                    replays[r].run(batches, None if r == "executed" else pools)
+                    replays[r].run(batches, None if r == base else pools)
                     times[r].append(time.perf_counter() - t0)
                     if r == "eager":
                         issue.append(replays[r].last_issue_seconds)
+                sync()
     med = {k: statistics.median(v) for k, v in times.items()}
     if issue:
         med["eager-host-issue"] = statistics.median(issue)
@@ -268,32 +316,48 @@ def simulated(sched, runner, costs, topo, host) -> float:
 
 
 def split(med: dict, devices: int, cuts: int, m: int) -> dict[str, float | None]:
-    """The lost time, per step and per cut edge: ``executed - max(alone)`` and the no-wait share of it."""
-    alone = max((med[f"alone-{d}"] for d in range(devices) if f"alone-{d}" in med), default=0.0)
-    lost = med["executed"] - alone
-    waits = med["executed"] - med["no-wait"]
+    """The lost time, per step and per cut edge: ``executed - max(alone)`` and the no-wait share of it (None where
+    ``--modes`` left a mode out)."""
+    alones = [med[f"alone-{d}"] for d in range(devices) if f"alone-{d}" in med]
+    alone = max(alones) if alones else None
+    ex, nw = med.get("executed"), med.get("no-wait")
+    lost = ex - alone if ex is not None and alone is not None else None
+    waits = ex - nw if ex is not None and nw is not None else None
     per = cuts * m
     return {"alone_max_s": alone, "lost_s": lost, "waits_s": waits,
-            "per_cut_edge_us": lost / per * 1e6 if per else None, "waits_per_cut_edge_us": waits / per * 1e6 if per else None}
+            "per_cut_edge_us": lost / per * 1e6 if per and lost is not None else None,
+            "waits_per_cut_edge_us": waits / per * 1e6 if per and waits is not None else None}
+
+
+class Poisoned(RuntimeError):
+    """A CUDA error left this process's context unusable: nothing more can run in it."""
 
 
 def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
-    """Every plan of ``name`` into ``res["models"][name]`` (written out after each plan)."""
+    """Every plan of ``name`` into ``res["models"][name]`` (written out after each plan).
+
+    Raises:
+        Poisoned: a plan hit a CUDA error (the later plans and models cannot run in this process).
+    """
     from torch_tessera.target.links import build_topology
 
     t0 = time.perf_counter()
+    say(f"{name}: build (compile, home placement against eager)")
     spec, runner, inputs, template, home_error = build(name, args)
     device = "cuda" if args.devices.startswith("cuda") else "cpu"
     batches = micro_batches(spec, args, template, inputs, args.micro_batches, device)
+    say(f"{name}: per-launch costs")
     costs = launch_costs(runner, batches[0])
     topo = build_topology([d.spec for d in runner.devices])
     on_gpu = all(d.torch_device.type == "cuda" for d in runner.devices)
     out = res["models"][name] = {"launches": len(runner.program.launches), "home_rel_error": home_error,
                                  "cost_source": costs.source, "replay": "captured" if on_gpu else "eager (CPU)",
                                  "build_s": time.perf_counter() - t0, "plans": {}}
+    say(f"{name}: home placement, reference outputs")
     runner.set_placement({i: 0 for i in sorted(runner.dag.graph.nodes)})
     with torch.no_grad():
         want = [[o.clone() if isinstance(o, torch.Tensor) else o for o in runner.executor.run(list(b))] for b in batches]
+    say(f"{name}: plans {args.plans}")
     chosen = plans(runner, costs, topo, args.plans)
     for plan_name, p in chosen.items():
         if time.perf_counter() > deadline:
@@ -304,18 +368,22 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
             continue
         try:
             out["plans"][plan_name] = run_plan(plan_name, p["placement"], runner, batches, want, costs, topo, args,
-                                               on_gpu)
+                                               on_gpu, f"{name}/{plan_name}")
         except Exception as e:  # noqa: BLE001 - one plan failing is reported, the others still run
             log.exception("plan %s of %s failed", plan_name, name)
             out["plans"][plan_name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+            if on_gpu and is_cuda_error(e):
+                write(res, args.out)
+                raise Poisoned(f"{name}/{plan_name}: {out['plans'][plan_name]['error']}") from e
         write(res, args.out)
         gc.collect()  # the executor and its replays refer to each other: free the captured graphs' memory now
         if on_gpu:
+            torch.cuda.synchronize()
             torch.cuda.empty_cache()
     out["seconds"] = time.perf_counter() - t0
 
 
-def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_gpu) -> dict:
+def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_gpu, where) -> dict:
     from torch_tessera.scheduler.modulo import build_pipelined_schedule
 
     runner.set_placement(placement)
@@ -328,7 +396,8 @@ def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_
     else:
         sched, checked = build_pipelined_schedule(runner.dag, placement, M, costs=costs, topology=topo,
                                                   domains=ex.domains, devices=len(ex.devices)), True
-    med, got = time_modes(ex, sched, batches, args, checked, on_gpu)
+    say(f"{where}: schedule of {M} micro-batches: {len(sched.cut_edges)} cut edges, {sched.num_waits} waits")
+    med, got = time_modes(ex, sched, batches, args, checked, on_gpu, where)
     err = max(rel_error(g, w) for g, w in zip(got, want))
     ok = err <= (TOLERANCE if args.size == "full" else 1e-4)
     cuts = len(sched.cut_edges)
@@ -341,15 +410,14 @@ def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_
             row[key] = simulated(sched, runner, costs, topo, host)
         except Exception as e:  # noqa: BLE001 - the prediction is context, not the measurement
             row[key + "_error"] = str(e)[:200]
-    if "simulated_s" in row:
+    if "simulated_s" in row and "executed" in med:
         row["executed_over_simulated"] = med["executed"] / row["simulated_s"]
     if "eager" in med and "eager_simulated_s" in row:
         row["eager_over_simulated"] = med["eager"] / row["eager_simulated_s"]
     per = row["split"]["per_cut_edge_us"]
-    print(f"{plan_name}: {cuts} cut edges, step {med['executed'] * 1e3:.3f} ms (simulated "
-          f"{row.get('simulated_s', float('nan')) * 1e3:.3f}), lost {row['split']['lost_s'] * 1e3:.3f} ms"
-          f"{f', {per:.1f} us per cut edge' if per is not None else ''}; eager {med.get('eager', float('nan')) * 1e3:.3f}"
-          f" ms; results {'ok' if ok else 'WRONG'}", flush=True)
+    say(f"{where}: {cuts} cut edges, step {_ms(med.get('executed'))} ms (simulated {_ms(row.get('simulated_s'))}), "
+        f"lost {_ms(row['split']['lost_s'])} ms{f', {per:.1f} us per cut edge' if per is not None else ''}; eager "
+        f"{_ms(med.get('eager'))} ms (simulated {_ms(row.get('eager_simulated_s'))}); results {'ok' if ok else 'WRONG'}")
     return row
 
 
@@ -361,10 +429,14 @@ def markdown(res: dict) -> str:
     lines = [f"# Cut cost with the captured schedule: {res['layers']} layers on {res['devices']}", "",
              f"{res['micro_batches']} micro-batches per step; torch {res['torch']}; {res['rounds']} rounds x "
              f"{res['calls']} calls per mode. Modes and definitions: bench/gpu_cut_diagnose.py.", ""]
+    if "stopped" in res:
+        lines += [f"**Stopped: {res['stopped']}.**", ""]
     for name, m in res["models"].items():
         if "error" in m:
             lines += [f"## {name}", "", f"failed: {m['error']}", ""]
             continue
+        if "stopped" in m:
+            lines += [f"**{name} stopped {m['stopped']}** (traceback: cut_diagnose.log)", ""]
         lines += [f"## {name} ({m['launches']} launches; replay {m['replay']}; home placement against eager: "
                   f"relative error {m['home_rel_error']:.2e}; costs: {m['cost_source']})", "",
                   "| plan | cut edges | waits | executed ms | simulated ms | executed / simulated | alone max ms | "
@@ -379,7 +451,7 @@ def markdown(res: dict) -> str:
             ratio = f"{r['executed_over_simulated']:.3f}" if "executed_over_simulated" in r else "-"
             per = "-" if x["per_cut_edge_us"] is None else f"{x['per_cut_edge_us']:.1f}"
             wper = "-" if x["waits_per_cut_edge_us"] is None else f"{x['waits_per_cut_edge_us']:.1f}"
-            lines.append(f"| {plan_name} | {r['cut_edges']} | {r['waits']} | {_ms(s['executed'])} | "
+            lines.append(f"| {plan_name} | {r['cut_edges']} | {r['waits']} | {_ms(s.get('executed'))} | "
                          f"{_ms(r.get('simulated_s'))} | {ratio} | {_ms(x['alone_max_s'])} | {per} | {wper} | "
                          f"{_ms(s.get('eager'))} | {_ms(r.get('eager_simulated_s'))} | {_ms(s.get('eager-host-issue'))} "
                          f"| {r['correct']} |")
@@ -392,11 +464,34 @@ def write(res: dict, out: Path) -> None:
     (out / "cut_diagnose.md").write_text(markdown(res))
 
 
-def main(argv=None) -> int:
+def setup_log(out: Path) -> Path:
+    """Everything logged (every traceback, each progress line) into ``out/cut_diagnose.log``, flushed per record;
+    faulthandler writes a crash's Python stack there too."""
+    import faulthandler
+
+    path = out / "cut_diagnose.log"
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.DEBUG)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    stderr = logging.StreamHandler()
+    stderr.setLevel(logging.WARNING)  # progress goes to stdout through say(); warnings and tracebacks here
+    stderr.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(stderr)
+    root.setLevel(logging.INFO)
+    faulthandler.enable(file=handler.stream, all_threads=True)
+    return path
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, type=Path, help="directory for cut_diagnose.json / .md")
+    ap.add_argument("--out", required=True, type=Path, help="directory for cut_diagnose.json / .md / .log")
     ap.add_argument("--model", default="llama,mamba,dit", help="comma-separated registry models")
     ap.add_argument("--plans", default=",".join(PLANS), help=f"comma-separated, of {PLANS}")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help=f"comma-separated, of {MODES} ('captured' = executed; 'alone' = every alone-D); no-wait "
+                         "and alone run in the executed replay's buffers, so they bring executed with them")
     ap.add_argument("--size", default="full", choices=("tiny", "full"))
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--devices", default="cuda:0@104sm,cuda:0@24sm")
@@ -405,32 +500,75 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=5, help="replays timed per mode per round")
     ap.add_argument("--no-eager", dest="eager", action="store_false", help="skip the eager (host-issued) replay")
     ap.add_argument("--budget-s", type=float, default=330.0, help="skip the plans left after this many seconds")
+    ap.add_argument("--launch-blocking", action="store_true",
+                    help="CUDA_LAUNCH_BLOCKING=1 (set before CUDA starts): an eager kernel's error is raised at its "
+                         "launch; slow, for bisecting only")
     args = ap.parse_args(argv)
+    if args.launch_blocking:
+        import os
+
+        os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
     args.plans = [p for p in args.plans.split(",") if p]
     bad = sorted(set(args.plans) - set(PLANS))
     if bad:
         ap.error(f"unknown plans {bad}: use {PLANS}")
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    modes = ["executed" if m == "captured" else m for m in args.modes.split(",") if m]
+    bad = sorted(set(modes) - set(MODES))
+    if bad:
+        ap.error(f"unknown modes {bad}: use {MODES} (or captured)")
+    if not args.eager:
+        modes = [m for m in modes if m != "eager"]
+    if not modes:
+        ap.error("--modes (with --no-eager) leaves no mode to run")
+    if {"no-wait", "alone"} & set(modes) and "executed" not in modes:
+        modes.insert(0, "executed")
+    args.modes = [m for m in MODES if m in modes]
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    log_path = setup_log(args.out)
     t0 = time.perf_counter()
     deadline = t0 + args.budget_s
     res = {"layers": args.layers, "devices": args.devices, "micro_batches": args.micro_batches, "rounds": args.rounds,
-           "calls": args.calls, "torch": torch.__version__, "models": {}}
-    for name in [m for m in args.model.split(",") if m]:
+           "calls": args.calls, "torch": torch.__version__, "plans": args.plans, "modes": args.modes, "models": {}}
+    say(f"gpu_cut_diagnose: models {args.model}, plans {args.plans}, modes {args.modes}; log {log_path}")
+    names = [m for m in args.model.split(",") if m]
+    for i, name in enumerate(names):
         if time.perf_counter() > deadline:
             res["models"][name] = {"error": "skipped: --budget-s spent"}
             continue
-        print(f"== {name}", flush=True)
+        say(f"== {name}")
         try:
             diagnose_model(name, args, res, deadline)
+        except Poisoned as e:
+            res["models"][name]["stopped"] = f"after a CUDA error in {e}"
+            _stop(res, names[i + 1:], str(e), args)
+            return 1
         except Exception as e:  # noqa: BLE001 - one model failing (e.g. diffusers missing) leaves the others
             log.exception("model %s failed", name)
             res["models"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+            if args.devices.startswith("cuda") and is_cuda_error(e):
+                _stop(res, names[i + 1:], f"{name} (outside a plan): {res['models'][name]['error']}", args)
+                return 1
         write(res, args.out)
     res["seconds_total"] = time.perf_counter() - t0
     write(res, args.out)
     print(markdown(res))
     return 0
+
+
+def _stop(res: dict, left: list[str], what: str, args) -> None:
+    """After a CUDA error: the context is poisoned, so the models left are not run; say so everywhere."""
+    for name in left:
+        res["models"][name] = {"error": "not run: an earlier CUDA error poisoned this process's context"}
+    res["stopped"] = f"CUDA error in {what}; the models after it were not run (the CUDA context is unusable)"
+    write(res, args.out)
+    say(f"STOPPED: {res['stopped']}. The traceback is in {args.out / 'cut_diagnose.log'}; rerun the models left "
+        f"({','.join(left) or 'none'}) in a fresh process")
+    print(markdown(res))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """An explicit pipelined schedule captured as ONE CUDA graph (runtime/captured.py), on CPU virtual devices with the
 pointer-faithful stand-in graph (tests/runtime/graph_stand_in.py): the capture issues exactly the schedule's steps in
 the replay's host order, each wait on the event its record step recorded, and replays of the graph compute what eager
-PyTorch computes for fresh inputs, for random placements and micro-batch counts.
+PyTorch computes for fresh inputs, for random placements and micro-batch counts. With ``TESSERA_TEST_DEVICE=cuda`` the
+stand-in tests skip and the real capture runs instead, on ``TESSERA_TEST_CUDA_PAIR`` (default two green-context
+partitions of cuda:0, ``cuda:0@104sm,cuda:0@24sm``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import torch
 
 from tests.conftest import TEST_DEVICE
 from tests.runtime.graph_stand_in import stand_in_graphs  # noqa: F401 - pytest fixture
-from tests.runtime.test_replay import _batches, _mlp_runner, _schedule
+
+if TEST_DEVICE == "cpu":  # test_replay's helpers build CPU virtual devices (that module skips itself elsewhere)
+    from tests.runtime.test_replay import _batches, _mlp_runner, _schedule
 from torch_tessera.errors import TesseraError, TesseraFallbackWarning
 from torch_tessera.runtime import graphs as graphs_mod
 from torch_tessera.runtime.captured import CapturedReplay
@@ -24,7 +28,7 @@ from torch_tessera.scheduler.issue import issue_order
 from torch_tessera.scheduler.pipeline_schedule import RecordStep, RunStep, TransferStep, WaitStep
 from torch_tessera.target import devices as devices_mod
 
-pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the stand-in graph replaces CUDA graphs on CPU only")
+cpu_only = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the stand-in graph replaces CUDA graphs on CPU only")
 
 
 class _Event:
@@ -68,6 +72,7 @@ def _captured_executor(seed, m):
     return model, inputs, template, ex, _schedule(runner, placement, m)
 
 
+@cpu_only
 def test_capture_issues_the_schedule_in_replay_order_with_its_waits(stand_in_graphs, monkeypatch):
     log: list = []
     made = []
@@ -106,6 +111,7 @@ def test_capture_issues_the_schedule_in_replay_order_with_its_waits(stand_in_gra
     assert len(recorded) == len(sched.steps(RecordStep))
 
 
+@cpu_only
 def test_graph_replays_equal_eager_for_fresh_inputs(stand_in_graphs):
     model, inputs, template, ex, sched = _captured_executor(3, 2)
     replay = ex.replay(sched)
@@ -123,6 +129,7 @@ def test_graph_replays_equal_eager_for_fresh_inputs(stand_in_graphs):
                                       for m in range(2)]
 
 
+@cpu_only
 def test_random_placements_and_micro_batches_equal_eager(stand_in_graphs):
     rng = random.Random(7)
     for seed in range(6):
@@ -137,6 +144,7 @@ def test_random_placements_and_micro_batches_equal_eager(stand_in_graphs):
         assert ex.replay(sched).replays == 1
 
 
+@cpu_only
 def test_eager_replay_without_graphs_and_a_clear_error_on_cpu():
     model, inputs, runner, template = _mlp_runner()
     placement = random_placement(runner.dag, 2, 3)
@@ -148,6 +156,7 @@ def test_eager_replay_without_graphs_and_a_clear_error_on_cpu():
         ex.replay(sched, captured=True)
 
 
+@cpu_only
 def test_a_refused_capture_warns_and_falls_back_to_the_eager_replay(stand_in_graphs, monkeypatch):
     model, inputs, template, ex, sched = _captured_executor(3, 2)
 
@@ -169,6 +178,7 @@ def test_a_refused_capture_warns_and_falls_back_to_the_eager_replay(stand_in_gra
     assert any(issubclass(w.category, TesseraFallbackWarning) and "step by step" in str(w.message) for w in caught)
 
 
+@cpu_only
 def test_moved_weights_are_captured_again(stand_in_graphs):
     model, inputs, template, ex, sched = _captured_executor(3, 2)
     replay = ex.replay(sched)
@@ -187,6 +197,7 @@ def test_moved_weights_are_captured_again(stand_in_graphs):
         torch.testing.assert_close(g[0], model(*x))
 
 
+@cpu_only
 def test_capture_transfer_is_one_copy_on_the_given_stream(monkeypatch):
     """graphs.capture_transfer: the byte range of the copy step, from the producer's pool into the consumer's."""
     from types import SimpleNamespace
@@ -208,6 +219,7 @@ def test_capture_transfer_is_one_copy_on_the_given_stream(monkeypatch):
     assert pools[1].storages["b"].tolist() == [0] * 4 + list(range(4, 9)) + [0] * 7
 
 
+@cpu_only
 @pytest.mark.parametrize("name", ["llama"])
 def test_a_registry_model_equals_eager_through_the_captured_graph(stand_in_graphs, name):
     """A registry model (tiny): random placements, each with a random micro-batch count in 1..3; every program's
@@ -235,6 +247,7 @@ def test_a_registry_model_equals_eager_through_the_captured_graph(stand_in_graph
             assert ex.replay(sched).replays == 1
 
 
+@cpu_only
 def test_a_replay_that_never_completes_raises_transfer_timeout(stand_in_graphs, monkeypatch):
     from torch_tessera.errors import TransferTimeout
     from torch_tessera.runtime import realize
@@ -252,6 +265,7 @@ def test_a_replay_that_never_completes_raises_transfer_timeout(stand_in_graphs, 
             ex.run_pipelined(batches, schedule=sched)
 
 
+@cpu_only
 def test_spin_queues_the_cycles_asked_or_says_it_cannot(monkeypatch):
     """compat.torch_cuda.spin (the diagnosis bench queues its timed launches behind it): seconds become clock cycles
     at SPIN_CLOCK_HZ; a torch without ``torch.cuda._sleep`` gets False and nothing queued."""
@@ -262,3 +276,100 @@ def test_spin_queues_the_cycles_asked_or_says_it_cannot(monkeypatch):
     assert torch_cuda.spin(2e-3) and asked == [int(2e-3 * torch_cuda.SPIN_CLOCK_HZ)]
     monkeypatch.delattr(torch.cuda, "_sleep")
     assert torch_cuda.spin(1e-3) is False and len(asked) == 1
+
+
+def _no_wait(sched):
+    """``sched`` with every record and wait dropped (the diagnosis bench's ``no-wait`` mode)."""
+    from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule
+
+    streams = tuple(tuple(s for s in st if not isinstance(s, (WaitStep, RecordStep))) for st in sched.streams)
+    return PipelinedSchedule(sched.devices, sched.micro_batches, streams, sched.placement, sched.domains,
+                             sched.cut_edges, source="no-wait")
+
+
+@cpu_only
+def test_a_replay_in_another_replays_pools_leaves_that_graph_valid(stand_in_graphs):
+    """The diagnosis bench's sequence: the schedule captured, then a mode captured in its ``last_pools`` and the
+    eager replay run in them, then the first graph replayed again. The second capture must not re-bind a buffer the first graph holds the address of
+    (an extern kernel's fresh output: the stand-in raises StaleReplay; a GPU touches freed memory), and the first
+    graph's outputs must still be right."""
+    from tests.runtime.test_replay import _recorded_programs
+
+    programs = _recorded_programs("llama", 2)
+    runner, calls = max(programs, key=lambda p: len(p[0].program.launches))
+    placement = random_placement(runner.dag, 2, 2001)
+    runner.set_placement(placement)
+    ex = runner.executor
+    ex.set_cuda_graphs(True)
+    sched = _schedule(runner, placement, 2)
+    batches = [list(a) for a, _ in calls[:2]]
+    executed = ex.replay(sched, captured=True)
+    with torch.no_grad():
+        executed.run(batches)
+        executed.run(batches)
+        ex.replay(_no_wait(sched), check=False, captured=True).run(batches, executed.last_pools)
+        ex.replay(sched, captured=False).run(batches, executed.last_pools)  # the eager mode, as the bench's
+        got = executed.run(batches)
+    for k, (g, (_, want)) in enumerate(zip(got, calls)):
+        for j, (gg, ww) in enumerate(zip(g, want)):
+            torch.testing.assert_close(gg, ww, msg=lambda e: f"output {j} of micro-batch {k}: {e}")
+
+
+@cpu_only
+def test_on_step_names_each_stage_of_the_capturing_call_and_of_each_replay(stand_in_graphs):
+    model, inputs, template, ex, sched = _captured_executor(3, 2)
+    replay = ex.replay(sched)
+    stages = []
+    replay.on_step = lambda stage: stages.append((stage, replay.captures, replay.replays))
+    for call in range(3):
+        _, batches = _batches(template, inputs, 2, seed=call)
+        with torch.no_grad():
+            replay.run(batches)
+    assert stages == [("bind", 0, 0), ("warm-up", 0, 0), ("capture", 1, 0), ("replay", 1, 1), ("replay", 1, 2)]
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="a real CUDA graph capture")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_real_capture_on_two_partitions_equals_eager(seed):
+    """The real thing: an MLP compiled on two CUDA devices, a random placement, 2 micro-batches; the capturing call
+    and three graph replays with fresh inputs equal eager PyTorch, with one capture, no fallback; synchronized after
+    every call (a CUDA error surfaces in the call that caused it)."""
+    import os
+
+    from tests.conftest import RecordingBackend
+    from torch_tessera.models import MLP
+    from torch_tessera.scheduler.modulo import build_pipelined_schedule
+
+    torch.manual_seed(0)
+    model = MLP(32, 64).cuda().eval()
+    x0 = torch.randn(8, 32, device="cuda")
+    torch._dynamo.reset()
+    backend = RecordingBackend(devices=os.environ.get("TESSERA_TEST_CUDA_PAIR", "cuda:0@104sm,cuda:0@24sm"),
+                               policy="home")
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    with torch.no_grad():
+        compiled(x0)
+    runner = max(backend.executors, key=lambda r: len(r.program.launches))
+    seen: list = []
+    run = runner.executor.run
+    runner.executor.run = lambda a: (seen.append(list(a)), run(a))[1]
+    with torch.no_grad():
+        compiled(x0)
+    del runner.executor.run
+    template = seen[0]
+    placement = random_placement(runner.dag, 2, seed)
+    runner.set_placement(placement)
+    ex = runner.executor
+    sched = build_pipelined_schedule(runner.dag, placement, 2, domains=ex.domains, devices=len(ex.devices))
+    replay = ex.replay(sched, captured=True)
+    assert isinstance(replay, CapturedReplay)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    for call in range(4):
+        xs = [torch.randn(8, 32, device="cuda", generator=gen) for _ in range(2)]
+        batches = [[x if a is x0 else a for a in template] for x in xs]
+        with torch.no_grad():
+            got = replay.run(batches)
+            torch.cuda.synchronize()
+            for k, (x, g) in enumerate(zip(xs, got)):
+                torch.testing.assert_close(g[0], model(x), msg=lambda e: f"call {call}, micro-batch {k}: {e}")
+    assert (replay.captures, replay.replays, replay.fallback) == (1, 3, False)

@@ -35,13 +35,13 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from torch_tessera.lowering.program import TensorArg
 from torch_tessera.runtime import graphs
-from torch_tessera.runtime.executor import BufferPool
+from torch_tessera.runtime.executor import BufferPool, borrow_pools
 from torch_tessera.runtime.realize import CallContext, ExecItem, Machine, Runner, report_transfers, run_schedule, \
     wait_replay
 from torch_tessera.runtime.replay import RecordRunner, ReplayContext, RunRunner, ScheduleReplay, WaitRunner
@@ -116,6 +116,9 @@ class CapturedReplay:
         last_issue_seconds: host seconds the last call took to issue its work (without the final wait).
         last_pools: each micro-batch's pools of the captured graph.
         fallback: the capture failed; calls replay the schedule step by step.
+        on_step: None, or called as ``on_step(stage)`` after each stage of a call (``"bind"``: static pools made;
+            ``"warm-up"``: the eager replay in them done; ``"capture"``; ``"replay"``: a graph replay waited for),
+            never inside the capture: a diagnosis may synchronize there to learn which stage a CUDA error came from.
     """
 
     def __init__(self, replay: ScheduleReplay) -> None:
@@ -140,6 +143,7 @@ class CapturedReplay:
         self.last_issue_seconds = 0.0
         self.last_pools: list | None = None
         self.fallback = False
+        self.on_step: Callable[[str], None] | None = None
         self._per_call: tuple = (0, Counter(), Counter())  # launches, transfers, bytes one call adds to the counters
         self._edges: list[int] = []
 
@@ -149,8 +153,11 @@ class CapturedReplay:
         Args:
             batches: one input list per micro-batch, as for the executor's ``run``.
             pools: capture in these pools (another replay's ``last_pools``: every buffer exists and holds that run's
-                values) instead of static pools of its own; the inputs are then read where those pools bind them,
-                and a later call's inputs are not copied in. For diagnosis modes that drop steps.
+                values) instead of static pools of its own, borrowed
+                (:func:`~torch_tessera.runtime.executor.borrow_pools`: the warm-up and the capture re-bind extern
+                kernels' fresh outputs in this replay's own pools, never in the lender's, whose graph holds those
+                addresses); the inputs are then read where those pools bind them, and a later call's inputs are not
+                copied in. For diagnosis modes that drop steps.
 
         Returns:
             the outputs of each micro-batch, in order (clones: later calls do not overwrite them).
@@ -202,7 +209,12 @@ class CapturedReplay:
         ex.cut_edges_per_batch = list(self._edges)
         ex.cut_edges_transferred = sum(self._edges)
         wait_replay(ex.machine, self.copies, done, ex.timeout_s)
+        self._stage("replay")
         return outs
+
+    def _stage(self, name: str) -> None:
+        if self.on_step is not None:
+            self.on_step(name)
 
     def _join_callers(self, main: Any) -> None:
         """``main`` waits for the callers' current stream on every GPU the executor uses (inputs, state in flight)."""
@@ -223,7 +235,7 @@ class CapturedReplay:
         """Static pools per micro-batch (or the given ones), with weights and state bound, INPUTs copied in."""
         ex = self.executor
         if pools is not None:
-            return [Slot(list(p), [], []) for p in pools]
+            return [Slot(borrow_pools(p), [], []) for p in pools]  # the lender's graph keeps its bindings
         out = []
         for batch in group:
             p = ex.make_pools()
@@ -255,6 +267,7 @@ class CapturedReplay:
         self.slots = self._slots(group, pools)
         self.last_pools = [s.pools for s in self.slots]
         self._synchronize()  # the static inputs and placed weights have landed before other streams read them
+        self._stage("bind")
         warm = [s if c else None for s, c in zip(self.streams, m.is_cuda)]
         counters = m.counters
         before = (counters.launches, Counter(counters.transfers), Counter(counters.bytes_moved))
@@ -277,6 +290,7 @@ class CapturedReplay:
         ex.cut_edges_per_batch = list(self._edges)
         ex.cut_edges_transferred = sum(self._edges)
         self._synchronize()
+        self._stage("warm-up")
         self.captured_steps = []
         cap = [CallContext(s.pools, self.streams, batch=first + k, trace=self.captured_steps)
                for k, s in enumerate(self.slots)]
@@ -297,6 +311,7 @@ class CapturedReplay:
             return outs
         self.graph, self.keep_alive = got
         self.captures += 1
+        self._stage("capture")
         log.info("captured the %s schedule as one CUDA graph: %d micro-batches, %d steps, %d waits, %d copies",
                  self.schedule.source, self.schedule.micro_batches, len(self.items), self.schedule.num_waits,
                  len(self.copies))

@@ -55,6 +55,13 @@ class BufferPool:
     def __contains__(self, name: str) -> bool:
         return name in self.storages
 
+    def borrow(self) -> "BufferPool":
+        """A new pool over the same storages: binding, allocating or freeing a buffer in it leaves this pool's
+        bindings as they are (a CUDA graph captured in this pool keeps the addresses it holds bound and alive)."""
+        out = BufferPool(self.device)
+        out.storages = dict(self.storages)
+        return out
+
     def view(self, arg: TensorArg) -> torch.Tensor:
         """The strided view ``arg`` describes, over this pool's storage for ``arg.buffer``."""
         key = (arg.buffer, arg.dtype)
@@ -70,6 +77,13 @@ class BufferPool:
             self._typed[key] = typed
         # as_strided's offset is absolute in the storage: add where this pool's view of the buffer starts
         return torch.as_strided(typed, arg.size, arg.stride, typed.storage_offset() + arg.offset)
+
+
+def borrow_pools(pools: Sequence[BufferPool]) -> list[BufferPool]:
+    """:meth:`BufferPool.borrow` of each pool in ``pools``, a pool shared by several devices (one memory domain) still
+    shared by them in the result."""
+    made: dict[int, BufferPool] = {}
+    return [made.setdefault(id(p), p.borrow()) for p in pools]
 
 
 def bind_input(pool: BufferPool, spec: TensorArg, value: Any, index: int) -> None:

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import torch
 
 from torch_tessera.errors import TesseraError, TransferTimeout
+from torch_tessera.runtime.executor import borrow_pools
 from torch_tessera.runtime.pipelining import check_shared_weights, plan_waves
 from torch_tessera.runtime import realize
 from torch_tessera.runtime.realize import (
@@ -239,8 +240,10 @@ class ScheduleReplay:
         Args:
             batches: one input list per micro-batch, as for the executor's ``run``.
             pools: for one replay, each micro-batch's pools to run in (another replay's :attr:`last_pools`: every
-                buffer exists and holds that run's values) instead of fresh ones. For diagnosis modes that drop
-                steps, whose launches then read real data.
+                buffer exists and holds that run's values) instead of fresh ones, borrowed
+                (:func:`~torch_tessera.runtime.executor.borrow_pools`: what this replay binds or allocates stays in
+                its own pools, so a graph captured in the lender's keeps every address it holds). For diagnosis modes
+                that drop steps, whose launches then read real data.
 
         Returns:
             the outputs of each micro-batch, in order, equal to what the executor's ``run`` returns for its inputs.
@@ -285,6 +288,8 @@ class ScheduleReplay:
             ex.bind_call(group[0])  # weights and static inputs placed once, before any micro-batch reads them
         if pools is None:
             pools = [ex.bind_call(b, place=False) for b in group]
+        else:  # borrowed: re-binding an extern kernel's fresh output here leaves the lender's (a graph's) bound
+            pools = [borrow_pools(p) for p in pools]
         flights = [CallContext(p, ex.streams, batch=first + k, trace=ex.trace) for k, p in enumerate(pools)]
         self.last_pools = [f.pools for f in flights]
         for f in flights:
