@@ -153,6 +153,8 @@ def test_a_launch_failing_while_measured_plans_with_the_model_after_a_warning(tm
                       r"options=\{'costs': 'model'\}"):
         report = _compile_and_check("measured")
     assert report.costs.startswith("model (measuring failed: OutOfMemoryError") and report.launches_timed == 0
+    assert "costs from the model (measuring failed: OutOfMemoryError" in report.line(), report.line()
+    assert "; roofline model" in report.line(), report.line()
 
 
 def test_measured_costs_log_counts_and_say_which_device_shares_times(tmp_path, monkeypatch, caplog):

@@ -12,8 +12,8 @@ import torch
 from torch_tessera.backend.checks import check_compilable, in_user_terms
 from torch_tessera.backend.config import TesseraConfig
 from torch_tessera.backend.costs import choose_costs, plan_source, resolve_costs, with_costs_note
-from torch_tessera.backend.explain import (GraphRecord, abandon_record, add_executor, close_record, explain,
-                                           open_record)
+from torch_tessera.backend.explain import (NO_PLAN_ONE_DEVICE, GraphRecord, abandon_record, add_executor,
+                                           close_record, explain, open_record)
 from torch_tessera.errors import ConfigError, InfeasiblePlanError, LoweringError, TesseraFallbackWarning, warn_user
 
 log = logging.getLogger("torch_tessera.backend")
@@ -93,6 +93,10 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Te
         if config.devices or graphs:
             executor: Any = _placed_runner(captured, config, graphs, record)
         else:
+            if config.costs == "measured":
+                log.info("costs: option costs='measured' but option devices is not set: the program runs on one "
+                         "device (%s), nothing is placed, so nothing is measured", captured.program.device)
+                record.costs = NO_PLAN_ONE_DEVICE
             executor = ProgramExecutor(captured.program, captured.kernel_objects)
         executors.append(executor)
         add_executor(record, executor)

@@ -20,6 +20,9 @@ from torch_tessera.errors import TesseraRecompileWarning, warn_user
 #: Compiles of one function after which :class:`TesseraRecompileWarning` is issued (once per function).
 RECOMPILE_WARN_AFTER = 4
 
+#: explain's costs for a graph that runs on one device (option ``devices`` not set): nothing is placed or measured.
+NO_PLAN_ONE_DEVICE = "no plan: one device"
+
 _lock = threading.Lock()
 _records: list["GraphRecord"] = []
 
@@ -116,10 +119,22 @@ class GraphReport:
         if self.backend != "tessera":
             return f"graph {self.graph}: fallback to Inductor ({self.reason})"
         where = ", ".join(f"{d} {n}" for d, n in self.launches.items()) or "no launches"
-        step = "-" if self.predicted_step_s is None else f"{self.predicted_step_s * 1e6:.1f} us"
+        step = "-" if self.predicted_step_s is None else f"{self.predicted_step_s * 1e3:.3f} ms"
         return (f"graph {self.graph}: tessera, {self.programs} program(s), launches {where}, {self.cut_edges} cut "
-                f"edge(s), predicted step {step}, costs {self.costs or '- (no plan)'}, "
+                f"edge(s), predicted step {step}, costs {self._costs_text()}, "
                 f"plan {self.plan_source or '-'}, cuda_graphs {self.cuda_graphs}")
+
+    def _costs_text(self) -> str:
+        """``costs`` for :meth:`line`: ``"from the model (roofline model ...)"``, ``"measured on ..."``, or why
+        there is no plan."""
+        if self.costs is None:
+            return NO_PLAN_ONE_DEVICE if len(self.launches) <= 1 and self.predicted_step_s is None else "- (no plan)"
+        if self.costs.startswith("model: "):
+            return f"from the model ({self.costs[len('model: '):]})"
+        end = self.costs.rfind("): ")
+        if self.costs.startswith("model (") and end > 0:  # "model (measuring failed: E): X"
+            return f"from the model ({self.costs[len('model ('):end]}; {self.costs[end + 3:]})"
+        return self.costs
 
 
 @dataclass(frozen=True)
