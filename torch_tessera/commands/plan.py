@@ -41,15 +41,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="plan a program the backend dumped (options={'dump_dir': ...} writes program_<n>.json), "
                           "without lowering: its PTX accesses are derived again from the kernel sources it holds")
     parser.add_argument("--devices", required=True, help="comma-separated devices, e.g. sim:a100,sim:l40s")
-    parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size (default full)")
-    parser.add_argument("--policy", default="throughput", choices=["throughput", "latency"])
+    parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size (default: full)")
+    parser.add_argument("--policy", default="throughput", choices=["throughput", "latency"],
+                        help="what the plan minimises: throughput (cycle time per step) or latency (one request's "
+                             "prefill + decode) (default: throughput)")
     parser.add_argument("--micro-batches", type=int, default=2, help="micro-batches in flight (throughput)")
     parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
     parser.add_argument("--memory", default=None, help="per-device budgets in GB, comma-separated (default: "
                                                        "the devices' memory)")
     parser.add_argument("--output-tokens", type=float, default=129.0,
-                        help="mean output tokens per request: decode runs per prefill (129, as tessera bench: the "
-                             "conversation workload's mean)")
+                        help="mean output tokens per request: decode runs per prefill (default: 129, as tessera bench: "
+                             "the conversation workload's mean)")
     parser.add_argument("--gantt", default="tessera_plan.png", help="Gantt chart PNG path ('' to skip)")
     parser.add_argument("--no-baselines", action="store_true", help="plan only the chosen policy")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the plan cache")
