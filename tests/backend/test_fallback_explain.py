@@ -3,6 +3,7 @@ and no TRITON_INTERPRET left behind."""
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 
@@ -48,7 +49,9 @@ def test_explain_reports_tessera_launches_cuts_and_costs():
     assert report.costs.startswith("model: roofline model")
     assert report.cuda_graphs is False  # CPU devices: graphs stay off by default
     line = str(torch_tessera.explain(f))
-    assert "tessera" in line and "costs model: roofline model" in line and "cut edge" in line
+    assert "tessera" in line and "costs from the model (roofline model" in line and "cut edge" in line
+    assert "costs model:" not in line
+    assert f"predicted step {report.predicted_step_s * 1e3:.3f} ms," in line, line
 
 
 def test_explain_single_device_has_no_plan():
@@ -60,6 +63,20 @@ def test_explain_single_device_has_no_plan():
     (report,) = torch_tessera.explain(f)
     assert report.backend == "tessera" and report.costs is None and report.predicted_step_s is None
     assert report.launches == {"cpu": report.launches["cpu"]} and report.cut_edges == 0
+    assert "costs no plan: one device," in str(torch_tessera.explain(f))
+
+
+def test_measured_costs_on_one_device_say_nothing_is_measured(caplog):
+    torch._dynamo.reset()
+    m, x = _mlp(), torch.randn(4, 16)
+    f = torch.compile(m, backend="tessera", dynamic=False, options={"costs": "measured"})
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="torch_tessera"):
+        torch.testing.assert_close(f(x), m(x))
+    assert any("costs='measured' but option devices is not set" in r.getMessage()
+               and "nothing is placed, so nothing is measured" in r.getMessage() for r in caplog.records)
+    (report,) = torch_tessera.explain(f)
+    assert report.costs == "no plan: one device"
+    assert "costs no plan: one device," in report.line(), report.line()
 
 
 def test_unbacked_symbols_fall_back_and_equal_eager():

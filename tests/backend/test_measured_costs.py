@@ -153,3 +153,17 @@ def test_a_launch_failing_while_measured_plans_with_the_model_after_a_warning(tm
                       r"options=\{'costs': 'model'\}"):
         report = _compile_and_check("measured")
     assert report.costs.startswith("model (measuring failed: OutOfMemoryError") and report.launches_timed == 0
+    assert "costs from the model (measuring failed: OutOfMemoryError" in report.line(), report.line()
+    assert "; roofline model" in report.line(), report.line()
+
+
+def test_measured_costs_log_counts_and_say_which_device_shares_times(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="torch_tessera"):
+        report = _compile_and_check("measured")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("costs: cpu:")]
+    # an empty cache: cpu:0 times its 2 distinct launches (3 launches: the two Linears are alike); cpu:1 (same profile identity) reads them all back
+    assert lines == [f"costs: cpu:0: 2 of 2 distinct launches to time, 0 from the profile cache {tmp_path / 'profiles'}",
+                     f"costs: cpu:1: 0 of 2 distinct launches to time, 2 from the profile cache {tmp_path / 'profiles'}"
+                     ], lines
+    assert "2 timed now, 2 from the profile cache (cpu:1 shares cpu:0's times)" in report.costs, report.costs

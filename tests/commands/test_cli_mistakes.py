@@ -14,6 +14,11 @@ SYNTH = ["plan", "--synthetic-layers", "2", "--devices", "big,small", "--no-base
     (SYNTH + ["--gantt", "/tmp"], "option --gantt='/tmp' is a directory; give a file name"),
     (SYNTH + ["--memory", "abc"], "option --memory='abc' must be budgets in GB separated by commas"),
     (SYNTH + ["--memory", "80,-1"], "option --memory='80,-1': every budget must be a positive number of GB"),
+    (SYNTH + ["--memory", "1"], "option --memory='1' gives 1 budget(s) for 2 devices (big, small): give one per "
+                                "device of --devices"),
+    (["plan", "--synthetic-layers", "2", "--devices", "sim:a100,sim:l40s"],
+     "option --devices='sim:a100,sim:l40s': --synthetic-layers plans on the synthetic devices big, mid, small, not "
+     "sim:a100, sim:l40s; e.g. --devices big,small"),
     (["serve-bench", "--rates", "1", "--out", "/proc/x"], "option --out='/proc/x': cannot create the directory"),
     (["serve-bench", "--rates", "-1,2", "--out", "OUT"], "--rates='-1,2': every value must be positive"),
 ])
@@ -30,3 +35,27 @@ def test_negative_numbers_are_values():
     assert _join_negative_values(["serve-bench", "--rates", "-1,2", "-v"]) == ["serve-bench", "--rates=-1,2", "-v"]
     assert _join_negative_values(["--seed", "-3"]) == ["--seed=-3"]
     assert _join_negative_values(["--rates=1", "-v"]) == ["--rates=1", "-v"]
+
+
+def test_unknown_model_fails_before_lowering_and_lists_the_aliases(capsys):
+    assert main(["plan", "--model", "llamma", "--devices", "sim:a100,sim:l40s", "--no-cache"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "", out  # no "lowering llamma ..." promise before the failure
+    assert "unknown model 'llamma'. Did you mean 'llama'?" in err, err
+    assert "llama-3.1-8b (= llama)" in err and "mixtral-8x7b (= moe)" in err, err
+
+
+def test_infeasible_memory_names_the_memory_option(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main(SYNTH + ["--memory", "1,1", "--gantt", ""])
+    out = capsys.readouterr().out
+    assert "device big needs" in out and "Fix: raise --memory (now 1,1 GB), add a device to --devices" in out, out
+    assert "memory_budgets" not in out, out
+
+
+def test_devices_help_names_the_synthetic_devices():
+    from torch_tessera.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")  # noqa: SLF001 - argparse's subparsers
+    text = " ".join(sub.choices["plan"].format_help().split())
+    assert "with --synthetic-layers the synthetic devices big, mid, small, e.g. big,small" in text, text

@@ -12,7 +12,8 @@ import torch
 from torch_tessera.backend.checks import check_compilable, in_user_terms
 from torch_tessera.backend.config import TesseraConfig
 from torch_tessera.backend.costs import choose_costs, plan_source, resolve_costs, with_costs_note
-from torch_tessera.backend.explain import GraphRecord, add_executor, close_record, explain, open_record
+from torch_tessera.backend.explain import (NO_PLAN_ONE_DEVICE, GraphRecord, abandon_record, add_executor,
+                                           close_record, explain, open_record)
 from torch_tessera.errors import ConfigError, InfeasiblePlanError, LoweringError, TesseraFallbackWarning, warn_user
 
 log = logging.getLogger("torch_tessera.backend")
@@ -48,12 +49,16 @@ def tessera_backend(
     config = TesseraConfig.from_options(options, mode)
     record = open_record(gm, example_inputs)
     try:
-        check_compilable(gm, example_inputs)
-        return close_record(record, _compile(gm, example_inputs, config, record))
-    except LoweringError as e:
-        if config.fallback == "raise":
-            raise
-        return close_record(record, _fallback(gm, example_inputs, e, record))
+        try:
+            check_compilable(gm, example_inputs)
+            return close_record(record, _compile(gm, example_inputs, config, record))
+        except LoweringError as e:
+            if config.fallback == "raise":
+                raise
+            return close_record(record, _fallback(gm, example_inputs, e, record))
+    except BaseException:  # a Dynamo restart (it calls the backend again) or an error: no graph of this call runs
+        abandon_record(record)
+        raise
 
 
 def _fallback(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], error: LoweringError,
@@ -64,8 +69,10 @@ def _fallback(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], error: Lo
     record.backend, record.reason, record.executors = "fallback", str(error).splitlines()[0], []
     message = (f"tessera could not compile graph {record.compile_id or record.index} ({record.reason}); it runs with "
                "plain Inductor instead. Pass options={'fallback': 'raise'} to make this an error.")
-    log.warning("%s", message)
-    warn_user(message, TesseraFallbackWarning)
+    if not record.warned:  # a restarted attempt of the same compile was already warned about
+        record.warned = True
+        log.warning("%s", message)
+        warn_user(message, TesseraFallbackWarning)
     inductor = compile_fx(gm, list(example_inputs))
 
     def run(*args: Any) -> Any:  # held by Dynamo, so the record sees when the graph is dropped
@@ -86,6 +93,10 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Te
         if config.devices or graphs:
             executor: Any = _placed_runner(captured, config, graphs, record)
         else:
+            if config.costs == "measured":
+                log.info("costs: option costs='measured' but option devices is not set: the program runs on one "
+                         "device (%s), nothing is placed, so nothing is measured", captured.program.device)
+                record.costs = NO_PLAN_ONE_DEVICE
             executor = ProgramExecutor(captured.program, captured.kernel_objects)
         executors.append(executor)
         add_executor(record, executor)

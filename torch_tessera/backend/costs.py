@@ -98,7 +98,7 @@ def _measured(program: KernelProgram, devices: Sequence[Device], kernel_objects:
     from torch_tessera.runtime.executor import KernelLauncher
     from torch_tessera.runtime.profiling import profile_launches
     from torch_tessera.target.links import build_topology
-    from torch_tessera.target.profiler import ProfileCache, to_cost_table, uncached_launches
+    from torch_tessera.target.profiler import ProfileCache, launch_key, to_cost_table, uncached_launches
 
     cache = ProfileCache()
     home = devices[0].torch_device
@@ -106,8 +106,9 @@ def _measured(program: KernelProgram, devices: Sequence[Device], kernel_objects:
     for device in devices:
         warmup, repeats = GPU_REPEATS if device.spec.is_gpu else CPU_REPEATS
         todo = len(uncached_launches(program, device.spec, cache))
-        log.info("costs: %s: %d distinct launches to time (%s)", device.name, todo,
-                 f"the others from the profile cache {cache.root}" if todo else f"all in the profile cache {cache.root}")
+        distinct = len({launch_key(program, launch, device.spec) for launch in program.launches})
+        log.info("costs: %s: %d of %d distinct launches to time, %d from the profile cache %s", device.name, todo,
+                 distinct, distinct - todo, cache.root)
         launcher = KernelLauncher(program, kernel_objects if device.torch_device == home else None,
                                   device.torch_device)
         columns.append(profile_launches(program, device, launcher, cache=cache, warmup=warmup, repeats=repeats,
@@ -117,10 +118,22 @@ def _measured(program: KernelProgram, devices: Sequence[Device], kernel_objects:
     names = ", ".join(d.name for d in devices)
     distinct = columns[0].measured + columns[0].cache_hits
     summary = (f"measured on {names}: {len(program.launches)} launches ({distinct} distinct) per device, "
-               f"{timed} timed now, {hits} from the profile cache; links modelled")
+               f"{timed} timed now, {hits} from the profile cache{_shared_times(devices)}; links modelled")
     log.info("costs: %s", summary)
     costs = dataclasses.replace(to_cost_table(columns), source=summary)
     return CostChoice(costs, build_topology([d.spec for d in devices]), "measured", summary, timed, hits)
+
+
+def _shared_times(devices: Sequence[Device]) -> str:
+    """``" (cpu:1 shares cpu:0's times)"`` for devices whose profile identity an earlier one has (their launches
+    read the earlier device's times from the cache: one time serves both), else ``""``."""
+    first: dict[Any, str] = {}
+    shared = []
+    for d in devices:
+        owner = first.setdefault(d.spec.cache_identity, d.name)
+        if owner != d.name:
+            shared.append(f"{d.name} shares {owner}'s times")
+    return f" ({', '.join(shared)})" if shared else ""
 
 
 def _terminal() -> bool:

@@ -20,6 +20,9 @@ from torch_tessera.errors import TesseraRecompileWarning, warn_user
 #: Compiles of one function after which :class:`TesseraRecompileWarning` is issued (once per function).
 RECOMPILE_WARN_AFTER = 4
 
+#: explain's costs for a graph that runs on one device (option ``devices`` not set): nothing is placed or measured.
+NO_PLAN_ONE_DEVICE = "no plan: one device"
+
 _lock = threading.Lock()
 _records: list["GraphRecord"] = []
 
@@ -46,6 +49,10 @@ class GraphRecord:
         compiled: weak reference to the callable the backend returned for the graph (``None`` until it returns):
             once Dynamo drops it (``torch._dynamo.reset()``, a recompile that replaces it), :func:`explain` leaves
             the graph out.
+        attempt: Dynamo's attempt of the compile (0; 1, 2, ... after it restarted its analysis of the frame).
+        superseded: a later attempt of the same compile arrived, or this one raised (a restart aborts the backend
+            call with an exception), so no graph of it runs: :func:`explain` leaves it out.
+        warned: the fallback warning was issued for this compile id (by this attempt or an earlier one).
     """
 
     index: int
@@ -59,10 +66,13 @@ class GraphRecord:
     launches_timed: int | None = None
     plan_source: str | None = None
     compiled: Any = None
+    attempt: int = 0
+    superseded: bool = False
+    warned: bool = False
 
     def dropped(self) -> bool:
-        """Whether Dynamo no longer holds what the backend returned for this graph."""
-        return self.compiled is not None and self.compiled() is None
+        """Whether no graph of this record runs: superseded, or Dynamo no longer holds what the backend returned."""
+        return self.superseded or (self.compiled is not None and self.compiled() is None)
 
 
 @dataclass(frozen=True)
@@ -109,10 +119,22 @@ class GraphReport:
         if self.backend != "tessera":
             return f"graph {self.graph}: fallback to Inductor ({self.reason})"
         where = ", ".join(f"{d} {n}" for d, n in self.launches.items()) or "no launches"
-        step = "-" if self.predicted_step_s is None else f"{self.predicted_step_s * 1e6:.1f} us"
+        step = "-" if self.predicted_step_s is None else f"{self.predicted_step_s * 1e3:.3f} ms"
         return (f"graph {self.graph}: tessera, {self.programs} program(s), launches {where}, {self.cut_edges} cut "
-                f"edge(s), predicted step {step}, costs {self.costs or '- (no plan)'}, "
+                f"edge(s), predicted step {step}, costs {self._costs_text()}, "
                 f"plan {self.plan_source or '-'}, cuda_graphs {self.cuda_graphs}")
+
+    def _costs_text(self) -> str:
+        """``costs`` for :meth:`line`: ``"from the model (roofline model ...)"``, ``"measured on ..."``, or why
+        there is no plan."""
+        if self.costs is None:
+            return NO_PLAN_ONE_DEVICE if len(self.launches) <= 1 and self.predicted_step_s is None else "- (no plan)"
+        if self.costs.startswith("model: "):
+            return f"from the model ({self.costs[len('model: '):]})"
+        end = self.costs.rfind("): ")
+        if self.costs.startswith("model (") and end > 0:  # "model (measuring failed: E): X"
+            return f"from the model ({self.costs[len('model ('):end]}; {self.costs[end + 3:]})"
+        return self.costs
 
 
 @dataclass(frozen=True)
@@ -136,16 +158,22 @@ class Explanation:
 
 def open_record(gm: Any, example_inputs: Any) -> GraphRecord:
     """Start the record of a graph the backend was handed; warns when its function recompiles too often."""
-    from torch_tessera.compat.dynamo import compile_id, frame_compiles, traced_code, user_code
+    from torch_tessera.compat.dynamo import compile_attempt, compile_id, frame_compiles, traced_code, user_code
 
     codes = traced_code()
     tensors = {id(t): weakref.ref(t) for t in [*example_inputs, *gm.parameters(), *gm.buffers()]
                if hasattr(t, "data_ptr")}
     with _lock:
-        record = GraphRecord(len(_records), compile_id(gm), codes, tensors)
+        record = GraphRecord(len(_records), compile_id(gm), codes, tensors, attempt=compile_attempt())
+        earlier = [r for r in _records if r.compile_id is not None and r.compile_id == record.compile_id
+                   and r.codes == codes and r.attempt < record.attempt and not _released(r)]
+        for r in earlier:  # Dynamo restarted its analysis: this attempt replaces theirs
+            r.superseded = True
+        record.warned = any(r.warned for r in earlier)
         _records.append(record)
     _, n = frame_compiles(gm) or (None, 0)
-    warn = n == RECOMPILE_WARN_AFTER + 1  # once per function: its compile count passes the threshold once
+    # once per function: its compile count passes the threshold once (not again for a restarted attempt)
+    warn = n == RECOMPILE_WARN_AFTER + 1 and record.attempt == 0
     root = user_code(codes)
     if warn:
         where = f"{root.co_name} ({root.co_filename}:{root.co_firstlineno})" if root is not None else "a function"
@@ -157,6 +185,11 @@ def open_record(gm: Any, example_inputs: Any) -> GraphRecord:
     return record
 
 
+def _released(record: GraphRecord) -> bool:
+    """Whether Dynamo dropped what the backend returned for the record (a compile from before a reset)."""
+    return record.compiled is not None and record.compiled() is None
+
+
 def close_record(record: GraphRecord, compiled: Callable) -> Callable:
     """Note the callable the backend returns for the record's graph (held weakly), and return it."""
     try:
@@ -164,6 +197,12 @@ def close_record(record: GraphRecord, compiled: Callable) -> Callable:
     except TypeError:  # not weak-referenceable: the record stays listed
         pass
     return compiled
+
+
+def abandon_record(record: GraphRecord) -> None:
+    """Mark the record of a backend call that raised (a Dynamo restart, or an error the user sees): no graph of it
+    runs, so :func:`explain` leaves it out; a later attempt of the same compile still sees whether it warned."""
+    record.superseded = True
 
 
 def add_executor(record: GraphRecord, executor: Any) -> None:

@@ -16,7 +16,7 @@ HELP = "compare tessera with every baseline on a model: checked on CPU, predicte
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="llama", help="registry model (default llama)")
+    parser.add_argument("--model", default="llama", help="registry model (default: llama)")
     parser.add_argument("--devices", default="sim:a100,sim:l40s",
                         help="device pair to predict for (default: the paper's sim:a100,sim:l40s)")
     parser.add_argument("--check-devices", default=None,
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "and the last (default: 8 at --size full, all at tiny)")
     m.add_argument("--prefill-tokens", type=int, default=None,
                    help="prompt tokens of the prefill program (default: llama/moe 1024, mamba 32; tiny: 16 / 8)")
-    m.add_argument("--decode-batch", type=int, default=None, help="sequences per decode step (default 64; tiny 4)")
+    m.add_argument("--decode-batch", type=int, default=None, help="sequences per decode step (default: 64; tiny 4)")
     m.add_argument("--repeats", type=int, default=10, help="timed calls per plan and program (median)")
     m.add_argument("--warmup", type=int, default=2, help="untimed calls per plan and program before timing")
     m.add_argument("--profile-repeats", type=int, default=10, help="timed runs per distinct launch")

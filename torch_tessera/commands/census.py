@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--measure", action="store_true",
                         help="time every launch on the (real) --devices instead of predicting (models: llama, moe, "
                              "mamba, dit; --layers as in tessera bench --measure)")
-    parser.add_argument("--layers", type=int, default=None, help="--measure: repeated blocks kept (default 8 full)")
+    parser.add_argument("--layers", type=int, default=None, help="--measure: repeated blocks kept (default: 8 full)")
     parser.add_argument("--prefill-tokens", type=int, default=1024,
                         help="prompt tokens of an LLM/SSM's prefill program (predicted census)")
     parser.add_argument("--out", default="tessera_out", help="directory for census.json and census_<model>.png")

@@ -40,22 +40,22 @@ POLICIES = ("random", "attention", "home", "throughput", "latency", "af", "layer
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tessera dist-run``."""
-    parser.add_argument("--model", default="llama", help="registry model name (default llama)")
-    parser.add_argument("--size", default="tiny", choices=["tiny", "full"], help="model size (default tiny)")
+    parser.add_argument("--model", default="llama", help="registry model name (default: llama)")
+    parser.add_argument("--size", default="tiny", choices=["tiny", "full"], help="model size (default: tiny)")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
     parser.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's)")
     parser.add_argument("--devices", default=None,
-                        help="one device per rank, comma-separated (default cuda:0..N-1 with CUDA, else cpu:0..N-1)")
-    parser.add_argument("--policy", default="random", choices=POLICIES, help="placement policy (default random)")
+                        help="one device per rank, comma-separated (default: cuda:0..N-1 with CUDA, else cpu:0..N-1)")
+    parser.add_argument("--policy", default="random", choices=POLICIES, help="placement policy (default: random)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random placement")
     parser.add_argument("--network", default="rdma400", help="link model for devices on different hosts")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds any wait on a peer may take")
-    parser.add_argument("--calls", type=int, default=2, help="distributed calls to run (default 2)")
+    parser.add_argument("--calls", type=int, default=2, help="distributed calls to run (default: 2)")
     parser.add_argument("--weights", default="local", choices=["local", "send"],
                         help="local: every rank uses its own copy of the weights; send: rank 0 sends them")
     parser.add_argument("--micro-batches", type=int, default=0,
-                        help="then run this many micro-batches through run_pipelined (default 0: none)")
-    parser.add_argument("--slots", type=int, default=2, help="micro-batches in flight with --micro-batches (default 2)")
+                        help="then run this many micro-batches through run_pipelined (default: 0, none)")
+    parser.add_argument("--slots", type=int, default=2, help="micro-batches in flight with --micro-batches (default: 2)")
     parser.add_argument("--no-inprocess", action="store_true", help="skip the comparison with the in-process runtime")
     parser.add_argument("--json", default=None, help="write this rank's result here ({rank} is replaced)")
     parser.add_argument("--inject-failure", default=None, metavar="RANK:MODE",

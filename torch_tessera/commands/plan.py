@@ -14,6 +14,7 @@ bench`` chooses tessera) and :func:`report` (the text). ``_model_inputs`` is the
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 from pathlib import Path
 from typing import Mapping
@@ -23,6 +24,7 @@ from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler import NotApplicableError, Plan, Workload, available_baselines, plan
 from torch_tessera.scheduler.gantt import write_gantt
+from torch_tessera.scheduler.synthetic import DEVICE_PEAKS
 from torch_tessera.scheduler.pipeline_plan import PipelineModel
 from torch_tessera.scheduler.report import compare
 
@@ -40,16 +42,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--program", metavar="FILE",
                      help="plan a program the backend dumped (options={'dump_dir': ...} writes program_<n>.json), "
                           "without lowering: its PTX accesses are derived again from the kernel sources it holds")
-    parser.add_argument("--devices", required=True, help="comma-separated devices, e.g. sim:a100,sim:l40s")
-    parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size (default full)")
-    parser.add_argument("--policy", default="throughput", choices=["throughput", "latency"])
+    parser.add_argument("--devices", required=True,
+                        help="comma-separated devices, e.g. sim:a100,sim:l40s; with --synthetic-layers the synthetic "
+                             f"devices {', '.join(sorted(DEVICE_PEAKS))}, e.g. big,small")
+    parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size (default: full)")
+    parser.add_argument("--policy", default="throughput", choices=["throughput", "latency"],
+                        help="what the plan minimises: throughput (cycle time per step) or latency (one request's "
+                             "prefill + decode) (default: throughput)")
     parser.add_argument("--micro-batches", type=int, default=2, help="micro-batches in flight (throughput)")
     parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
     parser.add_argument("--memory", default=None, help="per-device budgets in GB, comma-separated (default: "
                                                        "the devices' memory)")
     parser.add_argument("--output-tokens", type=float, default=129.0,
-                        help="mean output tokens per request: decode runs per prefill (129, as tessera bench: the "
-                             "conversation workload's mean)")
+                        help="mean output tokens per request: decode runs per prefill (default: 129, as tessera bench: "
+                             "the conversation workload's mean)")
     parser.add_argument("--gantt", default="tessera_plan.png", help="Gantt chart PNG path ('' to skip)")
     parser.add_argument("--no-baselines", action="store_true", help="plan only the chosen policy")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the plan cache")
@@ -139,10 +145,13 @@ def report(plans: Mapping[str, Plan | TesseraError], policy: str) -> str:
 def _synthetic_inputs(args: argparse.Namespace) -> tuple[Workload, Topology, PipelineModel]:
     from torch_tessera.scheduler import synthetic
 
-    devices = tuple(d.strip().removeprefix("sim:") for d in args.devices.split(","))
-    unknown = [d for d in devices if d not in synthetic.DEVICE_PEAKS]
+    given = [d.strip() for d in args.devices.split(",")]
+    devices = tuple(d.removeprefix("sim:") for d in given)
+    unknown = [g for g, d in zip(given, devices) if d not in synthetic.DEVICE_PEAKS]
     if unknown:
-        raise ConfigError(f"synthetic planning knows devices {sorted(synthetic.DEVICE_PEAKS)}, not {unknown}")
+        raise ConfigError(f"option --devices={args.devices!r}: --synthetic-layers plans on the synthetic devices "
+                          f"{', '.join(sorted(synthetic.DEVICE_PEAKS))}, not {', '.join(unknown)}; "
+                          "e.g. --devices big,small")
     pre = synthetic.transformer_dag(args.synthetic_layers, tokens=1024, context=1024)
     dec = synthetic.transformer_dag(args.synthetic_layers, tokens=64, context=1024)
     wl = Workload.llm(pre, synthetic.roofline_costs(pre, devices), dec, synthetic.roofline_costs(dec, devices),
@@ -175,7 +184,7 @@ def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology, Pipelin
     from torch_tessera.backend.workload import model_workload
     from torch_tessera.target.devices import parse_devices
 
-    name = MODEL_ALIASES.get(args.model, args.model)
+    name = _registry_name(args.model)  # before the long lowering starts
     specs = parse_devices(args.devices, assume_gpu="h200")
     _warn_assumed(args.devices)
     print(f"lowering {args.model} ({args.size}) without its weights, then PTX analysis and costs (the first time up "
@@ -202,6 +211,25 @@ def _warn_assumed(devices: str) -> None:
 MODEL_ALIASES = {"llama-3.1-8b": "llama", "mixtral-8x7b": "moe", "mamba-2.8b": "mamba", "sd3.5-medium": "dit"}
 
 
+def _registry_name(model: str) -> str:
+    """The registry name of ``--model`` (an alias such as ``llama-3.1-8b`` or a registry name).
+
+    Raises:
+        UnsupportedModelError: an unknown name; the message lists the registry names and the aliases.
+    """
+    from torch_tessera.errors import UnsupportedModelError
+    from torch_tessera.models import REGISTRY
+
+    name = MODEL_ALIASES.get(model, model)
+    if name in REGISTRY:
+        return name
+    known = sorted([*REGISTRY, *MODEL_ALIASES])
+    close = difflib.get_close_matches(model, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    listed = ", ".join(f"{k} (= {MODEL_ALIASES[k]})" if k in MODEL_ALIASES else k for k in known)
+    raise UnsupportedModelError(f"unknown model {model!r}.{hint} Available: {listed}")
+
+
 def _gigabytes(text: str) -> list[float]:
     """``--memory``'s per-device budgets in GB (positive numbers, comma-separated)."""
     try:
@@ -213,8 +241,32 @@ def _gigabytes(text: str) -> list[float]:
     return values
 
 
+def _check_budget_count(memory: str, devices: str) -> None:
+    """``--memory`` gives one budget per ``--devices`` entry (checked before any work)."""
+    names = [d.strip() for d in devices.split(",")]
+    n = len(memory.split(","))
+    if n != len(names):
+        raise ConfigError(f"option --memory={memory!r} gives {n} budget(s) for {len(names)} devices "
+                          f"({', '.join(names)}): give one per device of --devices, in its order, e.g. "
+                          f"--memory {','.join(['80'] * len(names))}")
+
+
+def _in_cli_terms(error: TesseraError, memory: str | None) -> TesseraError:
+    """An infeasible plan's error with its fix named in ``tessera plan``'s options (``--memory``, ``--devices``),
+    not the scheduler's ``memory_budgets``; other errors as they are."""
+    if not isinstance(error, InfeasiblePlanError) or "memory_budgets" not in str(error):
+        return error
+    head = str(error).split(" Fix: ")[0]
+    budget = (f"raise --memory (now {memory} GB)" if memory else
+              "pass larger budgets with --memory (now the devices' memory)")
+    return InfeasiblePlanError(f"{head} Fix: {budget}, add a device to --devices, or use a plan that spreads the "
+                               "weights", error.shortfalls)
+
+
 def run(args: argparse.Namespace) -> int:
     budgets = [g * 1e9 for g in _gigabytes(args.memory)] if args.memory else None  # checked before any work
+    if args.memory:
+        _check_budget_count(args.memory, args.devices)
     inputs = _synthetic_inputs if args.synthetic_layers else _program_inputs if args.program else _model_inputs
     wl, topo, model = inputs(args)
     throughput = args.policy == "throughput"
@@ -227,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
         plans, note = best_throughput(plans, wl, topo, micro_batches=args.micro_batches, memory_budgets=budgets)
         if args.no_baselines:
             plans = {k: v for k, v in plans.items() if k in ("throughput", PLANNER)}
+    plans = {k: _in_cli_terms(v, args.memory) if isinstance(v, TesseraError) else v for k, v in plans.items()}
     print(report(plans, args.policy))
     if note:
         print(note)

@@ -2,8 +2,8 @@
 
 Checked on torch 2.13.0 (CPU) and written against torch 2.11 (the GPU machine's version): ``TracingContext.traced_code``
 (the code objects Dynamo traced for the graph being compiled, the root frame first), ``gm.meta["dynamo_compile_id"]``,
-``OptimizedModule._orig_mod`` and ``_torchdynamo_orig_callable`` on what ``torch.compile`` returns, and the free
-unbacked symbols of FX node values.
+``CompileContext.attempt`` (the attempt of a compile whose analysis Dynamo restarted), ``OptimizedModule._orig_mod``
+and ``_torchdynamo_orig_callable`` on what ``torch.compile`` returns, and the free unbacked symbols of FX node values.
 """
 
 from __future__ import annotations
@@ -26,6 +26,15 @@ def compile_id(gm: torch.fx.GraphModule) -> str | None:
     """Dynamo's id of the graph (``"0/1"``: frame 0, its second compile), or ``None`` for a graph not from Dynamo."""
     cid = getattr(gm, "meta", {}).get("dynamo_compile_id")
     return None if cid is None else str(cid)
+
+
+def compile_attempt() -> int:
+    """Which attempt of the current compile this is: 0, then 1, 2, ... when Dynamo restarts its analysis of the frame
+    ("[0/0_1]" in its logs; the backend is called again for the same compile id); 0 outside Dynamo."""
+    from torch._guards import CompileContext
+
+    ctx = CompileContext.try_get()
+    return int(getattr(ctx, "attempt", 0) or 0) if ctx is not None else 0
 
 
 def frame_compiles(gm: torch.fx.GraphModule) -> tuple[int, int] | None:

@@ -331,9 +331,18 @@ def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_
             value, place = v2, groups.expand(gp2)
     method = f"counts-{method}" if tied else method
     gap = 1 - bound / value if value > 0 else 0.0
-    status = ("optimal" if gap <= 1e-4 else f"within mip_gap {mip_gap:g}" if gap <= mip_gap * (1 + 1e-6) else
-              "time limit" if res.status == "time limit" else "feasible")
+    status = throughput_status(method, gap, mip_gap, res.status)
     return Solution(place, value, min(bound, value), method, status, res.nodes, cls.C, notes)
+
+
+def throughput_status(method: str, gap: float, mip_gap: float, milp_status: str) -> str:
+    """The throughput solve's status: a MIP gap is named only when a MILP found the plan (``method`` says
+    ``milp``); a heuristic's or the LP rounding's plan states its distance from the bound instead."""
+    if gap <= 1e-4:
+        return "optimal"
+    if gap <= mip_gap * (1 + 1e-6):
+        return f"within mip_gap {mip_gap:g}" if "milp" in method else f"within {100 * gap:.2g} % of the bound"
+    return "time limit" if milp_status == "time limit" else "feasible"
 
 
 def untied_fits(binaries: int, time_limit: float) -> bool:
