@@ -61,6 +61,27 @@ def build_llama(size: str, layers: int, batch: int, prompt: int, device: str):
     return model, torch.randint(0, cfg.vocab_size, (batch, prompt), device=device)
 
 
+def timed_generates(model, ids, kw: dict, repeats: int, sync) -> tuple:
+    """``model.generate(ids, **kw)`` once (compile included), then ``repeats`` more, under ``torch.no_grad()``,
+    recording every warning. Returns ``(last tokens, first generate s, [repeat s], caught warnings)``."""
+    import torch
+
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sync()
+        t0 = time.perf_counter()
+        seq = model.generate(ids, **kw)
+        sync()
+        first = time.perf_counter() - t0
+        walls = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            seq = model.generate(ids, **kw)
+            sync()
+            walls.append(time.perf_counter() - t0)
+    return seq, first, walls, caught
+
+
 def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
     """One process: build the model once, then each case in ``cases`` (compile, first generate, timed repeats)."""
     import torch
@@ -83,19 +104,7 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
             model.forward = torch.compile(orig, backend="tessera", options=dict(opts), dynamic=False)
         row: dict = {}
         try:
-            with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                sync()
-                t0 = time.perf_counter()
-                seq = model.generate(ids, **kw)
-                sync()
-                first = time.perf_counter() - t0
-                walls = []
-                for _ in range(args.repeats):
-                    t0 = time.perf_counter()
-                    seq = model.generate(ids, **kw)
-                    sync()
-                    walls.append(time.perf_counter() - t0)
+            seq, first, walls, caught = timed_generates(model, ids, kw, args.repeats, sync)
             med = statistics.median(walls)
             row.update(first_generate_s=first, compile_s=first - med, generate_s=walls,
                        ms_per_token=1e3 * med / args.new,

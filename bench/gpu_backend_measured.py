@@ -38,10 +38,9 @@ import statistics
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
-from gpu_backend_default import build_llama  # this directory is on sys.path when the script runs
+from gpu_backend_default import build_llama, timed_generates  # this directory is on sys.path when the script runs
 
 PAIR = "cuda:0@104sm,cuda:0@24sm"
 CASES = {"cuda:0": {"devices": "cuda:0"}, "pair": {"devices": PAIR}, "pair-model": {"devices": PAIR, "costs": "model"}}
@@ -75,19 +74,7 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
         model.forward = torch.compile(orig, backend="tessera", options=opts, dynamic=False)
         row: dict = {"options": opts}
         try:
-            with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                sync()
-                t0 = time.perf_counter()
-                seq = model.generate(ids, **kw)
-                sync()
-                first = time.perf_counter() - t0
-                walls = []
-                for _ in range(args.repeats):
-                    t0 = time.perf_counter()
-                    seq = model.generate(ids, **kw)
-                    sync()
-                    walls.append(time.perf_counter() - t0)
+            seq, first, walls, caught = timed_generates(model, ids, kw, args.repeats, sync)
             med = statistics.median(walls)
             # this case's graphs: those of earlier cases (same code, dropped by dynamo.reset) have no live program
             reports = [r for r in torch_tessera.explain(model.forward) if r.programs or r.backend != "tessera"]

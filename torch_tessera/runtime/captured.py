@@ -42,9 +42,10 @@ import torch
 from torch_tessera.lowering.program import TensorArg
 from torch_tessera.runtime import graphs
 from torch_tessera.runtime.executor import BufferPool, borrow_pools
-from torch_tessera.runtime.realize import CallContext, ExecItem, Machine, Runner, report_transfers, run_schedule, \
+from torch_tessera.runtime.realize import CallContext, ExecItem, Runner, report_transfers, run_schedule, \
     wait_replay
-from torch_tessera.runtime.replay import RecordRunner, ReplayContext, RunRunner, ScheduleReplay, WaitRunner
+from torch_tessera.runtime.replay import RecordRunner, ReplayContext, RunRunner, ScheduleReplay, TransferRunner, \
+    WaitRunner
 from torch_tessera.runtime.schedule import CopyStep
 from torch_tessera.runtime.streams import greatest_priority, single_priority, stream_ctx
 from torch_tessera.scheduler.pipeline_schedule import RecordStep, RunStep, TransferStep, WaitStep
@@ -69,15 +70,9 @@ class Slot:
     fast_check: Any = None
 
 
-class CaptureTransferRunner(Runner):
+class CaptureTransferRunner(TransferRunner):
     """Inside the capture: a cut edge's byte ranges as memcpy nodes on the producer's stream (nothing with
     ``move=False``, the null-hop diagnosis), into the consumer's storage of the micro-batch."""
-
-    kind = "transfer"
-
-    def __init__(self, machine: Machine, move: bool = True) -> None:
-        super().__init__(machine)
-        self.move = move
 
     def __call__(self, step: TransferStep, ctx: ReplayContext) -> None:
         m = self.machine

@@ -249,6 +249,16 @@ class SyncRunner(Runner):
         ctx.note(self.kind, step)
 
 
+def copy_views(m: Machine, step: CopyStep, ctx: CallContext) -> tuple[torch.Tensor, torch.Tensor]:
+    """A copy step's source and destination views (the destination's storage allocated first, on the consumer's
+    stream when the call runs on streams), the copy counted."""
+    with stream_ctx(None if ctx.lane is None else ctx.streams[step.dst]):
+        m.ensure(ctx.pools[step.dst], step.dst, step.buffer)
+    src, dst = m.slices(step, ctx.pools)
+    count_copy(m, step, ctx)
+    return src, dst
+
+
 class CopyRunner(Runner):
     """The bytes of one copy step: on CPU a synchronous copy; on a GPU a copy on the link's stream, after the
     producer's stream (and the consumer's, for a WAR/WAW hazard), with the consumer's stream (and the producer's,
@@ -259,10 +269,7 @@ class CopyRunner(Runner):
 
     def __call__(self, step: CopyStep, ctx: CallContext) -> Any:
         m = self.machine
-        with stream_ctx(None if ctx.lane is None else ctx.streams[step.dst]):
-            m.ensure(ctx.pools[step.dst], step.dst, step.buffer)
-        src, dst = m.slices(step, ctx.pools)
-        count_copy(m, step, ctx)
+        src, dst = copy_views(m, step, ctx)
         timed = log.isEnabledFor(logging.DEBUG)
         if not (m.is_cuda[step.src] or m.is_cuda[step.dst]):
             t0 = time.perf_counter()
@@ -304,10 +311,7 @@ class PushRunner(Runner):
 
     def __call__(self, step: CopyStep, ctx: CallContext) -> None:
         m = self.machine
-        with stream_ctx(None if ctx.lane is None else ctx.streams[step.dst]):
-            m.ensure(ctx.pools[step.dst], step.dst, step.buffer)
-        src, dst = m.slices(step, ctx.pools)
-        count_copy(m, step, ctx)
+        src, dst = copy_views(m, step, ctx)
         push_on_producer(m.devices[step.src], src, dst, ctx.streams[step.src], ctx.streams[step.dst],
                          m.copy_waits.get(id(step), (False, False)))
 
