@@ -93,3 +93,10 @@ def test_unknown_option_is_reported_with_the_subcommands_usage(capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2
     assert "tessera bench: error: unrecognized arguments: --frobnicate" in err and "--measure" in err
+
+
+def test_bench_chart_marks_tessera_not_the_last_bar():
+    from torch_tessera.commands.bench import bar_colors
+
+    colors = bar_colors(["homo-L", "request-dist", "tessera", "tessera-single"])
+    assert colors[2] != colors[3] and colors.count(colors[2]) == 1

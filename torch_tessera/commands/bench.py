@@ -124,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def bar_colors(plans: list[str]) -> list[str]:
+    """One colour per bar: tessera's red, every other plan (baselines, ``tessera-single``) grey."""
+    return ["#d62728" if p == "tessera" else "#888" for p in plans]
+
+
 def _chart(rows, meta, unit: str, path: Path) -> None:
     import matplotlib
 
@@ -132,7 +137,7 @@ def _chart(rows, meta, unit: str, path: Path) -> None:
 
     ok = [r for r in rows if r.applies]
     fig, ax = plt.subplots(figsize=(8, 4))
-    ax.bar([r.plan for r in ok], [r.output_per_s for r in ok], color=["#888"] * (len(ok) - 1) + ["#d62728"])
+    ax.bar([r.plan for r in ok], [r.output_per_s for r in ok], color=bar_colors([r.plan for r in ok]))
     bound = meta["zero_communication_bound_output_per_s"]
     if bound == bound and not math.isinf(bound):
         ax.axhline(bound, linestyle="--", color="k", label="zero-communication bound")
