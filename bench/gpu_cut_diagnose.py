@@ -105,7 +105,8 @@ def build(name: str, args) -> tuple[Any, Any, tuple, list, float]:
     model = build_module(name, args.size, device="cuda" if on_cuda else None, dtype=dtype)
     if args.layers and hasattr(model, "model"):  # the registry's wrappers hold the transformers / diffusers module
         cut_layers(model.model, spec.family, args.layers)
-    inputs = spec.example_inputs(args.size, device="cuda" if on_cuda else "cpu", dtype=dtype, seed=0)
+    inputs = spec.example_inputs(args.size, *shape_of(name, args), device="cuda" if on_cuda else "cpu", dtype=dtype,
+                                 seed=0)
     torch._dynamo.reset()
     backend = RecordingBackend(devices=args.devices, policy="home")
     compiled = torch.compile(model, backend=backend, dynamic=False)
@@ -124,12 +125,22 @@ def build(name: str, args) -> tuple[Any, Any, tuple, list, float]:
     return spec, runner, inputs, seen[0], equal
 
 
+def shape_of(name: str, args) -> tuple[int | None, int | None]:
+    """``(batch, seq)`` of ``name``'s inputs: ``--shape`` (``model=BATCHxSEQ``), else the registry's default (None)."""
+    for item in (args.shape or "").split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == name and value:
+            batch, _, seq = value.lower().partition("x")
+            return int(batch), int(seq)
+    return None, None
+
+
 def micro_batches(spec, args, template, inputs, n: int, device: str, seed: int = 100) -> list[list]:
     """``n`` micro-batches of fresh inputs (seeds ``seed``, ``seed + 1``, ...) in the program's input order (weights
     shared)."""
     out = []
     for k in range(n):
-        fresh = spec.example_inputs(args.size, device=device, seed=seed + k,
+        fresh = spec.example_inputs(args.size, *shape_of(spec.name, args), device=device, seed=seed + k,
                                     dtype=torch.float32 if args.size == "tiny" else torch.bfloat16)
         batch = list(template)
         for old, new in zip(inputs, fresh):
@@ -495,6 +506,9 @@ def parse_args(argv=None):
     ap.add_argument("--size", default="full", choices=("tiny", "full"))
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--devices", default="cuda:0@104sm,cuda:0@24sm")
+    ap.add_argument("--shape", default="mamba=8x16",
+                    help="per-model input shape BATCHxSEQ, e.g. 'mamba=8x16' (Mamba's registry default, 1x1024, "
+                         "unrolls its torch scan over 1024 steps: the build alone takes minutes); others: registry")
     ap.add_argument("--micro-batches", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=5, help="replays timed per mode per round")
