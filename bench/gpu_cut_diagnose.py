@@ -314,15 +314,13 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
 
 def simulated(sched, runner, costs, topo, host) -> float:
     """The simulator's step for ``sched``: measured launch costs, the planner's bandwidth figures, DRAM of a shared
-    GPU split by SM count; ``host``: the eager replay's host issue (None: captured)."""
+    GPU split by SM count, partitions of one GPU co-running at the planner's rate; ``host``: the eager replay's host
+    issue (None: captured)."""
     from torch_tessera.scheduler.issue import HostIssue
-    from torch_tessera.scheduler.pipeline_plan import PipelineModel, launch_bytes
-    from torch_tessera.scheduler.simulate import MemoryShare, simulate
+    from torch_tessera.scheduler.pipeline_plan import PipelineModel
+    from torch_tessera.scheduler.simulate import simulate
 
-    specs = [d.spec for d in runner.devices]
-    model = PipelineModel.from_specs(specs)
-    mem = MemoryShare(launch_bytes(runner.dag), model.device_bandwidth, dict(model.domain_bandwidth),
-                      tuple(float(s.sm_count or 1) for s in specs))
+    mem = PipelineModel.from_specs([d.spec for d in runner.devices]).memory_share(runner.dag)
     return simulate(sched, costs, topo, memory=mem, host=HostIssue() if host else None).step_seconds
 
 

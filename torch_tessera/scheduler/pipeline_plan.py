@@ -50,6 +50,9 @@ class PipelineModel:
         source: where the figures come from.
         share_weights: each device's weight in its domain's DRAM under contention (its SM count;
             :class:`~.simulate.MemoryShare`); ``()``: equal weights.
+        corun_rate: in (0, 1]: the most a launch progresses while a launch of another device of its memory domain
+            runs (:attr:`~.simulate.MemoryShare.corun_rate`); the constructors set
+            :data:`~torch_tessera.target.devices.PARTITION_CORUN_RATE` where a domain holds two or more devices.
     """
 
     domains: tuple[int, ...] = ()
@@ -58,13 +61,15 @@ class PipelineModel:
     wait_seconds: float = WAIT_SECONDS
     source: str = "defaults"
     share_weights: tuple[float, ...] = ()
+    corun_rate: float = 1.0
 
     @staticmethod
     def from_names(names: Sequence[str], wait_seconds: float = WAIT_SECONDS) -> "PipelineModel":
         """Domains from device names alone (``cuda:N@...`` partitions of one ``N`` share one); no bandwidths."""
         keys = [("gpu", int(m.group(1))) if (m := _GPU.match(n)) else ("own", i) for i, n in enumerate(names)]
         uniq = list(dict.fromkeys(keys))
-        return PipelineModel(tuple(uniq.index(k) for k in keys), (), {}, wait_seconds, "device names")
+        domains = tuple(uniq.index(k) for k in keys)
+        return PipelineModel(domains, (), {}, wait_seconds, "device names", (), _corun_rate(domains))
 
     @staticmethod
     def from_specs(specs: Sequence, wait_seconds: float = WAIT_SECONDS) -> "PipelineModel":
@@ -84,10 +89,30 @@ class PipelineModel:
         weights = tuple(float(getattr(s, "sm_count", None) or 1) for s in specs)
         return PipelineModel(domains, tuple(float(s.mem_bandwidth) for s in specs), whole, wait_seconds,
                              "device specs (target.devices, datasheet bandwidth per GPU, DRAM shared by SM count)",
-                             weights)
+                             weights, _corun_rate(domains))
+
+    @property
+    def shares(self) -> bool:
+        """Whether devices share anything the simulator models: DRAM bandwidth figures or a co-run rate below 1."""
+        return bool(self.device_bandwidth) or self.corun_rate < 1.0
+
+    def memory_share(self, dag) -> "MemoryShare | None":
+        """The simulator's :class:`~.simulate.MemoryShare` for ``dag``'s launches; None when nothing is shared."""
+        if not self.shares:
+            return None
+        return MemoryShare(launch_bytes(dag), self.device_bandwidth, dict(self.domain_bandwidth), self.share_weights,
+                           self.corun_rate)
 
     def domain_of(self, device: int) -> int:
         return self.domains[device] if self.domains else device
+
+
+def _corun_rate(domains: Sequence[int]) -> float:
+    """:data:`~torch_tessera.target.devices.PARTITION_CORUN_RATE` when some memory domain holds two or more devices
+    (partitions of one GPU), else 1."""
+    from torch_tessera.target.devices import PARTITION_CORUN_RATE
+
+    return PARTITION_CORUN_RATE if len(set(domains)) < len(domains) else 1.0
 
 
 def surrogate_topology(topology: Topology, model: PipelineModel) -> Topology:
@@ -139,10 +164,7 @@ def program_simulations(pb: Problem, wl: Workload, place: np.ndarray, topology: 
         s = build_pipelined_schedule(prog.dag, placement, micro_batches, costs=cost, topology=topology,
                                      domains=_domains(pb, model), wait_seconds=model.wait_seconds, devices=pb.D,
                                      index=program_index(pb, p, prog.dag, cache), timeline=tl)
-        mem = None
-        if model.device_bandwidth:
-            mem = MemoryShare(launch_bytes(prog.dag), model.device_bandwidth, dict(model.domain_bandwidth),
-                              model.share_weights)
+        mem = model.memory_share(prog.dag)
         out.append(ProgramSim(prog.name, s, simulate(s, cost, topology, wait_seconds=model.wait_seconds, memory=mem)))
     return out
 
@@ -221,8 +243,9 @@ def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: To
     bandwidth figures (``model.device_bandwidth`` empty: nothing shared to model) a split program is scored by the
     list scheduler's own timeline (:func:`~.modulo.predicted_step`, a cheap surrogate 0-14 % below the simulated
     step on the test DAGs) unless ``exact``; with them, or ``exact``, by :func:`~.simulate.simulate` of its
-    schedule. ``cache``: a dict the caller keeps across calls for one workload, ``topology`` and ``model``, so the
-    list scheduler runs once per program, placement and micro-batch count (:func:`timeline_of`)."""
+    schedule. Programs wholly on devices of one memory domain run side by side at ``model.corun_rate``
+    (:func:`corun_bound`). ``cache``: a dict the caller keeps across calls for one workload, ``topology`` and
+    ``model``, so the list scheduler runs once per program, placement and micro-batch count (:func:`timeline_of`)."""
     place = np.asarray(place)
     T = np.zeros(pb.D)
     split = []
@@ -233,7 +256,8 @@ def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: To
             T[devs[0]] += pb.freq[p] * float(pb.cost[ks, devs[0]].sum())
         else:
             split.append(p)
-    if split and not model.device_bandwidth and not exact:  # nothing shared to model: the list scheduler's timeline
+    whole = corun_bound(T, model)
+    if split and not model.shares and not exact:  # nothing shared to model: the list scheduler's timeline
         for p in split:
             T += pb.freq[p] * _predicted_share(pb, wl.programs[p], p, place, topology, model, micro_batches,
                                                cache)
@@ -243,7 +267,22 @@ def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: To
                                    cache=cache)
         for p, sim in zip(split, sims):
             T += pb.freq[p] * device_share(sim)
-    return max(float(T.max()), domain_bound(pb, wl, place, model))
+    return max(float(T.max()), whole, domain_bound(pb, wl, place, model))
+
+
+def corun_bound(busy: np.ndarray, model: PipelineModel) -> float:
+    """Seconds the devices of each memory domain need to run ``busy`` (``[D]`` seconds of launches each, run alone)
+    side by side when a launch progresses at ``model.corun_rate`` while another device of its domain runs: with a
+    domain's loads sorted ``t_1 <= ... <= t_n``, all but the largest finish by ``t_(n-1) / rate``, the largest then
+    runs alone: ``t_(n-1) / rate + t_n - t_(n-1)``. The largest over domains; ``busy.max()`` when the rate is 1."""
+    busy = np.asarray(busy, dtype=np.float64)
+    if model.corun_rate >= 1.0 or len(busy) < 2:
+        return float(busy.max(initial=0.0))
+    out = 0.0
+    for dm in set(model.domain_of(d) for d in range(len(busy))):
+        t = np.sort(busy[[d for d in range(len(busy)) if model.domain_of(d) == dm]])
+        out = max(out, float(t[-1]) if len(t) < 2 else float(t[-2] / model.corun_rate + t[-1] - t[-2]))
+    return out
 
 
 def step_lower_bound(pb: Problem, wl: Workload, place: np.ndarray, topology: Topology, model: PipelineModel,

@@ -4,7 +4,8 @@ step time, per-device busy and idle time, and every step's start and end.
 Semantics (the schedule's contract): each device's stream runs its steps in order, one at a time.
 
 * A :class:`RunStep` takes its launch's cost on its device (the cost table), stretched while partitions of the same
-  memory domain (SM partitions of one GPU) together ask for more DRAM bandwidth than the GPU has (below).
+  memory domain (SM partitions of one GPU) together ask for more DRAM bandwidth than the GPU has, and while another
+  partition of the domain runs a launch (below).
 * A :class:`TransferStep` takes ``latency + bytes / bandwidth`` of its link on the producer's stream (a push).
 * A :class:`RecordStep` takes no time: its event completes when the steps before it on its stream have.
 * A :class:`WaitStep` starts once its event has completed and the stream is free, and takes ``wait_seconds``.
@@ -16,6 +17,10 @@ count: docs/BENCHMARKS.md, cut diagnosis), and each
 launch progresses at ``granted / asked`` of its solo speed: a memory-bound launch stretches, a compute-bound one
 (small ``b / c``) hardly does. This is the roofline ``time = max(compute, bytes / bandwidth)`` with the bandwidth a
 launch gets at each moment.
+
+Co-run. While launches of two or more devices of one memory domain run at once, each progresses at no more than
+:attr:`MemoryShare.corun_rate` of its solo speed (the smaller of that and its bandwidth share): partitions of one GPU
+slow each other down beyond their DRAM (docs/BENCHMARKS.md, partition co-run).
 
 Host issue. With ``host`` (:class:`~torch_tessera.scheduler.issue.HostIssue`), the schedule is replayed step by step
 from the host: the host issues the steps one after another in the runtime's order
@@ -49,12 +54,19 @@ class MemoryShare:
         domain_bandwidth: memory domain -> bytes/s the whole domain (one GPU) has.
         weights: ``[D]`` each device's weight in the shared domain's bandwidth under contention: its SM count for a
             partition (the measured fit: docs/BENCHMARKS.md, cut diagnosis); ``()``: equal weights.
+        corun_rate: in (0, 1]: the most a launch progresses (solo seconds per second) while a launch of another
+            device of its memory domain runs (:data:`torch_tessera.target.devices.PARTITION_CORUN_RATE` for SM
+            partitions of one GPU); 1: no co-run slowdown.
+
+    ``device_bandwidth`` and ``domain_bandwidth`` may be empty (no bandwidth figures): then only the co-run rate
+    applies.
     """
 
     launch_bytes: Mapping[int, float]
     device_bandwidth: Sequence[float]
     domain_bandwidth: Mapping[int, float]
     weights: Sequence[float] = ()
+    corun_rate: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -161,12 +173,15 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
 
     Raises:
         ScheduleError: the waits deadlock (a wait whose event is recorded after a wait that never completes).
-        ConfigError: ``memory.weights`` not one per device.
+        ConfigError: ``memory.weights`` not one per device, or ``memory.corun_rate`` not in (0, 1].
     """
     D = schedule.devices
     if memory is not None and len(memory.weights) not in (0, D):
         raise ConfigError(f"MemoryShare.weights has {len(memory.weights)} entries for {D} devices: give one per "
                           "device (its SM count) or none")
+    if memory is not None and not 0.0 < memory.corun_rate <= 1.0:
+        raise ConfigError(f"MemoryShare.corun_rate={memory.corun_rate}: give a rate in (0, 1] (1: no co-run "
+                          "slowdown)")
     dur = step_durations(schedule, costs, topology, wait_seconds)
     issued = issue_times(schedule, host) if host is not None else None
     t_begin = 0.0 if host is not None else None
@@ -275,7 +290,7 @@ def _demands(schedule: PipelinedSchedule, dur: list[np.ndarray], memory: MemoryS
     out = []
     for d, st in enumerate(schedule.streams):
         dem = np.zeros(len(st))
-        if memory is not None:
+        if memory is not None and len(memory.device_bandwidth):
             cap = float(memory.device_bandwidth[d])
             for i, s in enumerate(st):
                 if isinstance(s, RunStep) and dur[d][i] > 0:
@@ -289,6 +304,15 @@ def _rates(schedule, run, pos, demand, memory) -> dict[int, float]:
     rate = {d: 1.0 for d in run}
     if memory is None:
         return rate
+    if memory.corun_rate < 1.0:
+        running: dict[int, list[int]] = {}
+        for d in run:
+            if isinstance(schedule.streams[d][pos[d]], RunStep):
+                running.setdefault(schedule.domain(d), []).append(d)
+        for devs in running.values():
+            if len(devs) > 1:
+                for d in devs:
+                    rate[d] = memory.corun_rate
     by_dom: dict[int, list[int]] = {}
     for d in run:
         if demand[d][pos[d]] > 0:
@@ -301,7 +325,7 @@ def _rates(schedule, run, pos, demand, memory) -> dict[int, float]:
         weights = np.array([float(memory.weights[d]) for d in devs]) if len(memory.weights) else None
         share = water_fill(dem, float(cap), weights)
         for d, a, b in zip(devs, share, dem):
-            rate[d] = float(a / b)
+            rate[d] = min(rate[d], float(a / b))
     return rate
 
 
