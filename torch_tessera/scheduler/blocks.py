@@ -239,10 +239,10 @@ def block_loads_many(blocks: Blocks, bplaces: np.ndarray) -> tuple[np.ndarray, n
     (``blocks.dcoef``), added after the blocks' costs."""
     bplaces = np.asarray(bplaces, dtype=np.int64)
     P, D = bplaces.shape[0], blocks.cost.shape[1]
-    w = blocks.cost[np.arange(blocks.B)[None], bplaces]
+    w = np.take(blocks.cost.ravel(), bplaces + np.arange(blocks.B) * D)  # cost[b, bplaces[p, b]], one flat gather
     dev = np.bincount((np.arange(P)[:, None] * D + bplaces).ravel(), weights=w.ravel(), minlength=P * D)
     a, b = bplaces[:, blocks.esrc], bplaces[:, blocks.edst]
-    pi, ei = np.nonzero(a != b)
+    pi, ei = np.divmod(np.flatnonzero(a != b), max(len(blocks.esrc), 1))  # np.nonzero's order, row-major
     a, b = a[pi, ei], b[pi, ei]
     link = np.bincount(pi * D * D + a * D + b, weights=blocks.coef[ei, a, b], minlength=P * D * D)
     if blocks.dcoef is not None and len(pi):

@@ -400,18 +400,26 @@ def layer_split(pb: Problem, groups: Blocks, cls: Classes, frac: np.ndarray, bas
             gp[sel[i]] = dorders[o][np.searchsorted(c, pos[sel[i]], side="right")]
         return gp
 
+    def trials(o: int, cuts: list[np.ndarray], i: int, j: int, opts: list[int]) -> np.ndarray:
+        """``[len(opts), G]``: ``build`` with cut ``j`` of program ``i`` at each of ``opts`` (each cut vector stays
+        sorted, so a group's range is the number of cuts at or below its unit, as ``searchsorted`` gives)."""
+        stack = np.repeat(build(o, cuts)[None], len(opts), axis=0)
+        c = np.repeat(cuts[i][None], len(opts), axis=0)
+        c[:, j] = opts
+        stack[:, sel[i]] = dorders[o][(c[:, None, :] <= pos[sel[i]][None, :, None]).sum(2)]
+        return stack
+
     keep: dict[bytes, tuple[float, np.ndarray]] = {}  # the best few candidates scored so far, by placement
     binds = memory_binds(pb, groups)
 
-    def score(cands: list[np.ndarray]) -> np.ndarray:
-        stack = np.stack(cands)
+    def score(stack: np.ndarray) -> np.ndarray:
         vals = block_cycle_many(groups, stack)
         vals[groups.forbidden[stack].any(1)] = np.inf
         if binds:  # a split that breaks a budget is no candidate (nor a step of the descent)
             vals[~block_memory_ok_many(pb, groups, stack)] = np.inf
         for i in np.argsort(vals, kind="stable")[:4 * top].tolist():
             if np.isfinite(vals[i]):
-                keep.setdefault(cands[i].tobytes(), (float(vals[i]), cands[i]))
+                keep.setdefault(stack[i].tobytes(), (float(vals[i]), stack[i]))
         if len(keep) > 4 * top:
             for key, _ in sorted(keep.items(), key=lambda kv: kv[1][0])[4 * top:]:
                 del keep[key]
@@ -423,7 +431,7 @@ def layer_split(pb: Problem, groups: Blocks, cls: Classes, frac: np.ndarray, bas
     for devs in whole:  # every program wholly on one device (first device order: device g's range is all units)
         seeds.append((0, [np.where(np.arange(D - 1) < int(np.flatnonzero(dorders[0] == g)[0]), 0, sizes[i])
                           for i, g in enumerate(devs)]))
-    vals = score([build(o, cuts) for o, cuts in seeds])
+    vals = score(np.stack([build(o, cuts) for o, cuts in seeds]))
     for s in np.argsort(vals, kind="stable")[:2].tolist():
         o, cuts = seeds[s][0], [c.copy() for c in seeds[s][1]]
         cur = vals[s]
@@ -436,12 +444,7 @@ def layer_split(pb: Problem, groups: Blocks, cls: Classes, frac: np.ndarray, bas
                     opts = [v for v in range(lo, hi + 1) if v != cuts[i][j]]
                     if not opts:
                         continue
-                    trial = []
-                    for v in opts:
-                        c = cuts[i].copy()
-                        c[j] = v
-                        trial.append(build(o, cuts[:i] + [c] + cuts[i + 1:]))
-                    tv = score(trial)
+                    tv = score(trials(o, cuts, i, j, opts))
                     k = int(np.argmin(tv))
                     if tv[k] < cur * (1 - 1e-12):
                         cuts[i][j], cur, moved = opts[k], float(tv[k]), True

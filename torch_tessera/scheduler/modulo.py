@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -82,13 +82,19 @@ class DagIndex:
 
 def dag_index(dag: DependencyGraph) -> DagIndex:
     """The :class:`DagIndex` of ``dag`` (one pass over its edges)."""
-    nodes = sorted(dag.graph.nodes)
+    g = dag.graph
+    nodes = sorted(g.nodes)
     idx = {n: i for i, n in enumerate(nodes)}
     edges = []
-    for u, v, d in dag.graph.edges(data=True):
-        raw = "RAW" in d["kinds"] and bool(d["ranges"])
-        ranges = tuple(tuple(r) for r in d["ranges"]) if raw else ()
-        edges.append((idx[u], idx[v], ranges, sum(e - s for _, s, e in ranges)))
+    for u, nbrs in g.adjacency():  # successors, in the order of g.edges
+        i = idx[u]
+        for v, d in nbrs.items():
+            ranges = d["ranges"]
+            if ranges and "RAW" in d["kinds"]:
+                ranges = tuple(map(tuple, ranges))  # a tuple is kept as it is
+                edges.append((i, idx[v], ranges, sum([e - s for _, s, e in ranges])))
+            else:
+                edges.append((i, idx[v], (), 0))
     return DagIndex(tuple(nodes), tuple(edges))
 
 
@@ -126,7 +132,8 @@ def build_pipelined_schedule(dag: DependencyGraph, placement: Mapping[int, int] 
         raise ConfigError(f"micro_batches must be >= 1, got {micro_batches}")
     if priority not in PRIORITIES:
         raise ConfigError(f"priority {priority!r} is not one of {PRIORITIES}")
-    index, place, D, dom, adj = _prepare(dag, placement, topology, domains, devices, index)
+    index, place, D, dom, adj = _prepare(dag, placement, topology, domains, devices, index,
+                                         timeline.adjacency if timeline is not None else None)
     if timeline is None:
         dur = _durations(adj, place, costs)
         order = _list_schedule(adj, micro_batches, dur, topology, wait_seconds, priority, D)
@@ -142,13 +149,16 @@ def build_pipelined_schedule(dag: DependencyGraph, placement: Mapping[int, int] 
     return PipelinedSchedule(D, micro_batches, streams, place, dom, cut, source=f"modulo:{priority}")
 
 
-def _prepare(dag, placement, topology, domains, devices, index):
-    """``(index, launch -> device, D, domains, adjacency)`` of a placement (shared by the entry functions)."""
+def _prepare(dag, placement, topology, domains, devices, index, adj=None):
+    """``(index, launch -> device, D, domains, adjacency)`` of a placement (shared by the entry functions); ``adj``
+    (a timeline's) is reused when it was built from the same ``index``, devices and domains."""
     index = index if index is not None else dag_index(dag)
     place = _placement_of(index.nodes, placement)
     D = devices or (len(topology.devices) if topology is not None else max(place.values(), default=0) + 1)
     dom = tuple(domains) if domains is not None else tuple(range(D))
-    return index, place, D, dom, _Adjacency(index, place, dom)
+    if adj is None or adj.index is not index or adj.dom != dom or adj.dev != [place[n] for n in adj.nodes]:
+        adj = _Adjacency(index, place, dom)
+    return index, place, D, dom, adj
 
 
 def _durations(adj: "_Adjacency", place: Mapping[int, int], costs) -> list[float]:
@@ -171,6 +181,7 @@ class _Adjacency:
 
     def __init__(self, index: DagIndex, place: Mapping[int, int], dom: Sequence[int]):
         self.nodes, edges = list(index.nodes), index.edges
+        self.index, self.dom = index, tuple(dom)
         self.dev = dev = [place[n] for n in self.nodes]
         n = len(self.nodes)
         self.local: list[list[int]] = [[] for _ in range(n)]
@@ -209,11 +220,14 @@ class Timeline:
         order: ops ``m * n + i`` (micro-batch ``m``, ``i``-th launch in sorted order) in issue order.
         step_seconds: the timeline's makespan.
         occupied: ``[D]`` seconds each device's stream is occupied (launches and the transfers it pushes).
+        adjacency: the placement's edges as the list scheduler read them (internal: lets
+            :func:`build_pipelined_schedule` skip classifying them again; not compared).
     """
 
     order: tuple[int, ...]
     step_seconds: float
     occupied: tuple[float, ...]
+    adjacency: "_Adjacency | None" = field(default=None, compare=False, repr=False)
 
 
 def list_timeline(dag: DependencyGraph, placement: Mapping[int, int] | Sequence[int], micro_batches: int = 2, *,
@@ -233,7 +247,7 @@ def list_timeline(dag: DependencyGraph, placement: Mapping[int, int] | Sequence[
     timing: list = []
     order = _list_schedule(adj, micro_batches, _durations(adj, place, costs), topology, wait_seconds, "micro-batch",
                            D, timing)
-    return Timeline(tuple(order), timing[0], tuple(timing[1]))
+    return Timeline(tuple(order), timing[0], tuple(timing[1]), adj)
 
 
 def predicted_step(dag: DependencyGraph, placement: Mapping[int, int] | Sequence[int], micro_batches: int = 2, *,

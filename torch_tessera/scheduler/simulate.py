@@ -118,15 +118,20 @@ def step_durations(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, t
     dense = not isinstance(costs, CostTable)
     for d, st in enumerate(schedule.streams):
         dur = np.zeros(len(st))
+        runs, launches = [], []
         for i, s in enumerate(st):
             t = type(s)
             if t is RunStep:
-                dur[i] = costs[s.launch, d] if dense else costs.row(s.launch)[d]
+                runs.append(i)
+                launches.append(s.launch)
             elif t is TransferStep:
                 same = schedule.domain(s.src) == schedule.domain(s.dst)
                 dur[i] = 0.0 if same or topology is None else topology.transfer_seconds(s.src, s.dst, s.nbytes)
             elif t is WaitStep:
                 dur[i] = wait_seconds
+        if runs:
+            dur[runs] = (costs[np.asarray(launches, dtype=np.int64), d] if dense
+                         else [costs.row(v)[d] for v in launches])
         out.append(dur)
     return out
 
