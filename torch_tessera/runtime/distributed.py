@@ -7,8 +7,12 @@ exactly the consumer's). Storages are flat ``uint8`` tensors, so a copy moves a 
 Consecutive copies between two launches go out as one ``batch_isend_irecv`` (one NCCL group). Because every rank walks
 the same global order and only waits on operations it posted earlier, the waits cannot form a cycle.
 
-Ordering: a receive is waited on just before the first local launch that touches its buffer; a send is waited on
-before a local launch writes its buffer, before the buffer is freed and at the end of the call. On CUDA (NCCL) a wait
+A single call (:meth:`DistributedExecutor.run`) walks that global step list. Micro-batches
+(:meth:`DistributedExecutor.run_pipelined`) replay an explicit pipelined schedule instead, each rank issuing its
+device's steps in the schedule's order (:mod:`torch_tessera.runtime.dist_replay`).
+
+Ordering of a single call: a receive is waited on just before the first local launch that touches its buffer; a send
+is waited on before a local launch writes its buffer, before the buffer is freed and at the end of the call. On CUDA (NCCL) a wait
 makes the compute stream wait for NCCL's stream, so the host keeps queuing work as in the in-process executor; on CPU
 (gloo) it blocks. At the end of a call every outstanding transfer is awaited.
 
@@ -47,11 +51,13 @@ from torch_tessera.runtime.executor import (
     fresh_extern_outputs,
     launch_buffers,
 )
-from torch_tessera.runtime import pipelining
-from torch_tessera.runtime.dist_pipelining import DistPipeline, probe_group
+from torch_tessera.runtime.dist_replay import DistReplay, direction_groups, probe_group
 from torch_tessera.runtime.inputs import input_positions, static_input_keys
+from torch_tessera.runtime.pipelining import check_shared_weights, plan_waves
 from torch_tessera.runtime.realize import POISON, ExecItem, Runner, run_schedule
 from torch_tessera.runtime.schedule import STATIC_INPUTS, CopyStep, LaunchStep, Schedule, Step, build_schedule
+from torch_tessera.scheduler.modulo import build_pipelined_schedule
+from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule
 
 log = logging.getLogger(__name__)
 
@@ -219,10 +225,8 @@ class _Call:
         pool: its buffers (the shared weights, its inputs, its temporaries and outputs).
         index: the number passed to ``step_hook`` (calls before it, plus the micro-batch index).
         batch: micro-batch index in a pipelined run; ``None`` for a single call.
-        slot: pipeline slot of the micro-batch; ``None`` for a single call.
         group: the process group its point-to-point messages use (``None``: the default group).
         pending: posted messages not yet waited on.
-        posted: every message posted (pipelined runs on CUDA poll them all at the end, bounded by the timeout).
         sent: cut edges it sent.
         received: cut edges it received.
         static_keys: on the home rank with ``weights="send"``, ``static_input_keys`` of the caller's static INPUTs
@@ -232,19 +236,16 @@ class _Call:
     pool: BufferPool
     index: int
     batch: int | None = None
-    slot: int | None = None
     group: Any = None
     pending: list = field(default_factory=list)
-    posted: list = field(default_factory=list)
     sent: set = field(default_factory=set)
     received: set = field(default_factory=set)
     static_keys: dict = field(default_factory=dict)
-    outputs: Any = None  # a pipelined micro-batch's outputs (home rank)
     release: Any = None  # (call, item index) -> None: frees the temporaries whose last use on this rank it was
 
     def where(self) -> str:
         """Words for the error message: which micro-batch, if any."""
-        return "" if self.batch is None else f" in micro-batch {self.batch} (pipeline slot {self.slot})"
+        return "" if self.batch is None else f" in micro-batch {self.batch}"
 
     def note(self, kind: str, step: Any) -> None:
         """Tracing hook of :class:`~torch_tessera.runtime.realize.Runner` (unused on a rank)."""
@@ -310,7 +311,9 @@ class DistributedExecutor:
             tests, tracing).
 
     Attributes:
-        schedule: the global step list (same on every rank).
+        schedule: the global step list of a single call (same on every rank).
+        dag: the dependency DAG; placement: launch index -> device (= rank).
+        trace: when a list, every step of a pipelined schedule this rank runs is appended as ``(kind, step)``.
         stats: this rank's :class:`TransferStats`.
         launches_executed: launches run on this rank since construction.
         calls: completed calls.
@@ -346,6 +349,11 @@ class DistributedExecutor:
         self.timeout_s = ctx.timeout_s
         self.step_hook = step_hook
         self.schedule: Schedule = build_schedule(program, dag, placement, home, static_inputs=static_inputs)
+        self.dag, self.placement = dag, dict(placement)
+        self.trace: list | None = None
+        self._replays: dict[int, DistReplay] = {}  # id(pipelined schedule) -> its replay on this rank
+        self._built: dict[int, PipelinedSchedule] = {}  # micro-batches -> the schedule run_pipelined built
+        self._directions: tuple | None = None
         self._names = {k.index: k.name for k in dag.nodes()}
         self._writes = {k.index: set(k.writes) for k in dag.nodes()}
         self._cuda = ctx.device.type == "cuda"
@@ -353,7 +361,6 @@ class DistributedExecutor:
         self._fresh = fresh_extern_outputs(program)
         self._items, self._item_pos = self._my_items(self.schedule.steps)
         launch, post = RankLaunchRunner(self), RankPostRunner(self)
-        self.pipeline = DistPipeline(self)  # its lanes and slot groups are made once per executor
         self.exec_items = [ExecItem(launch if isinstance(it, LaunchStep) else post, it, i)
                            for i, it in enumerate(self._items)]
         self._free_after = self._last_uses()
@@ -367,7 +374,7 @@ class DistributedExecutor:
         self.calls = 0
 
     # -- the plan, seen from this rank ----------------------------------------------------------------------------
-    def _mine(self, step: CopyStep) -> bool:
+    def mine(self, step: CopyStep) -> bool:
         return self.rank in (step.src, step.dst)
 
     def _my_items(self, steps: Sequence[Step]) -> tuple[list[LaunchStep | tuple[CopyStep, ...]], list[int]]:
@@ -378,7 +385,7 @@ class DistributedExecutor:
         run: list[CopyStep] = []
         for i, step in enumerate(list(steps) + [None]):
             if isinstance(step, CopyStep):
-                if self._mine(step):
+                if self.mine(step):
                     run.append(step)
                     last = i
                 continue
@@ -390,17 +397,6 @@ class DistributedExecutor:
                 items.append(step)
                 pos.append(i)
         return items, pos
-
-    def chunk_items(self) -> list[list[int]]:
-        """This rank's item indices per chunk of the global schedule
-        (:func:`~torch_tessera.runtime.pipelining.schedule_chunks`: the copies a device segment needs, then the
-        segment); every rank gets the same number of chunks, some empty."""
-        if not hasattr(self, "_chunks"):
-            bounds = pipelining.schedule_chunks(self.schedule.steps)
-            self._chunks = [[k for k, p in enumerate(self._item_pos) if s <= p < e] for s, e in bounds]
-            if sum(map(len, self._chunks)) != len(self._items):
-                raise TesseraError(f"rank {self.rank}: the schedule's chunks do not cover its items; a bug")
-        return self._chunks
 
     def _last_uses(self) -> dict[int, list[str]]:
         """Item index after which each temporary buffer is no longer needed on this rank."""
@@ -466,17 +462,22 @@ class DistributedExecutor:
         self.calls += 1
         return self.outputs(call) if self.rank == self.home else None
 
-    def run_pipelined(self, batches: Sequence[Sequence[Any]] | None, slots: int = 2) -> list[list] | None:
-        """Run independent micro-batches with ``slots`` in flight on every rank; see
-        :mod:`torch_tessera.runtime.dist_pipelining`. Every rank calls it with the same ``slots`` and number of
-        micro-batches.
+    def run_pipelined(self, batches: Sequence[Sequence[Any]] | None, slots: int = 2,
+                      schedule: PipelinedSchedule | None = None) -> list[list] | None:
+        """Run independent micro-batches on every rank by replaying an explicit pipelined schedule
+        (:mod:`torch_tessera.runtime.dist_replay`): each rank issues its device's steps in the schedule's order.
+        Every rank calls it with the same ``slots`` or schedule and as many micro-batches.
 
         Args:
             batches: one input list per micro-batch, as for :meth:`run` (weights, the PARAMETER inputs, and, with
-                ``static_inputs="place"``, static INPUTs must be the same tensors in every micro-batch). Ranks other
-                than home need only the parameters and static INPUTs (``weights="local"``, as for :meth:`run`) and
-                may pass ``None`` with ``weights="send"``.
-            slots: micro-batches in flight at once (each with its own stream and process group); 1 = one at a time.
+                ``static_inputs="place"``, static INPUTs must be the same tensors in every micro-batch; micro-batches
+                of one replay must not share a state storage). Ranks other than home need only the parameters and
+                static INPUTs (``weights="local"``, as for :meth:`run`) and may pass ``None`` with ``weights="send"``.
+            slots: without ``schedule``, the micro-batches of each replay: the placement's schedule over ``slots``
+                micro-batches (:func:`~torch_tessera.scheduler.modulo.build_pipelined_schedule`, one memory per
+                rank) is replayed for each group of ``slots``, a last smaller group over its own schedule.
+            schedule: the schedule to replay (of this placement; ``len(batches)`` a multiple of its
+                micro-batches), checked before its first replay.
 
         Returns:
             On the home rank, each micro-batch's outputs in order, equal to what :meth:`run` returns for its inputs;
@@ -485,21 +486,114 @@ class DistributedExecutor:
         Raises:
             PeerFailureError: a peer died or did not answer within ``timeout_s``; names the peer, the edge and the
                 micro-batch.
-            TesseraError: ``slots < 1``, wrong inputs, different weights or static inputs per micro-batch, a static
-                input refused as by :meth:`run`, or ranks that disagree on ``slots`` or the number of micro-batches
-                (raised on every rank).
+            ScheduleError: ``schedule`` does not cover every RAW/WAR/WAW edge (names the edge and micro-batch).
+            TesseraError: ``slots < 1``, wrong inputs, different weights or static inputs per micro-batch, state
+                shared inside a replay, a static input refused as by :meth:`run`, or ranks that disagree on the
+                number of micro-batches, ``slots`` or the schedule's micro-batches (raised on every rank).
             RendezvousError: the ranks could not exchange the micro-batch plan.
         """
-        return pipelining.run_pipelined(self.pipeline, batches, slots)
+        if slots < 1:
+            raise TesseraError(f"slots must be at least 1, got {slots}")
+        size = schedule.micro_batches if schedule is not None else slots
+        batches = None if batches is None else [list(b) for b in batches]
+        n = self._agree(batches, size, schedule is not None)
+        home = self.rank == self.home
+        if n == 0:
+            return [] if home else None
+        inputs = batches if batches is not None else [None] * n
+        self.setup(self.new_call(inputs[0], self.calls))
+        outputs: list = []
+        calls: list = []
+        for first in range(0, n, size):
+            group = inputs[first:first + size]
+            replay = self.replay(schedule if schedule is not None else self.schedule_for(len(group)))
+            got = replay.replay(group, first)
+            calls += replay.last_calls
+            outputs += got or []
+        self.stats.batch_cut_edges_sent = [c.sent for c in calls]
+        self.stats.batch_cut_edges_received = [c.received for c in calls]
+        self.stats.cut_edges_sent = set().union(*self.stats.batch_cut_edges_sent)
+        self.stats.cut_edges_received = set().union(*self.stats.batch_cut_edges_received)
+        self.calls += n
+        return outputs if home else None
 
-    # -- the pieces of a call (also driven micro-batch by micro-batch by dist_pipelining) -------------------------
+    def replay(self, schedule: PipelinedSchedule, check: bool = True) -> DistReplay:
+        """This rank's replay of ``schedule``, checked and lowered once per schedule (collective the first time:
+        every rank makes the second direction's process group)."""
+        if self._directions is None:
+            self._directions = direction_groups(self.ctx)
+        cached = self._replays.get(id(schedule))
+        if cached is None or cached.schedule is not schedule:
+            cached = self._replays[id(schedule)] = DistReplay(self, schedule, self._directions, check)
+        return cached
+
+    def schedule_for(self, micro_batches: int) -> PipelinedSchedule:
+        """The placement's schedule over ``micro_batches`` (built once; one memory domain per rank)."""
+        if micro_batches not in self._built:
+            world = self.ctx.world_size
+            self._built[micro_batches] = build_pipelined_schedule(self.dag, self.placement, micro_batches,
+                                                                  domains=tuple(range(world)), devices=world)
+        return self._built[micro_batches]
+
+    def _agree(self, batches: list | None, size: int, fixed: bool) -> int:
+        """The number of micro-batches, the home rank's (after its checks), agreed by every rank.
+
+        Raises:
+            TesseraError: on every rank, when the home rank's checks fail or the ranks disagree.
+            RendezvousError: the ranks could not exchange it.
+        """
+        problem = None
+        try:
+            if batches is None and self.rank == self.home:
+                raise TesseraError(f"rank {self.rank} is home: it needs every micro-batch's inputs")
+            if batches is not None:
+                self._check_batches(batches, size, fixed)
+        except TesseraError as e:
+            problem = str(e)
+        mine = (None if batches is None else len(batches), size, problem)
+        every: list = [None] * self.ctx.world_size
+        try:
+            dist.all_gather_object(every, mine, group=self.ctx.control)
+        except RuntimeError as e:
+            raise RendezvousError(f"rank {self.rank}: the ranks could not exchange the micro-batch plan of a "
+                                  f"pipelined run ({e}); check the other ranks' logs") from e
+        problems = [f"rank {r}: {p}" for r, (_, _, p) in enumerate(every) if p]
+        if problems:
+            raise TesseraError("pipelined run refused: " + "; ".join(problems))
+        n = every[self.home][0]
+        bad = [r for r, (c, z, _) in enumerate(every) if z != size or c not in (None, n)]
+        if bad:
+            raise TesseraError(
+                f"pipelined run: ranks {bad} disagree with home rank {self.home} on the micro-batches or the "
+                f"micro-batches per replay (each rank's: {[(c, z) for c, z, _ in every]}); every rank must call "
+                "run_pipelined with the same slots or schedule and as many micro-batches (or None where allowed)")
+        return n
+
+    def _check_batches(self, batches: list, size: int, fixed: bool) -> None:
+        """Refuse micro-batches :meth:`run_pipelined` cannot run (its ``Raises``)."""
+        for m, b in enumerate(batches):
+            if len(b) != len(self.program.inputs):
+                raise TesseraError(f"micro-batch {m}: program expects {len(self.program.inputs)} inputs, got {len(b)}")
+        if fixed and len(batches) % size:
+            raise TesseraError(f"{len(batches)} micro-batches for a schedule of {size}: pass a multiple of {size}, or "
+                               f"build the schedule for micro_batches={len(batches)}")
+        if self.rank != self.home or not batches:
+            return
+        check_shared_weights(self.program, batches, static=self.static_inputs == "place")
+        for g in range(0, len(batches), size):
+            if len(plan_waves(self.program, batches[g:g + size], size)) > 1:
+                raise TesseraError(f"micro-batches {g}..{min(g + size, len(batches)) - 1} pass overlapping state "
+                                   "storages (a KV cache both write): one replay runs its micro-batches in disjoint "
+                                   "storage; give each its own state, or run them in separate calls")
+
+    # -- the pieces of a call (also driven micro-batch by micro-batch by dist_replay) -----------------------------
     def new_call(self, inputs: Sequence[Any] | None, index: int, **where: Any) -> _Call:
         """A call's state: a fresh pool holding the weights and ``inputs`` (checked against the program).
 
         Args:
             inputs: graph inputs in program order, or ``None`` (see :meth:`run`).
             index: the number ``step_hook`` receives for this call.
-            where: ``batch``, ``slot`` and ``group`` of a pipelined micro-batch.
+            where: ``batch`` of a pipelined micro-batch.
         """
         if inputs is not None and len(inputs) != len(self.program.inputs):
             raise TesseraError(f"program expects {len(self.program.inputs)} inputs, got {len(inputs)}")
@@ -526,9 +620,9 @@ class DistributedExecutor:
             self._check_static_unchanged(call)
             return
         self._check_no_inference_static(call)
-        mine = tuple(s for s in self.schedule.setup if self._mine(s))
+        mine = tuple(s for s in self.schedule.setup if self.mine(s))
         if mine:
-            self._post(mine, call)
+            self.post(mine, call)
             self.finish(call, final=True)
         for s in mine:
             if s.dst == self.rank:
@@ -574,7 +668,7 @@ class DistributedExecutor:
         """Wait for every transfer ``call`` still has in flight (``final``: on CUDA too, poll for completion)."""
         for p in call.pending:
             if not p.done:
-                self._wait(p, call, final)
+                self.wait_pending(p, call, final)
         call.pending = []
 
     def outputs(self, call: _Call) -> list:
@@ -584,25 +678,7 @@ class DistributedExecutor:
                 self._ensure(call.pool, o.buffer)
         return [call.pool.view(o) if isinstance(o, TensorArg) else o.value for o in self.program.outputs]
 
-    def check_completed(self, calls: Sequence[_Call]) -> None:
-        """On CUDA, poll every message ``calls`` posted until it has completed, at most ``timeout_s`` in all.
-
-        Raises:
-            PeerFailureError: naming the first message (rank, edge, micro-batch) that did not complete.
-        """
-        if not self._cuda:
-            return
-        deadline = time.monotonic() + self.timeout_s
-        for call in calls:
-            for p in call.posted:
-                for w in p.works:
-                    while not w.is_completed():
-                        if time.monotonic() > deadline:
-                            raise self._failure(p, None, call)
-                        time.sleep(20e-6)
-            call.posted = []
-
-    def _hook(self, call: _Call, step: Step) -> None:
+    def hook(self, call: _Call, step: Step) -> None:
         if self.step_hook is not None:
             self.step_hook(call.index, step)
 
@@ -634,7 +710,7 @@ class DistributedExecutor:
         if not self._cuda:
             pool.storages[name].fill_(POISON)  # a missing transfer shows up as NaN
 
-    def _launch(self, step: LaunchStep, call: _Call) -> None:
+    def launch(self, step: LaunchStep, call: _Call) -> None:
         launch, pool = self.program.launches[step.launch], call.pool
         touched = launch_buffers(launch)
         for b in touched:
@@ -655,11 +731,19 @@ class DistributedExecutor:
         self.launches_executed += 1
 
     # -- transfers ------------------------------------------------------------------------------------------------
-    def _post(self, steps: Sequence[CopyStep], call: _Call) -> None:
-        """Post this rank's end of ``steps`` for ``call``, on its process group: one message per peer and direction
-        (several byte ranges are packed into one staging buffer), all in one ``batch_isend_irecv`` when there are
-        several messages."""
-        groups: dict[tuple, list[CopyStep]] = {}
+    def post(self, steps: Sequence[CopyStep], call: _Call, group: Any = None, stage: bool = False) -> None:
+        """Post this rank's end of ``steps`` for ``call``: one message per peer and direction (several byte ranges
+        are packed into one staging buffer), all in one ``batch_isend_irecv`` when there are several messages.
+
+        Args:
+            steps: copies this rank sends or receives.
+            call: the call or micro-batch whose pool they read or write.
+            group: the process group (default: the call's).
+            stage: send from a private copy of the bytes even for one range (the pool's buffer may then change at
+                once, nothing waits for the send before it).
+        """
+        group = call.group if group is None else group
+        groups: dict[tuple, list[CopyStep]] = {}  # (kind, peer, ...) -> its ranges
         for i, s in enumerate(steps):
             key: tuple = ("send", s.dst) if s.src == self.rank else ("recv", s.src)
             if s.purpose in ("weights", "static"):
@@ -667,16 +751,16 @@ class DistributedExecutor:
             groups.setdefault(key, []).append(s)
             self._count(s, key[0], call)
         ops, pendings = [], []
-        for (kind, peer, *_), group in groups.items():
-            tensor, pending = self._prepare(kind, group, call)
+        for (kind, peer, *_), ranges in groups.items():
+            tensor, pending = self._prepare(kind, ranges, call, stage)
             ops.append((dist.isend if kind == "send" else dist.irecv, tensor, peer))
             pendings.append(pending)
         try:
             if len(ops) == 1:
                 fn, tensor, peer = ops[0]
-                works = [fn(tensor, peer, group=call.group)]
+                works = [fn(tensor, peer, group=group)]
             else:
-                works = dist.batch_isend_irecv([dist.P2POp(fn, tensor, peer, call.group) for fn, tensor, peer in ops])
+                works = dist.batch_isend_irecv([dist.P2POp(fn, tensor, peer, group) for fn, tensor, peer in ops])
                 self.stats.batches += 1
         except RuntimeError as e:
             raise self._failure(pendings[0], e, call) from e
@@ -685,8 +769,6 @@ class DistributedExecutor:
         for k, p in enumerate(pendings):
             p.works = (works[k],) if len(works) == len(ops) else tuple(works)
             call.pending.append(p)
-            if self._cuda and call.batch is not None:
-                call.posted.append(p)
 
     def _count(self, s: CopyStep, kind: str, call: _Call) -> None:
         self.stats.ranges[s.purpose] += 1
@@ -699,8 +781,10 @@ class DistributedExecutor:
             if s.edge is not None:
                 call.received.add(s.edge)
 
-    def _prepare(self, kind: str, group: list[CopyStep], call: _Call) -> tuple[torch.Tensor, _Pending]:
-        """The tensor to send or receive into for ``group`` (copies with one peer), and its pending record."""
+    def _prepare(self, kind: str, group: list[CopyStep], call: _Call,
+                 stage: bool = False) -> tuple[torch.Tensor, _Pending]:
+        """The tensor to send or receive into for ``group`` (copies with one peer), and its pending record; a send
+        of several ranges, or with ``stage`` of any, goes from a private copy."""
         pool = call.pool
         for s in group:
             if kind == "send":
@@ -713,7 +797,7 @@ class DistributedExecutor:
                 self._wait_for(call, s.buffer, ("send", "recv"), (s.start, s.end))
         slices = [pool.storages[s.buffer][s.start:s.end] for s in group]
         names = frozenset(s.buffer for s in group)
-        if len(group) == 1:
+        if len(group) == 1 and not (stage and kind == "send"):
             return slices[0], _Pending(tuple(group), kind, (), names)
         if kind == "send":
             packed = torch.cat(slices)
@@ -729,10 +813,10 @@ class DistributedExecutor:
         """Wait for ``call``'s pending transfers of ``buffer`` of the given kinds (overlapping ``span`` if given)."""
         for p in call.pending:
             if not p.done and p.kind in kinds and p.touches(buffer, span):
-                self._wait(p, call, final=False)
+                self.wait_pending(p, call, final=False)
         call.pending = [p for p in call.pending if not p.done]
 
-    def _wait(self, p: _Pending, call: _Call, final: bool) -> None:
+    def wait_pending(self, p: _Pending, call: _Call, final: bool) -> None:
         """Wait for one transfer: blocking with a timeout on CPU; stream-ordered on CUDA, polled at the call's end."""
         try:
             for w in p.works:
@@ -790,8 +874,8 @@ class RankLaunchRunner(Runner):
 
     def __call__(self, step: LaunchStep, call: _Call) -> None:
         ex = self.machine
-        ex._hook(call, step)
-        ex._launch(step, call)
+        ex.hook(call, step)
+        ex.launch(step, call)
 
 
 class RankPostRunner(Runner):
@@ -802,8 +886,8 @@ class RankPostRunner(Runner):
     def __call__(self, steps: tuple[CopyStep, ...], call: _Call) -> None:
         ex = self.machine
         for s in steps:
-            ex._hook(call, s)
-        ex._post(steps, call)
+            ex.hook(call, s)
+        ex.post(steps, call)
 
 
 def _device_ctx(device: torch.device) -> Any:
