@@ -73,6 +73,39 @@ def test_two_gloo_ranks_run_the_tiny_llama_plan_and_match_eager(tmp_path):
     assert p0["cut_ranges"] == 3 * per_call
 
 
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
+@pytest.mark.parametrize("model", ["mlp", "llama"])
+def test_two_gloo_ranks_replay_the_explicit_schedule(tmp_path, model):
+    """Two gloo ranks (``tests/runtime/dist_schedule_rank.py``) replay the explicit pipelined schedule of 3 random
+    placements x 1..4 micro-batches of the tiny model: each rank runs exactly its device's steps in the schedule's
+    order, every micro-batch's outputs equal eager and, bitwise, the in-process replay of the same schedule, and every
+    cut edge of every micro-batch is sent once and received once."""
+    port = _free_port()
+    procs = []
+    for rank in (0, 1):
+        env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                   WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.runtime.dist_schedule_rank", model,
+                                       str(tmp_path / f"rank{rank}.json")], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert len(r0["cases"]) == len(r1["cases"]) == 12
+    assert sorted({c["micro_batches"] for c in r0["cases"]}) == [1, 2, 3, 4]
+    assert sum(c["transfers"] > 0 for c in r0["cases"]) >= 8  # most placements cut something
+    for c0, c1 in zip(r0["cases"], r1["cases"]):
+        where = f"placement {c0['seed']}, {c0['micro_batches']} micro-batches"
+        assert c0["order"] and c1["order"], where
+        assert c0["steps"] > 0 and c1["steps"] > 0, where  # both ranks run steps
+        assert c0["allclose_eager"] and c0["max_abs_diff_eager"] < 1e-4, (where, c0["max_abs_diff_eager"])
+        assert c0["equal_inprocess"], where
+        for m in range(c0["micro_batches"]):
+            sent = {tuple(e) for c in (c0, c1) for e in c["sent"][m]}
+            assert sent == {tuple(e) for c in (c0, c1) for e in c["received"][m]}, (where, m)
+        assert sum(len(s) for c in (c0, c1) for s in c["sent"]) == c0["transfers"], where
+
+
 def _launch_rank(rank: int, port: int, args: list[str], log: Path) -> subprocess.Popen:
     env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
