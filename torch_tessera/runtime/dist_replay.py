@@ -32,12 +32,14 @@ import datetime
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
 
 from torch_tessera.errors import RendezvousError, TesseraError
+from torch_tessera.lowering.program import BufferKind, TensorArg
+from torch_tessera.runtime.executor import launch_buffers
 from torch_tessera.runtime.realize import ExecItem, Runner, run_schedule
 from torch_tessera.runtime.schedule import CopyStep, LaunchStep
 from torch_tessera.scheduler.pipeline_schedule import (
@@ -78,10 +80,13 @@ class RankReplayContext:
     Attributes:
         calls: one call state per micro-batch of the replay (its pool, pending messages, cut edges).
         trace: when a list, every step this rank ran is appended as ``(kind, step)``.
+        free_after: item index -> ``(micro-batch, buffer)`` temporaries of this rank no longer needed after it.
+        waited: the transfers received so far, in order.
     """
 
     calls: list
     trace: list | None = None
+    free_after: Mapping[int, Sequence[tuple[int, str]]] = field(default_factory=dict)
     waited: list = field(default_factory=list)
 
     def note(self, kind: str, step: Any) -> None:
@@ -89,7 +94,10 @@ class RankReplayContext:
             self.trace.append((kind, step))
 
     def release_after(self, index: int) -> None:
-        """Nothing is freed inside a replay: each micro-batch's temporaries live until it ends."""
+        """Free the temporaries whose last use on this rank was item ``index`` (nothing of theirs is in flight:
+        sends go from private copies, receives have landed)."""
+        for m, buffer in self.free_after.get(index, ()):
+            self.calls[m].pool.free(buffer)
 
 
 def transfer_copies(step: TransferStep) -> tuple[CopyStep, ...]:
@@ -198,20 +206,41 @@ class DistReplay:
         mine = schedule.streams[rank] if rank < schedule.devices else ()
         lands = receive_points(schedule).get(rank, {})
         run, send, record = RankRunRunner(self), RankSendRunner(self), RankRecordRunner(self)
-        self.items: list[ExecItem] = []
+        pairs: list[tuple[Runner, Any]] = []
         for i, s in enumerate(mine):
             if isinstance(s, WaitStep):
-                self.items.append(ExecItem(RankWaitRunner(self, lands.get(i, ())), s, i))
+                pairs.append((RankWaitRunner(self, lands.get(i, ())), s))
             else:
                 if i in lands:  # a checked schedule lands transfers at waits only; a hand-made one may not
-                    self.items.append(ExecItem(RankWaitRunner(self, lands[i]), None, i))
-                runner = run if isinstance(s, RunStep) else send if isinstance(s, TransferStep) else record
-                self.items.append(ExecItem(runner, s, i))
+                    pairs.append((RankWaitRunner(self, lands[i]), None))
+                pairs.append((run if isinstance(s, RunStep) else send if isinstance(s, TransferStep) else record, s))
         if len(mine) in lands:
-            self.items.append(ExecItem(RankWaitRunner(self, lands[len(mine)]), None, len(mine)))
+            pairs.append((RankWaitRunner(self, lands[len(mine)]), None))
+        self.items = [ExecItem(runner, s, k) for k, (runner, s) in enumerate(pairs)]
         steps = ex.schedule.steps
         self.inputs = [s for s in steps if isinstance(s, CopyStep) and s.purpose == "input" and ex.mine(s)]
         self.gathers = [s for s in steps if isinstance(s, CopyStep) and s.purpose == "gather" and ex.mine(s)]
+        self.free_after = self.last_uses()
+        self.last_calls: list = []
+
+    def last_uses(self) -> dict[int, list[tuple[int, str]]]:
+        """Item index after which each temporary of each micro-batch is no longer needed on this rank (outputs on
+        the home rank and buffers this rank gathers to it are kept)."""
+        ex = self.executor
+        program = ex.program
+        temps = {b.name for b in program.buffers.values() if b.kind == BufferKind.TEMP}
+        keep = {s.buffer for s in self.gathers}
+        if ex.rank == ex.home:
+            keep |= {o.buffer for o in program.outputs if isinstance(o, TensorArg)}
+        last: dict[tuple[int, str], int] = {}
+        for item in self.items:
+            for m, b in item_buffers(program, item):
+                last[(m, b)] = item.index
+        out: dict[int, list[tuple[int, str]]] = {}
+        for (m, b), k in last.items():
+            if b in temps and b not in keep:
+                out.setdefault(k, []).append((m, b))
+        return out
 
     def group(self, src: int, dst: int) -> Any:
         """The process group of messages from rank ``src`` to rank ``dst``."""
@@ -226,17 +255,19 @@ class DistReplay:
         """This rank's end of ``copies``: one message per (source, destination), in order of first appearance."""
         pairs: dict[tuple[int, int], list[CopyStep]] = {}
         for c in copies:
+            self.executor.hook(call, c)
             pairs.setdefault((c.src, c.dst), []).append(c)
         for group in pairs.values():
             self.post(group, call)
 
-    def replay(self, group: Sequence[Sequence[Any] | None], first: int) -> list | None:
+    def replay(self, group: Sequence[Sequence[Any] | None], first: int | None) -> list | None:
         """One replay: every micro-batch of ``group`` (this rank's inputs of each, or ``None``) once.
 
         Args:
             group: exactly the schedule's micro-batches.
             first: the index of the group's first micro-batch in the caller's list (named in errors, and given to
-                ``step_hook`` as ``executor.calls + first + k``).
+                ``step_hook`` as ``executor.calls + first + k``); ``None`` for a single call (one micro-batch,
+                named as no micro-batch).
 
         Returns:
             On the home rank each micro-batch's outputs, in order; ``None`` elsewhere.
@@ -246,10 +277,13 @@ class DistReplay:
                 edge and the micro-batch).
         """
         ex = self.executor
-        calls = [ex.new_call(b, ex.calls + first + k, batch=first + k) for k, b in enumerate(group)]
+        if first is None:
+            calls = [ex.new_call(group[0], ex.calls)]
+        else:
+            calls = [ex.new_call(b, ex.calls + first + k, batch=first + k) for k, b in enumerate(group)]
         for call in calls:
             self.post_by_pair(self.inputs, call)
-        ctx = RankReplayContext(calls, trace=ex.trace)
+        ctx = RankReplayContext(calls, trace=ex.trace, free_after=self.free_after)
         run_schedule(self.items, ctx)
         for call in calls:
             self.post_by_pair(self.gathers, call)
@@ -257,6 +291,19 @@ class DistReplay:
             ex.finish(call, final=True)
         self.last_calls = calls
         return [ex.outputs(c) for c in calls] if ex.rank == ex.home else None
+
+
+def item_buffers(program: Any, item: ExecItem) -> list[tuple[int, str]]:
+    """``(micro-batch, buffer)`` pairs one item of a rank's replay touches."""
+    step = item.step
+    if isinstance(step, RunStep):
+        return [(step.micro_batch, b) for b in launch_buffers(program.launches[step.launch])]
+    if isinstance(step, TransferStep):
+        return [(step.micro_batch, b) for b, _, _ in step.ranges]
+    runner = item.runner
+    if isinstance(runner, RankWaitRunner):
+        return [(t.micro_batch, b) for t in runner.lands for b, _, _ in t.ranges]
+    return []
 
 
 def direction_groups(ctx: Any) -> tuple[Any, Any]:

@@ -1,20 +1,15 @@
 """Process-per-device runtime: one process (rank) per device, cut edges sent through ``torch.distributed``.
 
-Rank ``r`` runs device ``r`` of a placement. Every rank builds the same :class:`Schedule` as the in-process
-:class:`~torch_tessera.runtime.placed.PlacedExecutor` (:func:`build_schedule`) and walks it in the same order, doing
-only its part: its own launches, and its end of every copy (``isend`` of exactly the producer's bytes, ``irecv`` of
-exactly the consumer's). Storages are flat ``uint8`` tensors, so a copy moves a byte range whatever the dtype.
-Consecutive copies between two launches go out as one ``batch_isend_irecv`` (one NCCL group). Because every rank walks
-the same global order and only waits on operations it posted earlier, the waits cannot form a cycle.
-
-A single call (:meth:`DistributedExecutor.run`) walks that global step list. Micro-batches
-(:meth:`DistributedExecutor.run_pipelined`) replay an explicit pipelined schedule instead, each rank issuing its
-device's steps in the schedule's order (:mod:`torch_tessera.runtime.dist_replay`).
-
-Ordering of a single call: a receive is waited on just before the first local launch that touches its buffer; a send
-is waited on before a local launch writes its buffer, before the buffer is freed and at the end of the call. On CUDA (NCCL) a wait
-makes the compute stream wait for NCCL's stream, so the host keeps queuing work as in the in-process executor; on CPU
-(gloo) it blocks. At the end of a call every outstanding transfer is awaited.
+Rank ``r`` runs device ``r`` of a placement. A call, or a group of micro-batches, replays the placement's explicit
+pipelined schedule (:class:`~torch_tessera.scheduler.pipeline_schedule.PipelinedSchedule`, one memory domain per
+rank; a single call is the schedule over one micro-batch): every rank issues its device's steps in the schedule's
+order through the runtime's one loop, a transfer is an ``isend`` of exactly the edge's bytes and the wait that
+consumes it an ``irecv`` (:mod:`torch_tessera.runtime.dist_replay`). The per-call copies around the steps (inputs
+from the home rank, outputs and state gathered to it) and the setup copies (weights, static inputs) come from the same
+:class:`Schedule` the in-process :class:`~torch_tessera.runtime.placed.PlacedExecutor` builds (:func:`build_schedule`).
+Storages are flat ``uint8`` tensors, so a message moves a byte range whatever the dtype. On CUDA (NCCL) a wait makes
+the compute stream wait for NCCL's stream, so the host keeps queuing work as in the in-process executor; on CPU (gloo)
+it blocks. At the end of a call every outstanding message is awaited.
 
 Failure: every wait on a peer is bounded by ``timeout_s`` (gloo: ``Work.wait(timeout)``; NCCL: polling
 ``Work.is_completed()`` at the end of the call). A peer that died (connection reset) or stopped answering raises
@@ -54,7 +49,7 @@ from torch_tessera.runtime.executor import (
 from torch_tessera.runtime.dist_replay import DistReplay, direction_groups, probe_group
 from torch_tessera.runtime.inputs import input_positions, static_input_keys
 from torch_tessera.runtime.pipelining import check_shared_weights, plan_waves
-from torch_tessera.runtime.realize import POISON, ExecItem, Runner, run_schedule
+from torch_tessera.runtime.realize import POISON
 from torch_tessera.runtime.schedule import STATIC_INPUTS, CopyStep, LaunchStep, Schedule, Step, build_schedule
 from torch_tessera.scheduler.modulo import build_pipelined_schedule
 from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule
@@ -241,18 +236,11 @@ class _Call:
     sent: set = field(default_factory=set)
     received: set = field(default_factory=set)
     static_keys: dict = field(default_factory=dict)
-    release: Any = None  # (call, item index) -> None: frees the temporaries whose last use on this rank it was
 
     def where(self) -> str:
         """Words for the error message: which micro-batch, if any."""
         return "" if self.batch is None else f" in micro-batch {self.batch}"
 
-    def note(self, kind: str, step: Any) -> None:
-        """Tracing hook of :class:`~torch_tessera.runtime.realize.Runner` (unused on a rank)."""
-
-    def release_after(self, index: int) -> None:
-        if self.release is not None:
-            self.release(self, index)
 
 
 @dataclass
@@ -359,11 +347,6 @@ class DistributedExecutor:
         self._cuda = ctx.device.type == "cuda"
         self.launcher = KernelLauncher(program, kernel_objects, ctx.device)
         self._fresh = fresh_extern_outputs(program)
-        self._items, self._item_pos = self._my_items(self.schedule.steps)
-        launch, post = RankLaunchRunner(self), RankPostRunner(self)
-        self.exec_items = [ExecItem(launch if isinstance(it, LaunchStep) else post, it, i)
-                           for i, it in enumerate(self._items)]
-        self._free_after = self._last_uses()
         self._weights = BufferPool(ctx.device)  # weights and static INPUTs received at setup
         self._setup_done = weights == "local"
         self._static_names = frozenset(s.buffer for s in self.schedule.setup if s.purpose == "static")
@@ -376,43 +359,6 @@ class DistributedExecutor:
     # -- the plan, seen from this rank ----------------------------------------------------------------------------
     def mine(self, step: CopyStep) -> bool:
         return self.rank in (step.src, step.dst)
-
-    def _my_items(self, steps: Sequence[Step]) -> tuple[list[LaunchStep | tuple[CopyStep, ...]], list[int]]:
-        """This rank's launches, and its copies grouped into runs between two launches of the global schedule; with
-        the global step index of each item (a run: its last copy's)."""
-        items: list[LaunchStep | tuple[CopyStep, ...]] = []
-        pos: list[int] = []
-        run: list[CopyStep] = []
-        for i, step in enumerate(list(steps) + [None]):
-            if isinstance(step, CopyStep):
-                if self.mine(step):
-                    run.append(step)
-                    last = i
-                continue
-            if run:
-                items.append(tuple(run))
-                pos.append(last)
-                run = []
-            if isinstance(step, LaunchStep) and step.device == self.rank:
-                items.append(step)
-                pos.append(i)
-        return items, pos
-
-    def _last_uses(self) -> dict[int, list[str]]:
-        """Item index after which each temporary buffer is no longer needed on this rank."""
-        temps = {b.name for b in self.program.buffers.values() if b.kind == BufferKind.TEMP}
-        outputs = {o.buffer for o in self.program.outputs if isinstance(o, TensorArg)}
-        last: dict[str, int] = {}
-        for i, item in enumerate(self._items):
-            names = launch_buffers(self.program.launches[item.launch]) if isinstance(item, LaunchStep) else \
-                {s.buffer for s in item}
-            for b in names:
-                last[b] = i
-        out: dict[int, list[str]] = {}
-        for b, i in last.items():
-            if b in temps and not (self.rank == self.home and b in outputs):
-                out.setdefault(i, []).append(b)
-        return out
 
     # -- a call ---------------------------------------------------------------------------------------------------
     def __call__(self, args: list) -> list:
@@ -454,13 +400,13 @@ class DistributedExecutor:
             TesseraError: wrong inputs, a static input that changed since ``weights="send"`` sent it or that is an
                 inference tensor (home rank), or an inconsistent schedule.
         """
-        call = self.new_call(inputs, self.calls)
-        self.setup(call)
-        self.issue(call, range(len(self._items)))
-        self.finish(call, final=True)
+        self.setup(self.new_call(inputs, self.calls))
+        replay = self.replay(self.schedule_for(1))
+        got = replay.replay([inputs], None)
+        call = replay.last_calls[0]
         self.stats.cut_edges_sent, self.stats.cut_edges_received = call.sent, call.received
         self.calls += 1
-        return self.outputs(call) if self.rank == self.home else None
+        return got[0] if got is not None else None
 
     def run_pipelined(self, batches: Sequence[Sequence[Any]] | None, slots: int = 2,
                       schedule: PipelinedSchedule | None = None) -> list[list] | None:
@@ -586,7 +532,7 @@ class DistributedExecutor:
                                    "storages (a KV cache both write): one replay runs its micro-batches in disjoint "
                                    "storage; give each its own state, or run them in separate calls")
 
-    # -- the pieces of a call (also driven micro-batch by micro-batch by dist_replay) -----------------------------
+    # -- the pieces of a call (driven step by step by dist_replay) -------------------------------------------------
     def new_call(self, inputs: Sequence[Any] | None, index: int, **where: Any) -> _Call:
         """A call's state: a fresh pool holding the weights and ``inputs`` (checked against the program).
 
@@ -651,18 +597,6 @@ class DistributedExecutor:
                 "sent them to the ranks that read them (weights='send' sends them once); use weights='local' (every "
                 "rank binds its own every call), static_inputs='copy' (sent every call) or build a new "
                 "DistributedExecutor")
-
-    def issue(self, call: _Call, items: Sequence[int]) -> None:
-        """Issue this rank's items ``items`` (indices, in order) for ``call`` through the runtime's one loop
-        (:func:`~torch_tessera.runtime.realize.run_schedule`): launches, and its end of each transfer; temporaries
-        are freed after their last use here."""
-        call.release = self._release
-        run_schedule([self.exec_items[i] for i in items], call)
-
-    def _release(self, call: _Call, index: int) -> None:
-        for b in self._free_after.get(index, ()):
-            self._wait_for(call, b, ("send", "recv"))
-            call.pool.free(b)
 
     def finish(self, call: _Call, final: bool) -> None:
         """Wait for every transfer ``call`` still has in flight (``final``: on CUDA too, poll for completion)."""
@@ -864,30 +798,6 @@ class DistributedExecutor:
             f"(timeout_s / --timeout, now {self.timeout_s:g} s)",
             rank=self.rank, peer=peer, edge=step.edge, buffer=step.buffer, batch=call.batch,
         )
-
-
-class RankLaunchRunner(Runner):
-    """One of this rank's launches: after the receives of the buffers it touches and the sends of those it writes
-    have completed (stream-ordered on CUDA, blocking on gloo)."""
-
-    kind = "launch"
-
-    def __call__(self, step: LaunchStep, call: _Call) -> None:
-        ex = self.machine
-        ex.hook(call, step)
-        ex.launch(step, call)
-
-
-class RankPostRunner(Runner):
-    """This rank's end of a run of copies between two launches: one message per peer and direction."""
-
-    kind = "post"
-
-    def __call__(self, steps: tuple[CopyStep, ...], call: _Call) -> None:
-        ex = self.machine
-        for s in steps:
-            ex.hook(call, s)
-        ex.post(steps, call)
 
 
 def _device_ctx(device: torch.device) -> Any:
