@@ -114,7 +114,7 @@ def _launch_rank(rank: int, port: int, args: list[str], log: Path) -> subprocess
 
 
 @pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
-@pytest.mark.parametrize("mode,pipelined", [("exit", False), ("hang", False), ("exit", True)])
+@pytest.mark.parametrize("mode,pipelined", [("exit", False), ("hang", False), ("exit", True), ("hang", True)])
 def test_a_failed_rank_ends_the_run_with_an_error_naming_it_within_the_timeout(tmp_path, mode, pipelined):
     """Pipelined: 3 micro-batches on 2 slots after one call; rank 1 exits at its first send of micro-batch 2 (call 3),
     after the first wave (micro-batches 0 and 1) has completed on both ranks."""
@@ -206,3 +206,41 @@ def test_gpu_distributed_bench_dry_runs_on_cpu(tmp_path):
     for r in out["plans"]:  # the pipelined rows: slots 1 and 2, bitwise equal to the in-process run_pipelined
         assert r["pipelined_s1_bitwise_equal_inprocess"] and r["pipelined_s2_bitwise_equal_inprocess"], r
         assert r["dist_pipelined_s2_ms"] > 0 and r["inprocess_pipelined_s1_ms"] > 0
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="CPU virtual devices")
+def test_each_rank_lowers_its_stream_of_the_schedule_and_refuses_a_schedule_missing_a_wait():
+    """No processes: each rank's replay items are its device's stream of the schedule, in order, with the transfers
+    it receives landing at waits (every transfer exactly once, on its destination); a schedule with any one wait
+    dropped is refused before anything runs, naming an edge and a micro-batch."""
+    import torch
+
+    from tests.runtime.test_replay import _mlp_runner, _without
+    from torch_tessera.errors import ScheduleError
+    from torch_tessera.runtime.dist_replay import DistReplay, RankWaitRunner
+    from torch_tessera.runtime.distributed import DistContext, DistributedExecutor
+    from torch_tessera.runtime.runner import random_placement
+    from torch_tessera.scheduler.modulo import build_pipelined_schedule
+    from torch_tessera.scheduler.pipeline_schedule import TransferStep, WaitStep
+
+    _, _, runner, _ = _mlp_runner()
+    placement = random_placement(runner.dag, 2, 3)
+    sched = build_pipelined_schedule(runner.dag, placement, 3, domains=(0, 1), devices=2)
+    transfers = sched.steps(TransferStep)
+    assert transfers and sched.num_waits
+    landed = []
+    for rank in (0, 1):
+        ctx = DistContext(rank=rank, world_size=2, backend="gloo", device=torch.device("cpu"), timeout_s=1.0)
+        ex = DistributedExecutor(runner.program, runner.dag, placement, ctx)
+        replay = DistReplay(ex, sched, (None, None))
+        assert [it.step for it in replay.items if it.step is not None] == list(sched.streams[rank])
+        for it in replay.items:
+            if isinstance(it.runner, RankWaitRunner):
+                assert isinstance(it.step, WaitStep) and all(t.dst == rank for t in it.runner.lands)
+                landed += it.runner.lands
+        waits = [(d, i) for d, st in enumerate(sched.streams) for i, s in enumerate(st) if isinstance(s, WaitStep)]
+        for d, i in waits:
+            with pytest.raises(ScheduleError) as err:
+                DistReplay(ex, _without(sched, d, i), (None, None))
+            assert err.value.edge is not None and err.value.micro_batch is not None, str(err.value)
+    assert sorted(map(repr, landed)) == sorted(map(repr, transfers))
