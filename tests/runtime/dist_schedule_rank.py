@@ -44,7 +44,8 @@ def main(name: str, out: str) -> None:
             with torch.no_grad():
                 got = ex.run_pipelined(batches, schedule=sched)
             ran = [s for _, s in ex.trace]
-            case = {"seed": seed, "micro_batches": m, "order": ran == list(sched.streams[ctx.rank]), "steps": len(ran), "transfers": len(sched.steps(TransferStep)),
+            case = {"seed": seed, "micro_batches": m, "order": ran == list(sched.streams[ctx.rank]), "steps": len(ran),
+                    "transfers": len(sched.steps(TransferStep)),
                     "sent": [sorted(e) for e in ex.stats.batch_cut_edges_sent],
                     "received": [sorted(e) for e in ex.stats.batch_cut_edges_received]}
             if got is not None:

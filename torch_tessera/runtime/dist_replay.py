@@ -202,7 +202,17 @@ class DistReplay:
                                "from the executor's placement")
         if check:
             check_schedule(schedule, ex.dag)
-        rank = ex.rank
+        self.items = self.lower()
+        steps = ex.schedule.steps
+        self.inputs = [s for s in steps if isinstance(s, CopyStep) and s.purpose == "input" and ex.mine(s)]
+        self.gathers = [s for s in steps if isinstance(s, CopyStep) and s.purpose == "gather" and ex.mine(s)]
+        self.free_after = self.last_uses()
+        self.last_calls: list = []
+
+    def lower(self) -> list[ExecItem]:
+        """This rank's stream of the schedule as items, in order, each transfer it receives landing at its receive
+        point (a landing outside a wait, possible only in an unchecked schedule, gets an item of its own)."""
+        rank, schedule = self.executor.rank, self.schedule
         mine = schedule.streams[rank] if rank < schedule.devices else ()
         lands = receive_points(schedule).get(rank, {})
         run, send, record = RankRunRunner(self), RankSendRunner(self), RankRecordRunner(self)
@@ -210,18 +220,13 @@ class DistReplay:
         for i, s in enumerate(mine):
             if isinstance(s, WaitStep):
                 pairs.append((RankWaitRunner(self, lands.get(i, ())), s))
-            else:
-                if i in lands:  # a checked schedule lands transfers at waits only; a hand-made one may not
-                    pairs.append((RankWaitRunner(self, lands[i]), None))
-                pairs.append((run if isinstance(s, RunStep) else send if isinstance(s, TransferStep) else record, s))
+                continue
+            if i in lands:
+                pairs.append((RankWaitRunner(self, lands[i]), None))
+            pairs.append((run if isinstance(s, RunStep) else send if isinstance(s, TransferStep) else record, s))
         if len(mine) in lands:
             pairs.append((RankWaitRunner(self, lands[len(mine)]), None))
-        self.items = [ExecItem(runner, s, k) for k, (runner, s) in enumerate(pairs)]
-        steps = ex.schedule.steps
-        self.inputs = [s for s in steps if isinstance(s, CopyStep) and s.purpose == "input" and ex.mine(s)]
-        self.gathers = [s for s in steps if isinstance(s, CopyStep) and s.purpose == "gather" and ex.mine(s)]
-        self.free_after = self.last_uses()
-        self.last_calls: list = []
+        return [ExecItem(runner, s, k) for k, (runner, s) in enumerate(pairs)]
 
     def last_uses(self) -> dict[int, list[tuple[int, str]]]:
         """Item index after which each temporary of each micro-batch is no longer needed on this rank (outputs on

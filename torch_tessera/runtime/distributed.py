@@ -249,7 +249,8 @@ class TransferStats:
 
     Attributes:
         ranges: byte ranges moved, by purpose (``cut``, ``input``, ``weights``, ``static``, ``gather``).
-        messages: point-to-point operations posted (ranges with one peer between two launches share one).
+        messages: point-to-point operations posted (the ranges of one transfer, or a call's inputs or gathers with one
+            peer, share one).
         bytes_sent: bytes sent, by purpose.
         bytes_received: bytes received, by purpose.
         batches: ``batch_isend_irecv`` calls (groups of more than one operation).
