@@ -244,3 +244,8 @@ def test_each_rank_lowers_its_stream_of_the_schedule_and_refuses_a_schedule_miss
                 DistReplay(ex, _without(sched, d, i), (None, None))
             assert err.value.edge is not None and err.value.micro_batch is not None, str(err.value)
     assert sorted(map(repr, landed)) == sorted(map(repr, transfers))
+    msgs = {id(m): m for m in replay.messages.values()}.values()  # transfers issued back to back travel together
+    assert sum(map(len, msgs)) == len(transfers)
+    for m in msgs:
+        at = [sched.streams[m[0].src].index(t) for t in m]
+        assert at == list(range(at[0], at[0] + len(m))) and len({(t.dst, t.micro_batch) for t in m}) == 1

@@ -100,9 +100,33 @@ class RankReplayContext:
             self.calls[m].pool.free(buffer)
 
 
-def transfer_copies(step: TransferStep) -> tuple[CopyStep, ...]:
-    """A transfer's byte ranges as copy steps (what the executor's messages carry and its errors name)."""
-    return tuple(CopyStep(step.src, step.dst, b, s, e, step.purpose, step.edge) for b, s, e in step.ranges)
+def transfer_copies(steps: Sequence[TransferStep]) -> tuple[CopyStep, ...]:
+    """Transfers' byte ranges as copy steps, in order (what the executor's messages carry and its errors name)."""
+    return tuple(CopyStep(t.src, t.dst, b, s, e, t.purpose, t.edge) for t in steps for b, s, e in t.ranges)
+
+
+def messages(schedule: PipelinedSchedule,
+             points: Mapping[int, Mapping[int, Sequence[TransferStep]]]) -> dict[int, tuple[TransferStep, ...]]:
+    """The message each transfer travels in: transfers issued one right after the other on a stream, to one
+    destination, of one micro-batch, landing at one receive point (``points``: :func:`receive_points`) share one.
+    The same on every rank.
+
+    Returns:
+        ``id(transfer)`` -> the transfers of its message, in issue order.
+    """
+    land = {id(t): (d, p) for d, at in points.items() for p, ts in at.items() for t in ts}
+    out: dict[int, tuple[TransferStep, ...]] = {}
+    for stream in schedule.streams:
+        run: list[TransferStep] = []
+        for s in list(stream) + [None]:
+            joins = run and isinstance(s, TransferStep) and id(s) in land and s.dst == run[-1].dst and \
+                s.micro_batch == run[-1].micro_batch and land[id(s)] == land[id(run[-1])]
+            if joins:
+                run.append(s)
+                continue
+            out.update((id(t), tuple(run)) for t in run)
+            run = [s] if isinstance(s, TransferStep) and id(s) in land else []
+    return out
 
 
 class RankRunRunner(Runner):
@@ -119,16 +143,19 @@ class RankRunRunner(Runner):
 
 
 class RankSendRunner(Runner):
-    """A transfer issued on this rank: its ranges sent, packed into one private copy, to the consumer's rank."""
+    """A transfer issued on this rank; at the last transfer of its message (:func:`messages`) the message's ranges
+    are sent, packed into one private copy, to the consumer's rank."""
 
     kind = "transfer"
 
     def __call__(self, step: TransferStep, ctx: RankReplayContext) -> None:
-        copies = transfer_copies(step)
-        call = ctx.calls[step.micro_batch]
-        for c in copies:
-            self.machine.executor.hook(call, c)
-        self.machine.post(copies, call)
+        message = self.machine.messages[id(step)]
+        if step is message[-1]:
+            copies = transfer_copies(message)
+            call = ctx.calls[step.micro_batch]
+            for c in copies:
+                self.machine.executor.hook(call, c)
+            self.machine.post(copies, call)
         ctx.note(self.kind, step)
 
 
@@ -163,14 +190,16 @@ class RankWaitRunner(Runner):
 
 
 def receive(replay: "DistReplay", transfers: Sequence[TransferStep], ctx: RankReplayContext) -> None:
-    """Receive ``transfers`` (each one message, in order) and wait for them."""
+    """Receive ``transfers`` (whole messages, in order: :func:`messages`) and wait for each message."""
     ex = replay.executor
     for t in transfers:
+        message = replay.messages[id(t)]
+        if t is not message[0]:
+            continue
         call = ctx.calls[t.micro_batch]
-        replay.post(transfer_copies(t), call)
-        pending = call.pending[-1]
-        ex.wait_pending(pending, call, final=False)
-        ctx.waited.append(t)
+        replay.post(transfer_copies(message), call)
+        ex.wait_pending(call.pending[-1], call, final=False)
+        ctx.waited += message
 
 
 class DistReplay:
@@ -214,7 +243,9 @@ class DistReplay:
         point (a landing outside a wait, possible only in an unchecked schedule, gets an item of its own)."""
         rank, schedule = self.executor.rank, self.schedule
         mine = schedule.streams[rank] if rank < schedule.devices else ()
-        lands = receive_points(schedule).get(rank, {})
+        points = receive_points(schedule)
+        self.messages = messages(schedule, points)
+        lands = points.get(rank, {})
         run, send, record = RankRunRunner(self), RankSendRunner(self), RankRecordRunner(self)
         pairs: list[tuple[Runner, Any]] = []
         for i, s in enumerate(mine):
@@ -303,8 +334,8 @@ def item_buffers(program: Any, item: ExecItem) -> list[tuple[int, str]]:
     step = item.step
     if isinstance(step, RunStep):
         return [(step.micro_batch, b) for b in launch_buffers(program.launches[step.launch])]
-    if isinstance(step, TransferStep):
-        return [(step.micro_batch, b) for b, _, _ in step.ranges]
+    if isinstance(step, TransferStep):  # the whole message: its last transfer reads every range
+        return [(t.micro_batch, b) for t in item.runner.machine.messages[id(step)] for b, _, _ in t.ranges]
     runner = item.runner
     if isinstance(runner, RankWaitRunner):
         return [(t.micro_batch, b) for t in runner.lands for b, _, _ in t.ranges]
