@@ -95,7 +95,6 @@ class _Call:
         pool: its buffers (the shared weights, its inputs, its temporaries and outputs).
         index: the number passed to ``step_hook`` (calls before it, plus the micro-batch index).
         batch: micro-batch index in a pipelined run; ``None`` for a single call.
-        group: the process group its point-to-point messages use (``None``: the default group).
         pending: posted messages not yet waited on.
         sent: cut edges it sent.
         received: cut edges it received.
@@ -106,7 +105,6 @@ class _Call:
     pool: BufferPool
     index: int
     batch: int | None = None
-    group: Any = None
     pending: list = field(default_factory=list)
     sent: set = field(default_factory=set)
     received: set = field(default_factory=set)
@@ -548,11 +546,10 @@ class DistributedExecutor:
         Args:
             steps: copies this rank sends or receives.
             call: the call or micro-batch whose pool they read or write.
-            group: the process group (default: the call's).
+            group: the process group (``None``: the default group).
             stage: send from a private copy of the bytes even for one range (the pool's buffer may then change at
                 once, nothing waits for the send before it).
         """
-        group = call.group if group is None else group
         groups: dict[tuple, list[CopyStep]] = {}  # (kind, peer, ...) -> its ranges
         for i, s in enumerate(steps):
             key: tuple = ("send", s.dst) if s.src == self.rank else ("recv", s.src)
