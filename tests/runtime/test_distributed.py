@@ -41,7 +41,8 @@ def _env() -> dict:
 
 @pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
 def test_two_gloo_ranks_run_the_tiny_llama_plan_and_match_eager(tmp_path):
-    """One launch checks single calls, then 3 micro-batches with different inputs on 2 slots (run_pipelined)."""
+    """One launch checks single calls, then 3 micro-batches with different inputs (run_pipelined: the schedule over
+    micro-batches 0 and 1 replayed, then the schedule over micro-batch 2)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), "-m", "torch_tessera.cli", "dist-run", "--model", "llama",
            "--size", "tiny", "--devices", "cpu:0,cpu:1", "--policy", "random", "--seed", "1", "--timeout", "60",
@@ -61,6 +62,7 @@ def test_two_gloo_ranks_run_the_tiny_llama_plan_and_match_eager(tmp_path):
 
     p0, p1 = r0["pipelined"], r1["pipelined"]
     assert p0["failures"] == [] and p0["micro_batches"] == 3 and p0["slots"] == 2
+    assert p0["schedule_order"] and p1["schedule_order"]  # each rank ran its device's steps in the schedule's order
     assert p0["equal_inproc_pipelined"] and p0["equal_inproc_single"]  # bit-identical, micro-batch by micro-batch
     assert p0["max_abs_diff_eager"] < 1e-4
     assert p0["cut_edges_per_batch"] == [r0["cut_edges"]] * 3  # transfers == cut edges x micro-batches
@@ -71,6 +73,39 @@ def test_two_gloo_ranks_run_the_tiny_llama_plan_and_match_eager(tmp_path):
     assert p0["cut_ranges"] == 3 * per_call
 
 
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
+@pytest.mark.parametrize("model", ["mlp", "llama"])
+def test_two_gloo_ranks_replay_the_explicit_schedule(tmp_path, model):
+    """Two gloo ranks (``tests/runtime/dist_schedule_rank.py``) replay the explicit pipelined schedule of 3 random
+    placements x 1..4 micro-batches of the tiny model: each rank runs exactly its device's steps in the schedule's
+    order, every micro-batch's outputs equal eager and, bitwise, the in-process replay of the same schedule, and every
+    cut edge of every micro-batch is sent once and received once."""
+    port = _free_port()
+    procs = []
+    for rank in (0, 1):
+        env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                   WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.runtime.dist_schedule_rank", model,
+                                       str(tmp_path / f"rank{rank}.json")], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert len(r0["cases"]) == len(r1["cases"]) == 12
+    assert sorted({c["micro_batches"] for c in r0["cases"]}) == [1, 2, 3, 4]
+    assert sum(c["transfers"] > 0 for c in r0["cases"]) >= 8  # most placements cut something
+    for c0, c1 in zip(r0["cases"], r1["cases"]):
+        where = f"placement {c0['seed']}, {c0['micro_batches']} micro-batches"
+        assert c0["order"] and c1["order"], where
+        assert c0["steps"] > 0 and c1["steps"] > 0, where  # both ranks run steps
+        assert c0["allclose_eager"] and c0["max_abs_diff_eager"] < 1e-4, (where, c0["max_abs_diff_eager"])
+        assert c0["equal_inprocess"], where
+        for m in range(c0["micro_batches"]):
+            sent = {tuple(e) for c in (c0, c1) for e in c["sent"][m]}
+            assert sent == {tuple(e) for c in (c0, c1) for e in c["received"][m]}, (where, m)
+        assert sum(len(s) for c in (c0, c1) for s in c["sent"]) == c0["transfers"], where
+
+
 def _launch_rank(rank: int, port: int, args: list[str], log: Path) -> subprocess.Popen:
     env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
@@ -79,7 +114,7 @@ def _launch_rank(rank: int, port: int, args: list[str], log: Path) -> subprocess
 
 
 @pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
-@pytest.mark.parametrize("mode,pipelined", [("exit", False), ("hang", False), ("exit", True)])
+@pytest.mark.parametrize("mode,pipelined", [("exit", False), ("hang", False), ("exit", True), ("hang", True)])
 def test_a_failed_rank_ends_the_run_with_an_error_naming_it_within_the_timeout(tmp_path, mode, pipelined):
     """Pipelined: 3 micro-batches on 2 slots after one call; rank 1 exits at its first send of micro-batch 2 (call 3),
     after the first wave (micro-batches 0 and 1) has completed on both ranks."""
@@ -108,7 +143,7 @@ def test_a_failed_rank_ends_the_run_with_an_error_naming_it_within_the_timeout(t
         error = next(l for l in out0.splitlines() if l.startswith("tessera dist-run: error:"))
         assert "rank 0" in error and "rank 1 failed" in error, error
         assert "launch" in error and "buffer" in error, error  # the edge: launches, kernels, buffer range
-        assert ("in micro-batch 2 (pipeline slot 0)" in error) == pipelined, error
+        assert ("in micro-batch 2" in error) == pipelined, error
         elapsed = t_end - t_fault
         assert elapsed < timeout + margin, (elapsed, error)
         if mode == "hang":
@@ -171,3 +206,46 @@ def test_gpu_distributed_bench_dry_runs_on_cpu(tmp_path):
     for r in out["plans"]:  # the pipelined rows: slots 1 and 2, bitwise equal to the in-process run_pipelined
         assert r["pipelined_s1_bitwise_equal_inprocess"] and r["pipelined_s2_bitwise_equal_inprocess"], r
         assert r["dist_pipelined_s2_ms"] > 0 and r["inprocess_pipelined_s1_ms"] > 0
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="CPU virtual devices")
+def test_each_rank_lowers_its_stream_of_the_schedule_and_refuses_a_schedule_missing_a_wait():
+    """No processes: each rank's replay items are its device's stream of the schedule, in order, with the transfers
+    it receives landing at waits (every transfer exactly once, on its destination); a schedule with any one wait
+    dropped is refused before anything runs, naming an edge and a micro-batch."""
+    import torch
+
+    from tests.runtime.test_replay import _mlp_runner, _without
+    from torch_tessera.errors import ScheduleError
+    from torch_tessera.runtime.dist_replay import DistReplay, RankWaitRunner
+    from torch_tessera.runtime.distributed import DistContext, DistributedExecutor
+    from torch_tessera.runtime.runner import random_placement
+    from torch_tessera.scheduler.modulo import build_pipelined_schedule
+    from torch_tessera.scheduler.pipeline_schedule import TransferStep, WaitStep
+
+    _, _, runner, _ = _mlp_runner()
+    placement = random_placement(runner.dag, 2, 3)
+    sched = build_pipelined_schedule(runner.dag, placement, 3, domains=(0, 1), devices=2)
+    transfers = sched.steps(TransferStep)
+    assert transfers and sched.num_waits
+    landed = []
+    for rank in (0, 1):
+        ctx = DistContext(rank=rank, world_size=2, backend="gloo", device=torch.device("cpu"), timeout_s=1.0)
+        ex = DistributedExecutor(runner.program, runner.dag, placement, ctx)
+        replay = DistReplay(ex, sched, (None, None))
+        assert [it.step for it in replay.items if it.step is not None] == list(sched.streams[rank])
+        for it in replay.items:
+            if isinstance(it.runner, RankWaitRunner):
+                assert isinstance(it.step, WaitStep) and all(t.dst == rank for t in it.runner.lands)
+                landed += it.runner.lands
+        waits = [(d, i) for d, st in enumerate(sched.streams) for i, s in enumerate(st) if isinstance(s, WaitStep)]
+        for d, i in waits:
+            with pytest.raises(ScheduleError) as err:
+                DistReplay(ex, _without(sched, d, i), (None, None))
+            assert err.value.edge is not None and err.value.micro_batch is not None, str(err.value)
+    assert sorted(map(repr, landed)) == sorted(map(repr, transfers))
+    msgs = {id(m): m for m in replay.messages.values()}.values()  # transfers issued back to back travel together
+    assert sum(map(len, msgs)) == len(transfers)
+    for m in msgs:
+        at = [sched.streams[m[0].src].index(t) for t in m]
+        assert at == list(range(at[0], at[0] + len(m))) and len({(t.dst, t.micro_batch) for t in m}) == 1

@@ -13,7 +13,8 @@ from torch_tessera.errors import ScheduleError
 from torch_tessera.lowering.program import BufferKind
 from torch_tessera.scheduler.modulo import build_pipelined_schedule
 from torch_tessera.scheduler.pipeline_schedule import (PipelinedSchedule, RecordStep, RunStep, TransferStep,
-                                                       WaitStep, check_schedule, micro_batch_order)
+                                                       WaitStep, check_schedule, happens_before_clocks,
+                                                       micro_batch_order, receive_points)
 from torch_tessera.scheduler.simulate import MemoryShare, simulate, step_durations, water_fill
 from torch_tessera.scheduler.synthetic import (SynthKernel, _buf, dag_from_kernels, layered_dag, nvlink_topology,
                                                roofline_costs, transformer_dag)
@@ -252,3 +253,34 @@ def test_two_micro_batches_overlap_a_layer_split():
     r = simulate(s, costs, None, wait_seconds=0.0)
     assert r.step_seconds == pytest.approx(12e-3)
     assert micro_batch_order(s, 1) == [(0, 4), (0, 5), (0, 6), (0, 7), (1, 4), (1, 5), (1, 6), (1, 7)]
+
+
+@pytest.mark.parametrize("devices", [2, 3])
+@pytest.mark.parametrize("micro_batches", [1, 3])
+def test_transfers_land_at_the_wait_that_consumes_them(devices, micro_batches):
+    """Where a transport with one memory per device receives each transfer: at a wait of the destination, after
+    every step of it the transfer follows, before the consumer; each transfer once; per (source, destination) pair
+    in the order the source issues them (messages matched in posting order pair right)."""
+    for _, dag in _cases():
+        rng = np.random.default_rng(devices)
+        nodes = sorted(dag.graph.nodes)
+        for _ in range(3):
+            place = dict(zip(nodes, rng.integers(0, devices, len(nodes)).tolist()))
+            s = build_pipelined_schedule(dag, place, micro_batches, domains=tuple(range(devices)), devices=devices)
+            clocks = happens_before_clocks(s)
+            lands = receive_points(s)
+            where = {id(t): (d, p) for d, at in lands.items() for p, ts in at.items() for t in ts}
+            transfers = [(d, i, t) for d, st in enumerate(s.streams) for i, t in enumerate(st)
+                         if isinstance(t, TransferStep)]
+            assert len(where) == len(transfers) == sum(len(ts) for at in lands.values() for ts in at.values())
+            for d, i, t in transfers:
+                dst, p = where[id(t)]
+                assert dst == t.dst and isinstance(s.streams[dst][p], WaitStep)
+                assert clocks[dst][p, d] >= i and (p == 0 or clocks[dst][p - 1, d] < i)  # the first that knows
+                consumer = s.streams[dst].index(RunStep(dst, t.micro_batch, t.edge[1]))
+                assert p < consumer
+            for dst, at in lands.items():
+                order = [t for p in sorted(at) for t in at[p]]
+                for src in range(devices):
+                    mine = [t for t in order if t.src == src]
+                    assert mine == [t for t in s.streams[src] if isinstance(t, TransferStep) and t.dst == dst]

@@ -11,9 +11,10 @@ distributed outputs with eager PyTorch and with the in-process runtime on the sa
 together transferred exactly the placement's cut edges. Each rank prints one ``DIST-RUN {json}`` line.
 
 ``--micro-batches N --slots S`` then runs N micro-batches with other inputs (seeded, the same on every rank) through
-:meth:`DistributedExecutor.run_pipelined`, S in flight; rank 0 compares each with eager, with the in-process
-``run_pipelined`` and with the in-process single call, and checks that every micro-batch transferred exactly the
-placement's cut edges.
+:meth:`DistributedExecutor.run_pipelined`: each group of S replays the placement's explicit pipelined schedule over S
+micro-batches (a last smaller group its own); rank 0 compares each with eager, with the in-process replay of the same
+schedules and with the in-process single call, and checks that every micro-batch transferred exactly the placement's
+cut edges and each rank ran its device's steps in the schedule's order.
 
 ``--inject-failure RANK:exit[:CALL]`` (or ``:hang``) makes that rank exit (or stop answering) just before its first
 send of call CALL (default 0; the micro-batches of a pipelined run count as calls after the ``--calls`` ones): the
@@ -203,7 +204,7 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
         result.update(_checks(got, want, inprocess, every, cuts, len(runner.program.launches)))
         if piped is not None:
             result["pipelined"] = {**mine["pipelined"],
-                                   **_pipelined_checks(piped, every, cuts, len(executor.schedule.copies("cut")))}
+                                   **_pipelined_checks(piped, every, cuts, piped["cut_ranges"])}
             result["failures"] += result["pipelined"]["failures"]
             result["ok"] = not result["failures"]
     return result
@@ -247,28 +248,48 @@ def _pipelined(args: argparse.Namespace, ctx: Any, model: Any, inputs: tuple, se
     import torch.distributed as dist
 
     dist.barrier(group=ctx.control)
+    executor.trace = []
     t0 = time.perf_counter()
     got = executor.run_pipelined(batches, args.slots)
     if ctx.device.type == "cuda":
         torch.cuda.synchronize(ctx.device)
-    out: dict = {"rank": {"seconds": time.perf_counter() - t0, "micro_batches": args.micro_batches,
-                          "slots": args.slots}}
+    seconds = time.perf_counter() - t0
+    groups = [batches[g:g + args.slots] for g in range(0, len(batches), args.slots)]
+    schedules = [executor.schedule_for(len(g)) for g in groups]
+    in_order = _trace_in_order(executor.trace, schedules, ctx.rank)
+    executor.trace = None
+    out: dict = {"rank": {"seconds": seconds, "micro_batches": args.micro_batches, "slots": args.slots,
+                          "schedule_order": in_order}}
     if got is None:
         return out
+    from torch_tessera.scheduler.pipeline_schedule import TransferStep
+
+    out["cut_ranges"] = sum(len(t.ranges) for s in schedules for t in s.steps(TransferStep))
     out["got"] = [[t.clone() if isinstance(t, torch.Tensor) else t for t in g] for g in got]
     out["eager"] = [_as_list(model(*x)) for x in xs]
     if inproc_executor is not None:
-        out["inproc_pipelined"] = inproc_executor.run_pipelined(batches, args.slots)
+        out["inproc_pipelined"] = [o for g, s in zip(groups, schedules)
+                                   for o in inproc_executor.run_pipelined(g, schedule=s)]
         out["inproc_single"] = [inproc_executor.run(b) for b in batches]
     return out
 
 
+def _trace_in_order(trace: list, schedules: list, rank: int) -> bool:
+    """Whether the steps this rank ran are its device's steps of each replayed schedule, in the schedule's order."""
+    want = [s for sched in schedules for s in (sched.streams[rank] if rank < sched.devices else ())]
+    return [s for _, s in trace] == want
+
+
 def _pipelined_checks(piped: dict, every: list, cuts: int, cut_ranges: int) -> dict:
-    """Rank 0's checks of the pipelined run: each micro-batch vs eager and in-process, its cut edges and ranges."""
+    """Rank 0's checks of the pipelined run: each micro-batch vs eager and in-process, its cut edges, the ranges its
+    schedules' transfers carry (``cut_ranges``, all micro-batches) and each rank's issue order."""
     import torch
 
     got, n = piped["got"], len(piped["got"])
     out: dict = {**piped["rank"], "failures": [], "max_abs_diff_eager": 0.0}
+    off = [r["rank"] for r in every if not r["pipelined"]["schedule_order"]]
+    if off:
+        out["failures"].append(f"ranks {off} ran steps outside their device's order in the schedule")
     for m, (g, w) in enumerate(zip(got, piped["eager"])):
         out["max_abs_diff_eager"] = max(out["max_abs_diff_eager"], float((g[0].float() - w[0].float()).abs().max()))
         if not torch.allclose(g[0], w[0], rtol=1.3e-6, atol=1e-5):
@@ -294,9 +315,9 @@ def _pipelined_checks(piped: dict, every: list, cuts: int, cut_ranges: int) -> d
     out["cut_edges_transferred"] = sum(per_batch)
     sent_ranges = sum(r["pipelined"]["cut_ranges"] for r in every) // 2  # each range counted by sender and receiver
     out["cut_ranges"] = sent_ranges
-    if sent_ranges != n * cut_ranges:
-        out["failures"].append(f"{sent_ranges} cut ranges moved for {n} micro-batches; the schedule has {cut_ranges} "
-                               f"per call")
+    if sent_ranges != cut_ranges:
+        out["failures"].append(f"{sent_ranges} cut ranges moved for {n} micro-batches; their schedules' transfers "
+                               f"carry {cut_ranges}")
     return out
 
 

@@ -1,16 +1,15 @@
 """Process-per-device runtime: one process (rank) per device, cut edges sent through ``torch.distributed``.
 
-Rank ``r`` runs device ``r`` of a placement. Every rank builds the same :class:`Schedule` as the in-process
-:class:`~torch_tessera.runtime.placed.PlacedExecutor` (:func:`build_schedule`) and walks it in the same order, doing
-only its part: its own launches, and its end of every copy (``isend`` of exactly the producer's bytes, ``irecv`` of
-exactly the consumer's). Storages are flat ``uint8`` tensors, so a copy moves a byte range whatever the dtype.
-Consecutive copies between two launches go out as one ``batch_isend_irecv`` (one NCCL group). Because every rank walks
-the same global order and only waits on operations it posted earlier, the waits cannot form a cycle.
-
-Ordering: a receive is waited on just before the first local launch that touches its buffer; a send is waited on
-before a local launch writes its buffer, before the buffer is freed and at the end of the call. On CUDA (NCCL) a wait
-makes the compute stream wait for NCCL's stream, so the host keeps queuing work as in the in-process executor; on CPU
-(gloo) it blocks. At the end of a call every outstanding transfer is awaited.
+Rank ``r`` runs device ``r`` of a placement. A call, or a group of micro-batches, replays the placement's explicit
+pipelined schedule (:class:`~torch_tessera.scheduler.pipeline_schedule.PipelinedSchedule`, one memory domain per
+rank; a single call is the schedule over one micro-batch): every rank issues its device's steps in the schedule's
+order through the runtime's one loop, a transfer is an ``isend`` of exactly the edge's bytes and the wait that
+consumes it an ``irecv`` (:mod:`torch_tessera.runtime.dist_replay`). The per-call copies around the steps (inputs
+from the home rank, outputs and state gathered to it) and the setup copies (weights, static inputs) come from the same
+:class:`Schedule` the in-process :class:`~torch_tessera.runtime.placed.PlacedExecutor` builds (:func:`build_schedule`).
+Storages are flat ``uint8`` tensors, so a message moves a byte range whatever the dtype. On CUDA (NCCL) a wait makes
+the compute stream wait for NCCL's stream, so the host keeps queuing work as in the in-process executor; on CPU (gloo)
+it blocks. At the end of a call every outstanding message is awaited.
 
 Failure: every wait on a peer is bounded by ``timeout_s`` (gloo: ``Work.wait(timeout)``; NCCL: polling
 ``Work.is_completed()`` at the end of the call). A peer that died (connection reset) or stopped answering raises
@@ -23,11 +22,7 @@ command-line entry point.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import logging
-import os
-import socket
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -47,141 +42,22 @@ from torch_tessera.runtime.executor import (
     fresh_extern_outputs,
     launch_buffers,
 )
-from torch_tessera.runtime import pipelining
-from torch_tessera.runtime.dist_pipelining import DistPipeline, probe_group
+from torch_tessera.runtime.dist_context import (  # noqa: F401 - part of this module's interface
+    DistContext,
+    agree_on_plan,
+    init_distributed,
+    plan_fingerprint,
+    shutdown,
+)
+from torch_tessera.runtime.dist_replay import DistReplay, direction_groups
 from torch_tessera.runtime.inputs import input_positions, static_input_keys
-from torch_tessera.runtime.realize import POISON, ExecItem, Runner, run_schedule
+from torch_tessera.runtime.pipelining import check_shared_weights, plan_waves
+from torch_tessera.runtime.realize import POISON
 from torch_tessera.runtime.schedule import STATIC_INPUTS, CopyStep, LaunchStep, Schedule, Step, build_schedule
+from torch_tessera.scheduler.modulo import build_pipelined_schedule
+from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DistContext:
-    """This process's place in a multi-process run.
-
-    Attributes:
-        rank: this process's rank, which is also its device index in placements.
-        world_size: number of ranks.
-        backend: ``"nccl"`` (CUDA devices) or ``"gloo"`` (CPU).
-        device: the torch device this rank computes on.
-        timeout_s: seconds any wait on a peer may take before :class:`PeerFailureError`.
-        control: a gloo group over all ranks for handshakes (``None``: the default group, already gloo).
-        hosts: host name of every rank (``socket.gethostname()``), in rank order.
-    """
-
-    rank: int
-    world_size: int
-    backend: str
-    device: torch.device
-    timeout_s: float
-    control: Any = None
-    hosts: tuple[str, ...] = ()
-
-
-def _env_int(name: str) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        raise RendezvousError(
-            f"environment variable {name} is not set: launch every rank with torchrun "
-            f"(torchrun --nproc-per-node N -m torch_tessera.cli dist-run ...)"
-        )
-    return int(value)
-
-
-def init_distributed(device: str | torch.device | None = None, timeout_s: float = 30.0,
-                     backend: str | None = None) -> DistContext:
-    """Join the process group of a ``torchrun`` launch and return this rank's :class:`DistContext`.
-
-    Sets ``NCCL_NVLS_ENABLE=0`` unless already set (NVLink SHARP multicast is off on our machines), makes ``device``
-    the current CUDA device, initialises the default group (NCCL for CUDA, gloo for CPU) and a gloo control group,
-    and gathers every rank's host name.
-
-    Args:
-        device: this rank's device; default ``cuda:$LOCAL_RANK`` when CUDA is available, else ``cpu``.
-        timeout_s: seconds a wait on a peer may take (rendezvous included) before an error; the process group's own
-            timeout is set to ``max(2 * timeout_s, timeout_s + 30)``, a backstop behind ours.
-        backend: ``"nccl"`` or ``"gloo"``; default from the device type.
-
-    Raises:
-        RendezvousError: not launched by torchrun, or the ranks could not meet within the timeout.
-        ConfigError: a non-positive timeout, or NCCL asked for a CPU device.
-    """
-    if timeout_s <= 0:
-        raise ConfigError(f"timeout_s={timeout_s} must be positive (seconds)")
-    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    if device is None:
-        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
-    if backend == "nccl" and dev.type != "cuda":
-        raise ConfigError(f"backend nccl needs a CUDA device, rank {rank} was given {dev}")
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-    backstop = datetime.timedelta(seconds=max(2 * timeout_s, timeout_s + 30))
-    try:
-        if not dist.is_initialized():
-            dist.init_process_group(backend, rank=rank, world_size=world, timeout=backstop)
-        control = dist.new_group(backend="gloo", timeout=backstop) if backend != "gloo" else None
-        hosts: list = [None] * world
-        dist.all_gather_object(hosts, socket.gethostname(), group=control)
-        if backend == "nccl":  # create the communicator now, so that a broken NCCL setup fails here, bounded
-            probe_group(None, dev, timeout_s)
-    except RuntimeError as e:
-        raise RendezvousError(
-            f"rank {rank} of {world} could not meet the others at {os.environ.get('MASTER_ADDR')}:"
-            f"{os.environ.get('MASTER_PORT')} ({type(e).__name__}: {e}); check that every rank started and the "
-            f"address is reachable"
-        ) from e
-    log.info("rank %d/%d joined (%s on %s, host %s)", rank, world, backend, dev, hosts[rank])
-    return DistContext(rank, world, backend, dev, float(timeout_s), control, tuple(hosts))
-
-
-def plan_fingerprint(program: KernelProgram, placement: Mapping[int, int]) -> str:
-    """A hash of what every rank must agree on: launches, their buffers, buffer sizes and the placement.
-
-    Device names are left out (each rank lowered the program on its own device).
-    """
-    h = hashlib.sha256()
-    for launch in program.launches:
-        name = getattr(launch, "kernel", None) or getattr(launch, "op", "")
-        h.update(f"{launch.index}:{name}:{sorted(launch_buffers(launch))};".encode())
-    for b in sorted(program.buffers.values(), key=lambda b: b.name):
-        h.update(f"{b.name}:{b.nbytes}:{b.kind.value};".encode())
-    h.update(repr(sorted(placement.items())).encode())
-    return h.hexdigest()[:16]
-
-
-def agree_on_plan(ctx: DistContext, program: KernelProgram, placement: Mapping[int, int] | None) -> dict[int, int]:
-    """Rank 0's placement, broadcast to every rank; then check every rank holds the same program.
-
-    Args:
-        ctx: this rank's context.
-        program: the program this rank lowered (every rank lowers the same model with the same seed).
-        placement: launch index -> device (= rank) index; only rank 0's is used (others may pass ``None``).
-
-    Returns:
-        Rank 0's placement.
-
-    Raises:
-        RendezvousError: a rank's program differs from rank 0's (different model, seed, shapes or torch version).
-    """
-    box = [dict(placement) if ctx.rank == 0 and placement is not None else None]
-    dist.broadcast_object_list(box, src=0, group=ctx.control)
-    if box[0] is None:
-        raise RendezvousError("rank 0 gave no placement to broadcast")
-    chosen = {int(k): int(v) for k, v in box[0].items()}
-    prints: list = [None] * ctx.world_size
-    dist.all_gather_object(prints, plan_fingerprint(program, chosen), group=ctx.control)
-    bad = [r for r, p in enumerate(prints) if p != prints[0]]
-    if bad:
-        raise RendezvousError(
-            f"ranks {bad} lowered a different program than rank 0 (fingerprints {prints}); every rank must build the "
-            f"same model with the same seed, input shapes and torch version"
-        )
-    return chosen
 
 
 @dataclass
@@ -219,10 +95,7 @@ class _Call:
         pool: its buffers (the shared weights, its inputs, its temporaries and outputs).
         index: the number passed to ``step_hook`` (calls before it, plus the micro-batch index).
         batch: micro-batch index in a pipelined run; ``None`` for a single call.
-        slot: pipeline slot of the micro-batch; ``None`` for a single call.
-        group: the process group its point-to-point messages use (``None``: the default group).
         pending: posted messages not yet waited on.
-        posted: every message posted (pipelined runs on CUDA poll them all at the end, bounded by the timeout).
         sent: cut edges it sent.
         received: cut edges it received.
         static_keys: on the home rank with ``weights="send"``, ``static_input_keys`` of the caller's static INPUTs
@@ -232,26 +105,15 @@ class _Call:
     pool: BufferPool
     index: int
     batch: int | None = None
-    slot: int | None = None
-    group: Any = None
     pending: list = field(default_factory=list)
-    posted: list = field(default_factory=list)
     sent: set = field(default_factory=set)
     received: set = field(default_factory=set)
     static_keys: dict = field(default_factory=dict)
-    outputs: Any = None  # a pipelined micro-batch's outputs (home rank)
-    release: Any = None  # (call, item index) -> None: frees the temporaries whose last use on this rank it was
 
     def where(self) -> str:
         """Words for the error message: which micro-batch, if any."""
-        return "" if self.batch is None else f" in micro-batch {self.batch} (pipeline slot {self.slot})"
+        return "" if self.batch is None else f" in micro-batch {self.batch}"
 
-    def note(self, kind: str, step: Any) -> None:
-        """Tracing hook of :class:`~torch_tessera.runtime.realize.Runner` (unused on a rank)."""
-
-    def release_after(self, index: int) -> None:
-        if self.release is not None:
-            self.release(self, index)
 
 
 @dataclass
@@ -260,7 +122,8 @@ class TransferStats:
 
     Attributes:
         ranges: byte ranges moved, by purpose (``cut``, ``input``, ``weights``, ``static``, ``gather``).
-        messages: point-to-point operations posted (ranges with one peer between two launches share one).
+        messages: point-to-point operations posted (the ranges of one transfer, or a call's inputs or gathers with one
+            peer, share one).
         bytes_sent: bytes sent, by purpose.
         bytes_received: bytes received, by purpose.
         batches: ``batch_isend_irecv`` calls (groups of more than one operation).
@@ -310,7 +173,9 @@ class DistributedExecutor:
             tests, tracing).
 
     Attributes:
-        schedule: the global step list (same on every rank).
+        schedule: the global step list of a single call (same on every rank).
+        dag: the dependency DAG; placement: launch index -> device (= rank).
+        trace: when a list, every step of a pipelined schedule this rank runs is appended as ``(kind, step)``.
         stats: this rank's :class:`TransferStats`.
         launches_executed: launches run on this rank since construction.
         calls: completed calls.
@@ -346,17 +211,16 @@ class DistributedExecutor:
         self.timeout_s = ctx.timeout_s
         self.step_hook = step_hook
         self.schedule: Schedule = build_schedule(program, dag, placement, home, static_inputs=static_inputs)
+        self.dag, self.placement = dag, dict(placement)
+        self.trace: list | None = None
+        self._replays: dict[int, DistReplay] = {}  # id(pipelined schedule) -> its replay on this rank
+        self._built: dict[int, PipelinedSchedule] = {}  # micro-batches -> the schedule run_pipelined built
+        self._directions: tuple | None = None
         self._names = {k.index: k.name for k in dag.nodes()}
         self._writes = {k.index: set(k.writes) for k in dag.nodes()}
         self._cuda = ctx.device.type == "cuda"
         self.launcher = KernelLauncher(program, kernel_objects, ctx.device)
         self._fresh = fresh_extern_outputs(program)
-        self._items, self._item_pos = self._my_items(self.schedule.steps)
-        launch, post = RankLaunchRunner(self), RankPostRunner(self)
-        self.pipeline = DistPipeline(self)  # its lanes and slot groups are made once per executor
-        self.exec_items = [ExecItem(launch if isinstance(it, LaunchStep) else post, it, i)
-                           for i, it in enumerate(self._items)]
-        self._free_after = self._last_uses()
         self._weights = BufferPool(ctx.device)  # weights and static INPUTs received at setup
         self._setup_done = weights == "local"
         self._static_names = frozenset(s.buffer for s in self.schedule.setup if s.purpose == "static")
@@ -367,56 +231,8 @@ class DistributedExecutor:
         self.calls = 0
 
     # -- the plan, seen from this rank ----------------------------------------------------------------------------
-    def _mine(self, step: CopyStep) -> bool:
+    def mine(self, step: CopyStep) -> bool:
         return self.rank in (step.src, step.dst)
-
-    def _my_items(self, steps: Sequence[Step]) -> tuple[list[LaunchStep | tuple[CopyStep, ...]], list[int]]:
-        """This rank's launches, and its copies grouped into runs between two launches of the global schedule; with
-        the global step index of each item (a run: its last copy's)."""
-        items: list[LaunchStep | tuple[CopyStep, ...]] = []
-        pos: list[int] = []
-        run: list[CopyStep] = []
-        for i, step in enumerate(list(steps) + [None]):
-            if isinstance(step, CopyStep):
-                if self._mine(step):
-                    run.append(step)
-                    last = i
-                continue
-            if run:
-                items.append(tuple(run))
-                pos.append(last)
-                run = []
-            if isinstance(step, LaunchStep) and step.device == self.rank:
-                items.append(step)
-                pos.append(i)
-        return items, pos
-
-    def chunk_items(self) -> list[list[int]]:
-        """This rank's item indices per chunk of the global schedule
-        (:func:`~torch_tessera.runtime.pipelining.schedule_chunks`: the copies a device segment needs, then the
-        segment); every rank gets the same number of chunks, some empty."""
-        if not hasattr(self, "_chunks"):
-            bounds = pipelining.schedule_chunks(self.schedule.steps)
-            self._chunks = [[k for k, p in enumerate(self._item_pos) if s <= p < e] for s, e in bounds]
-            if sum(map(len, self._chunks)) != len(self._items):
-                raise TesseraError(f"rank {self.rank}: the schedule's chunks do not cover its items; a bug")
-        return self._chunks
-
-    def _last_uses(self) -> dict[int, list[str]]:
-        """Item index after which each temporary buffer is no longer needed on this rank."""
-        temps = {b.name for b in self.program.buffers.values() if b.kind == BufferKind.TEMP}
-        outputs = {o.buffer for o in self.program.outputs if isinstance(o, TensorArg)}
-        last: dict[str, int] = {}
-        for i, item in enumerate(self._items):
-            names = launch_buffers(self.program.launches[item.launch]) if isinstance(item, LaunchStep) else \
-                {s.buffer for s in item}
-            for b in names:
-                last[b] = i
-        out: dict[int, list[str]] = {}
-        for b, i in last.items():
-            if b in temps and not (self.rank == self.home and b in outputs):
-                out.setdefault(i, []).append(b)
-        return out
 
     # -- a call ---------------------------------------------------------------------------------------------------
     def __call__(self, args: list) -> list:
@@ -458,25 +274,30 @@ class DistributedExecutor:
             TesseraError: wrong inputs, a static input that changed since ``weights="send"`` sent it or that is an
                 inference tensor (home rank), or an inconsistent schedule.
         """
-        call = self.new_call(inputs, self.calls)
-        self.setup(call)
-        self.issue(call, range(len(self._items)))
-        self.finish(call, final=True)
+        self.setup(self.new_call(inputs, self.calls))
+        replay = self.replay(self.schedule_for(1))
+        got = replay.replay([inputs], None)
+        call = replay.last_calls[0]
         self.stats.cut_edges_sent, self.stats.cut_edges_received = call.sent, call.received
         self.calls += 1
-        return self.outputs(call) if self.rank == self.home else None
+        return got[0] if got is not None else None
 
-    def run_pipelined(self, batches: Sequence[Sequence[Any]] | None, slots: int = 2) -> list[list] | None:
-        """Run independent micro-batches with ``slots`` in flight on every rank; see
-        :mod:`torch_tessera.runtime.dist_pipelining`. Every rank calls it with the same ``slots`` and number of
-        micro-batches.
+    def run_pipelined(self, batches: Sequence[Sequence[Any]] | None, slots: int = 2,
+                      schedule: PipelinedSchedule | None = None) -> list[list] | None:
+        """Run independent micro-batches on every rank by replaying an explicit pipelined schedule
+        (:mod:`torch_tessera.runtime.dist_replay`): each rank issues its device's steps in the schedule's order.
+        Every rank calls it with the same ``slots`` or schedule and as many micro-batches.
 
         Args:
             batches: one input list per micro-batch, as for :meth:`run` (weights, the PARAMETER inputs, and, with
-                ``static_inputs="place"``, static INPUTs must be the same tensors in every micro-batch). Ranks other
-                than home need only the parameters and static INPUTs (``weights="local"``, as for :meth:`run`) and
-                may pass ``None`` with ``weights="send"``.
-            slots: micro-batches in flight at once (each with its own stream and process group); 1 = one at a time.
+                ``static_inputs="place"``, static INPUTs must be the same tensors in every micro-batch; micro-batches
+                of one replay must not share a state storage). Ranks other than home need only the parameters and
+                static INPUTs (``weights="local"``, as for :meth:`run`) and may pass ``None`` with ``weights="send"``.
+            slots: without ``schedule``, the micro-batches of each replay: the placement's schedule over ``slots``
+                micro-batches (:func:`~torch_tessera.scheduler.modulo.build_pipelined_schedule`, one memory per
+                rank) is replayed for each group of ``slots``, a last smaller group over its own schedule.
+            schedule: the schedule to replay (of this placement; ``len(batches)`` a multiple of its
+                micro-batches), checked before its first replay.
 
         Returns:
             On the home rank, each micro-batch's outputs in order, equal to what :meth:`run` returns for its inputs;
@@ -485,21 +306,114 @@ class DistributedExecutor:
         Raises:
             PeerFailureError: a peer died or did not answer within ``timeout_s``; names the peer, the edge and the
                 micro-batch.
-            TesseraError: ``slots < 1``, wrong inputs, different weights or static inputs per micro-batch, a static
-                input refused as by :meth:`run`, or ranks that disagree on ``slots`` or the number of micro-batches
-                (raised on every rank).
+            ScheduleError: ``schedule`` does not cover every RAW/WAR/WAW edge (names the edge and micro-batch).
+            TesseraError: ``slots < 1``, wrong inputs, different weights or static inputs per micro-batch, state
+                shared inside a replay, a static input refused as by :meth:`run`, or ranks that disagree on the
+                number of micro-batches, ``slots`` or the schedule's micro-batches (raised on every rank).
             RendezvousError: the ranks could not exchange the micro-batch plan.
         """
-        return pipelining.run_pipelined(self.pipeline, batches, slots)
+        if slots < 1:
+            raise TesseraError(f"slots must be at least 1, got {slots}")
+        size = schedule.micro_batches if schedule is not None else slots
+        batches = None if batches is None else [list(b) for b in batches]
+        n = self._agree(batches, size, schedule is not None)
+        home = self.rank == self.home
+        if n == 0:
+            return [] if home else None
+        inputs = batches if batches is not None else [None] * n
+        self.setup(self.new_call(inputs[0], self.calls))
+        outputs: list = []
+        calls: list = []
+        for first in range(0, n, size):
+            group = inputs[first:first + size]
+            replay = self.replay(schedule if schedule is not None else self.schedule_for(len(group)))
+            got = replay.replay(group, first)
+            calls += replay.last_calls
+            outputs += got or []
+        self.stats.batch_cut_edges_sent = [c.sent for c in calls]
+        self.stats.batch_cut_edges_received = [c.received for c in calls]
+        self.stats.cut_edges_sent = set().union(*self.stats.batch_cut_edges_sent)
+        self.stats.cut_edges_received = set().union(*self.stats.batch_cut_edges_received)
+        self.calls += n
+        return outputs if home else None
 
-    # -- the pieces of a call (also driven micro-batch by micro-batch by dist_pipelining) -------------------------
+    def replay(self, schedule: PipelinedSchedule, check: bool = True) -> DistReplay:
+        """This rank's replay of ``schedule``, checked and lowered once per schedule (collective the first time:
+        every rank makes the second direction's process group)."""
+        if self._directions is None:
+            self._directions = direction_groups(self.ctx)
+        cached = self._replays.get(id(schedule))
+        if cached is None or cached.schedule is not schedule:
+            cached = self._replays[id(schedule)] = DistReplay(self, schedule, self._directions, check)
+        return cached
+
+    def schedule_for(self, micro_batches: int) -> PipelinedSchedule:
+        """The placement's schedule over ``micro_batches`` (built once; one memory domain per rank)."""
+        if micro_batches not in self._built:
+            world = self.ctx.world_size
+            self._built[micro_batches] = build_pipelined_schedule(self.dag, self.placement, micro_batches,
+                                                                  domains=tuple(range(world)), devices=world)
+        return self._built[micro_batches]
+
+    def _agree(self, batches: list | None, size: int, fixed: bool) -> int:
+        """The number of micro-batches, the home rank's (after its checks), agreed by every rank.
+
+        Raises:
+            TesseraError: on every rank, when the home rank's checks fail or the ranks disagree.
+            RendezvousError: the ranks could not exchange it.
+        """
+        problem = None
+        try:
+            if batches is None and self.rank == self.home:
+                raise TesseraError(f"rank {self.rank} is home: it needs every micro-batch's inputs")
+            if batches is not None:
+                self._check_batches(batches, size, fixed)
+        except TesseraError as e:
+            problem = str(e)
+        mine = (None if batches is None else len(batches), size, problem)
+        every: list = [None] * self.ctx.world_size
+        try:
+            dist.all_gather_object(every, mine, group=self.ctx.control)
+        except RuntimeError as e:
+            raise RendezvousError(f"rank {self.rank}: the ranks could not exchange the micro-batch plan of a "
+                                  f"pipelined run ({e}); check the other ranks' logs") from e
+        problems = [f"rank {r}: {p}" for r, (_, _, p) in enumerate(every) if p]
+        if problems:
+            raise TesseraError("pipelined run refused: " + "; ".join(problems))
+        n = every[self.home][0]
+        bad = [r for r, (c, z, _) in enumerate(every) if z != size or c not in (None, n)]
+        if bad:
+            raise TesseraError(
+                f"pipelined run: ranks {bad} disagree with home rank {self.home} on the micro-batches or the "
+                f"micro-batches per replay (each rank's: {[(c, z) for c, z, _ in every]}); every rank must call "
+                "run_pipelined with the same slots or schedule and as many micro-batches (or None where allowed)")
+        return n
+
+    def _check_batches(self, batches: list, size: int, fixed: bool) -> None:
+        """Refuse micro-batches :meth:`run_pipelined` cannot run (its ``Raises``)."""
+        for m, b in enumerate(batches):
+            if len(b) != len(self.program.inputs):
+                raise TesseraError(f"micro-batch {m}: program expects {len(self.program.inputs)} inputs, got {len(b)}")
+        if fixed and len(batches) % size:
+            raise TesseraError(f"{len(batches)} micro-batches for a schedule of {size}: pass a multiple of {size}, or "
+                               f"build the schedule for micro_batches={len(batches)}")
+        if self.rank != self.home or not batches:
+            return
+        check_shared_weights(self.program, batches, static=self.static_inputs == "place")
+        for g in range(0, len(batches), size):
+            if len(plan_waves(self.program, batches[g:g + size], size)) > 1:
+                raise TesseraError(f"micro-batches {g}..{min(g + size, len(batches)) - 1} pass overlapping state "
+                                   "storages (a KV cache both write): one replay runs its micro-batches in disjoint "
+                                   "storage; give each its own state, or run them in separate calls")
+
+    # -- the pieces of a call (driven step by step by dist_replay) -------------------------------------------------
     def new_call(self, inputs: Sequence[Any] | None, index: int, **where: Any) -> _Call:
         """A call's state: a fresh pool holding the weights and ``inputs`` (checked against the program).
 
         Args:
             inputs: graph inputs in program order, or ``None`` (see :meth:`run`).
             index: the number ``step_hook`` receives for this call.
-            where: ``batch``, ``slot`` and ``group`` of a pipelined micro-batch.
+            where: ``batch`` of a pipelined micro-batch.
         """
         if inputs is not None and len(inputs) != len(self.program.inputs):
             raise TesseraError(f"program expects {len(self.program.inputs)} inputs, got {len(inputs)}")
@@ -526,9 +440,9 @@ class DistributedExecutor:
             self._check_static_unchanged(call)
             return
         self._check_no_inference_static(call)
-        mine = tuple(s for s in self.schedule.setup if self._mine(s))
+        mine = tuple(s for s in self.schedule.setup if self.mine(s))
         if mine:
-            self._post(mine, call)
+            self.post(mine, call)
             self.finish(call, final=True)
         for s in mine:
             if s.dst == self.rank:
@@ -558,23 +472,11 @@ class DistributedExecutor:
                 "rank binds its own every call), static_inputs='copy' (sent every call) or build a new "
                 "DistributedExecutor")
 
-    def issue(self, call: _Call, items: Sequence[int]) -> None:
-        """Issue this rank's items ``items`` (indices, in order) for ``call`` through the runtime's one loop
-        (:func:`~torch_tessera.runtime.realize.run_schedule`): launches, and its end of each transfer; temporaries
-        are freed after their last use here."""
-        call.release = self._release
-        run_schedule([self.exec_items[i] for i in items], call)
-
-    def _release(self, call: _Call, index: int) -> None:
-        for b in self._free_after.get(index, ()):
-            self._wait_for(call, b, ("send", "recv"))
-            call.pool.free(b)
-
     def finish(self, call: _Call, final: bool) -> None:
         """Wait for every transfer ``call`` still has in flight (``final``: on CUDA too, poll for completion)."""
         for p in call.pending:
             if not p.done:
-                self._wait(p, call, final)
+                self.wait_pending(p, call, final)
         call.pending = []
 
     def outputs(self, call: _Call) -> list:
@@ -584,25 +486,7 @@ class DistributedExecutor:
                 self._ensure(call.pool, o.buffer)
         return [call.pool.view(o) if isinstance(o, TensorArg) else o.value for o in self.program.outputs]
 
-    def check_completed(self, calls: Sequence[_Call]) -> None:
-        """On CUDA, poll every message ``calls`` posted until it has completed, at most ``timeout_s`` in all.
-
-        Raises:
-            PeerFailureError: naming the first message (rank, edge, micro-batch) that did not complete.
-        """
-        if not self._cuda:
-            return
-        deadline = time.monotonic() + self.timeout_s
-        for call in calls:
-            for p in call.posted:
-                for w in p.works:
-                    while not w.is_completed():
-                        if time.monotonic() > deadline:
-                            raise self._failure(p, None, call)
-                        time.sleep(20e-6)
-            call.posted = []
-
-    def _hook(self, call: _Call, step: Step) -> None:
+    def hook(self, call: _Call, step: Step) -> None:
         if self.step_hook is not None:
             self.step_hook(call.index, step)
 
@@ -634,7 +518,7 @@ class DistributedExecutor:
         if not self._cuda:
             pool.storages[name].fill_(POISON)  # a missing transfer shows up as NaN
 
-    def _launch(self, step: LaunchStep, call: _Call) -> None:
+    def launch(self, step: LaunchStep, call: _Call) -> None:
         launch, pool = self.program.launches[step.launch], call.pool
         touched = launch_buffers(launch)
         for b in touched:
@@ -655,11 +539,18 @@ class DistributedExecutor:
         self.launches_executed += 1
 
     # -- transfers ------------------------------------------------------------------------------------------------
-    def _post(self, steps: Sequence[CopyStep], call: _Call) -> None:
-        """Post this rank's end of ``steps`` for ``call``, on its process group: one message per peer and direction
-        (several byte ranges are packed into one staging buffer), all in one ``batch_isend_irecv`` when there are
-        several messages."""
-        groups: dict[tuple, list[CopyStep]] = {}
+    def post(self, steps: Sequence[CopyStep], call: _Call, group: Any = None, stage: bool = False) -> None:
+        """Post this rank's end of ``steps`` for ``call``: one message per peer and direction (several byte ranges
+        are packed into one staging buffer), all in one ``batch_isend_irecv`` when there are several messages.
+
+        Args:
+            steps: copies this rank sends or receives.
+            call: the call or micro-batch whose pool they read or write.
+            group: the process group (``None``: the default group).
+            stage: send from a private copy of the bytes even for one range (the pool's buffer may then change at
+                once, nothing waits for the send before it).
+        """
+        groups: dict[tuple, list[CopyStep]] = {}  # (kind, peer, ...) -> its ranges
         for i, s in enumerate(steps):
             key: tuple = ("send", s.dst) if s.src == self.rank else ("recv", s.src)
             if s.purpose in ("weights", "static"):
@@ -667,16 +558,16 @@ class DistributedExecutor:
             groups.setdefault(key, []).append(s)
             self._count(s, key[0], call)
         ops, pendings = [], []
-        for (kind, peer, *_), group in groups.items():
-            tensor, pending = self._prepare(kind, group, call)
+        for (kind, peer, *_), ranges in groups.items():
+            tensor, pending = self._prepare(kind, ranges, call, stage)
             ops.append((dist.isend if kind == "send" else dist.irecv, tensor, peer))
             pendings.append(pending)
         try:
             if len(ops) == 1:
                 fn, tensor, peer = ops[0]
-                works = [fn(tensor, peer, group=call.group)]
+                works = [fn(tensor, peer, group=group)]
             else:
-                works = dist.batch_isend_irecv([dist.P2POp(fn, tensor, peer, call.group) for fn, tensor, peer in ops])
+                works = dist.batch_isend_irecv([dist.P2POp(fn, tensor, peer, group) for fn, tensor, peer in ops])
                 self.stats.batches += 1
         except RuntimeError as e:
             raise self._failure(pendings[0], e, call) from e
@@ -685,8 +576,6 @@ class DistributedExecutor:
         for k, p in enumerate(pendings):
             p.works = (works[k],) if len(works) == len(ops) else tuple(works)
             call.pending.append(p)
-            if self._cuda and call.batch is not None:
-                call.posted.append(p)
 
     def _count(self, s: CopyStep, kind: str, call: _Call) -> None:
         self.stats.ranges[s.purpose] += 1
@@ -699,8 +588,10 @@ class DistributedExecutor:
             if s.edge is not None:
                 call.received.add(s.edge)
 
-    def _prepare(self, kind: str, group: list[CopyStep], call: _Call) -> tuple[torch.Tensor, _Pending]:
-        """The tensor to send or receive into for ``group`` (copies with one peer), and its pending record."""
+    def _prepare(self, kind: str, group: list[CopyStep], call: _Call,
+                 stage: bool = False) -> tuple[torch.Tensor, _Pending]:
+        """The tensor to send or receive into for ``group`` (copies with one peer), and its pending record; a send
+        of several ranges, or with ``stage`` of any, goes from a private copy."""
         pool = call.pool
         for s in group:
             if kind == "send":
@@ -713,7 +604,7 @@ class DistributedExecutor:
                 self._wait_for(call, s.buffer, ("send", "recv"), (s.start, s.end))
         slices = [pool.storages[s.buffer][s.start:s.end] for s in group]
         names = frozenset(s.buffer for s in group)
-        if len(group) == 1:
+        if len(group) == 1 and not (stage and kind == "send"):
             return slices[0], _Pending(tuple(group), kind, (), names)
         if kind == "send":
             packed = torch.cat(slices)
@@ -729,10 +620,10 @@ class DistributedExecutor:
         """Wait for ``call``'s pending transfers of ``buffer`` of the given kinds (overlapping ``span`` if given)."""
         for p in call.pending:
             if not p.done and p.kind in kinds and p.touches(buffer, span):
-                self._wait(p, call, final=False)
+                self.wait_pending(p, call, final=False)
         call.pending = [p for p in call.pending if not p.done]
 
-    def _wait(self, p: _Pending, call: _Call, final: bool) -> None:
+    def wait_pending(self, p: _Pending, call: _Call, final: bool) -> None:
         """Wait for one transfer: blocking with a timeout on CPU; stream-ordered on CUDA, polled at the call's end."""
         try:
             for w in p.works:
@@ -782,51 +673,7 @@ class DistributedExecutor:
         )
 
 
-class RankLaunchRunner(Runner):
-    """One of this rank's launches: after the receives of the buffers it touches and the sends of those it writes
-    have completed (stream-ordered on CUDA, blocking on gloo)."""
-
-    kind = "launch"
-
-    def __call__(self, step: LaunchStep, call: _Call) -> None:
-        ex = self.machine
-        ex._hook(call, step)
-        ex._launch(step, call)
-
-
-class RankPostRunner(Runner):
-    """This rank's end of a run of copies between two launches: one message per peer and direction."""
-
-    kind = "post"
-
-    def __call__(self, steps: tuple[CopyStep, ...], call: _Call) -> None:
-        ex = self.machine
-        for s in steps:
-            ex._hook(call, s)
-        ex._post(steps, call)
-
-
 def _device_ctx(device: torch.device) -> Any:
     import contextlib
 
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
-def shutdown(ctx: DistContext | None, failed: bool = False) -> None:
-    """Leave the process group.
-
-    After a failure (``failed=True``) the process exits at once with status 2 (``os._exit``, after flushing the
-    standard streams and logs): with a dead or hung peer, NCCL communicators stay stuck on it and gloo's teardown
-    waits for it (about 10 s), so a clean teardown could outlast the timeout the caller asked for.
-    """
-    if failed:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        logging.shutdown()
-        os._exit(2)
-    if not dist.is_initialized():
-        return
-    try:
-        dist.destroy_process_group()
-    except RuntimeError as e:  # a dead peer can make teardown fail; we are leaving anyway
-        log.warning("destroy_process_group: %s", e)

@@ -1,9 +1,10 @@
 """Micro-batch pipelining: several independent micro-batches in flight through one placed program.
 
 With one call in flight, each device idles while its peer computes and while activations cross the link.
-:func:`run_pipelined` keeps ``slots`` micro-batches in flight. It is the one driver of pipelined runs: the in-process
-executor (:class:`InProcessPipeline`) and the process-per-device runtime
-(:class:`~torch_tessera.runtime.dist_pipelining.DistPipeline`) plug into it.
+:func:`run_pipelined` keeps ``slots`` micro-batches in flight through the in-process executor
+(:class:`InProcessPipeline`), in waves, when no explicit schedule is given. (With one, the executor replays it:
+:mod:`torch_tessera.runtime.replay`; the process-per-device runtime always does: :mod:`torch_tessera.runtime.
+dist_replay`.)
 
 1. **Slots.** Slot ``k`` (a :class:`~torch_tessera.runtime.streams.Lane`) has its own compute stream per device and
    its own copy stream per link, all at the slot's priority: slot 0 most urgent (:func:`slot_priorities`), so the
@@ -141,9 +142,9 @@ def issue_round_robin(chunks: Sequence[Any], flights: Sequence[Any], issue: Call
 def run_pipelined(engine: Any, batches: Sequence[Sequence[Any]] | None, slots: int) -> list[list] | None:
     """Run each micro-batch of ``batches`` through ``engine``, ``slots`` in flight (the module docstring).
 
-    ``engine`` is an :class:`InProcessPipeline` or a ``DistPipeline``: ``check(batches)`` validates and returns the
-    micro-batches, ``waves(batches, slots)`` plans them, ``lanes(slots)`` gives the slots, ``begin(batches, lanes)``
-    places what the micro-batches share, ``issue_wave(wave, batches, lanes)`` issues one wave and returns its
+    ``engine`` is an :class:`InProcessPipeline` (or an object with its interface): ``check(batches)`` validates and
+    returns the micro-batches, ``waves(batches, slots)`` plans them, ``lanes(slots)`` gives the slots,
+    ``begin(batches, lanes)`` places what the micro-batches share, ``issue_wave(wave, batches, lanes)`` issues one wave and returns its
     flights, ``drain(flights, lanes)`` waits for them and ``finish(flights, n)`` returns the outputs.
 
     Raises:

@@ -10,7 +10,8 @@ that knows how to run it. Every execution mode runs the same items through the s
 * a pipelined micro-batch (the context carries its slot's streams and pools);
 * CUDA-graph warm-up, capture and replay (:mod:`torch_tessera.runtime.graphs` swaps in its capture and replay
   runners);
-* the process-per-device transport (:mod:`torch_tessera.runtime.distributed` has runners that post messages).
+* the process-per-device transport (:mod:`torch_tessera.runtime.dist_replay`: each rank runs its stream of an
+  explicit pipelined schedule with runners that launch, send and receive).
 
 On a GPU the host only queues work: a dependency between two devices is a stream waiting on an event, never a host
 wait. The host waits once, at the end of a call (:func:`wait_events`), bounded by a timeout.

@@ -307,3 +307,35 @@ def stream_summary(schedule: PipelinedSchedule) -> list[dict[str, int]]:
 def micro_batch_order(schedule: PipelinedSchedule, device: int) -> Sequence[tuple[int, int]]:
     """``(micro_batch, launch)`` of device ``device``'s runs, in issue order."""
     return [(s.micro_batch, s.launch) for s in schedule.streams[device] if isinstance(s, RunStep)]
+
+
+def receive_points(schedule: PipelinedSchedule) -> dict[int, dict[int, list[TransferStep]]]:
+    """Where a transport with one memory per device lands each transfer: for every :class:`TransferStep` between
+    different memory domains, the first step of the destination's stream that the transfer happens before (through
+    stream order and record -> wait: in a checked schedule, the wait that consumes it).
+
+    Landing the bytes just before that step is exactly as ordered as the schedule says: every step of the destination
+    the transfer must follow (one reading the old bytes, a WAR edge) is issued before it, every step that reads the
+    new bytes at or after it. Per (source, destination) pair the transfers land in the order the source issues them,
+    so a transport that matches messages in posting order pairs them right.
+
+    Args:
+        schedule: the schedule.
+
+    Returns:
+        ``{destination device: {stream position: [transfers, in the order they land]}}``; a position equal to the
+        length of the destination's stream means after its last step (the transfer precedes none of its steps).
+
+    Raises:
+        ScheduleError: as :func:`happens_before_clocks` (an event recorded twice or never, a deadlock).
+    """
+    clocks = happens_before_clocks(schedule)
+    out: dict[int, dict[int, list[TransferStep]]] = {}
+    for src, st in enumerate(schedule.streams):
+        for i, s in enumerate(st):
+            if not isinstance(s, TransferStep) or schedule.domain(s.src) == schedule.domain(s.dst):
+                continue
+            known = clocks[s.dst][:, src]  # nondecreasing along the destination's stream
+            at = int(np.searchsorted(known, i, side="left"))
+            out.setdefault(s.dst, {}).setdefault(at, []).append(s)
+    return out
