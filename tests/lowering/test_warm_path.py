@@ -1,6 +1,7 @@
-"""The warm path: a compile in a new process whose graph AOTAutograd's cache holds skips tracing and Inductor, builds
-tessera's program from the saved codegen record, and computes what eager and the cold compile compute; a changed
-graph or shape misses, and a corrupt, mismatched or unhooked entry is logged and compiled again."""
+"""The warm path: a compile in a new process whose graph AOTAutograd's cache holds skips tracing and Inductor, takes
+tessera's program from the disk (the saved captured program, else the saved codegen record), and computes what eager
+and the cold compile compute; a changed graph or shape misses, and a corrupt, mismatched or unhooked entry is logged
+and compiled again."""
 
 from __future__ import annotations
 
@@ -103,23 +104,39 @@ def test_a_changed_shape_or_graph_misses(cold, tmp_path, change):
     assert result["aot"].get("autograd_cache_miss") == 1 and not result["aot"].get("autograd_cache_hit")
 
 
-def test_a_corrupt_record_is_logged_and_generated_again(cold, tmp_path):
+def _corrupt(caches: Path, sub: str, pattern: str) -> None:
+    entries = list((caches / "tessera" / sub).glob(pattern))
+    assert entries, sub
+    for p in entries:
+        p.write_bytes(b"{not an entry")
+
+
+def test_a_corrupt_captured_program_is_captured_again_from_the_record(cold, tmp_path):
     root, first = cold
     caches = _copy(root, tmp_path)
-    records = list((caches / "tessera" / "codegen").glob("*.json"))
-    assert records
-    for p in records:
-        p.write_text("{not json")
+    _corrupt(caches, "warm", "*.pkl")
+    result, log = _child(caches)
+    assert "unreadable captured program" in log
+    assert result["from_cache"] == 1 and result["outs"] == first["outs"]  # still no tracing: the record served
+
+
+def test_corrupt_entries_are_logged_and_generated_again(cold, tmp_path):
+    root, first = cold
+    caches = _copy(root, tmp_path)
+    _corrupt(caches, "warm", "*.pkl")
+    _corrupt(caches, "codegen", "*.json")
     result, log = _child(caches)
     assert "unreadable codegen record" in log
     assert result["from_cache"] == 0 and result["outs"] == first["outs"]
-    again, _ = _child(caches)  # the record was saved again: the next process is warm
+    again, _ = _child(caches)  # both were saved again: the next process is warm
     assert again["from_cache"] == 1 and again["outs"] == first["outs"]
 
 
 def test_a_record_for_other_inputs_is_declined(cold, tmp_path):
     root, first = cold
     caches = _copy(root, tmp_path)
+    for p in (caches / "tessera" / "warm").glob("*.pkl"):
+        p.unlink()
     for p in (caches / "tessera" / "codegen").glob("*.json"):
         data = json.loads(p.read_text())
         data["inputs"][0][1] = [99] + data["inputs"][0][1][1:]  # another shape for the first input

@@ -128,8 +128,8 @@ class GraphReport:
         where = ", ".join(f"{d} {n}" for d, n in self.launches.items()) or "no launches"
         step = "-" if self.predicted_step_s is None else f"{self.predicted_step_s * 1e3:.3f} ms"
         cached = f" ({self.from_cache} from the compile cache, not traced)" if self.from_cache else ""
-        return (f"graph {self.graph}: tessera, {self.programs} program(s){cached}, launches {where}, {self.cut_edges} cut "
-                f"edge(s), predicted step {step}, costs {self._costs_text()}, "
+        return (f"graph {self.graph}: tessera, {self.programs} program(s){cached}, launches {where}, "
+                f"{self.cut_edges} cut edge(s), predicted step {step}, costs {self._costs_text()}, "
                 f"plan {self.plan_source or '-'}, cuda_graphs {self.cuda_graphs}")
 
     def _costs_text(self) -> str:

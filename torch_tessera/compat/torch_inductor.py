@@ -235,6 +235,7 @@ def compile_graph(
     on_compiled: Callable[[Any, Sequence[Any], Sequence[int]], None],
     needs_codegen: Callable[[Any], bool] = lambda compiled: False,
     on_cache_hit: CacheHitHandler | None = None,
+    codegen_events: list[CodegenEvent] | None = None,
 ) -> Callable:
     """Compile ``gm`` with Inductor, calling ``on_compiled(compiled_fx_graph, fake_inputs, static_input_idxs)`` on
     each inner graph AOTAutograd traces and Inductor compiles, and ``on_cache_hit`` on each inner graph that comes
@@ -255,6 +256,9 @@ def compile_graph(
     ``on_compiled`` does, or the reason it cannot (then AOTAutograd traces and the miss path runs). Without
     ``on_cache_hit`` the AOTAutograd cache is off. If neither callback saw a graph (a hit path this module does not
     hook), the compile is done again with the AOTAutograd cache off.
+
+    ``codegen_events``: where :func:`record_codegen` appends the kernel calls Inductor generates, around each
+    ``inner_compile`` (so a compile that only hits the caches never imports Inductor's codegen modules).
     """
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
@@ -262,13 +266,17 @@ def compile_graph(
 
     seen: list = []
 
+    def recording() -> contextlib.AbstractContextManager:
+        return record_codegen(codegen_events) if codegen_events is not None else contextlib.nullcontext()
+
     def inner_compile(inner_gm: torch.fx.GraphModule, inner_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        compiled = compile_fx_inner(inner_gm, inner_inputs, **kwargs)
+        with recording():
+            compiled = compile_fx_inner(inner_gm, inner_inputs, **kwargs)
         if needs_codegen(compiled):
             log.info("Inductor's FX graph cache gave a graph whose codegen record is not saved; generating it again")
             # the first compile's post_compile noted the output strides in the tracing context
             _clear_output_strides()
-            with inductor_config.patch(fx_graph_cache=False):
+            with inductor_config.patch(fx_graph_cache=False), recording():
                 compiled = compile_fx_inner(inner_gm, inner_inputs, **kwargs)
         on_compiled(compiled, inner_inputs, tuple(kwargs.get("static_input_idxs") or ()))
         seen.append(compiled)
@@ -316,6 +324,18 @@ def generated_kernel_names(compiled: Any) -> set[str] | None:
     except RuntimeError:
         return None
     return {k for k, v in module_globals.items() if isinstance(v, CachingAutotuner)}
+
+
+def generated_kernel_objects(compiled: Any) -> dict[str, Any] | None:
+    """The ``CachingAutotuner`` objects of the generated module behind ``compiled``, by kernel function name (the
+    name a captured program's launches use), or ``None`` when the module cannot be found."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    try:
+        module_globals = generated_module_globals(generated_call(compiled))
+    except RuntimeError:
+        return None
+    return {v.fn.__name__: v for v in module_globals.values() if isinstance(v, CachingAutotuner)}
 
 
 def generated_call(compiled: Any) -> Callable:

@@ -6,6 +6,7 @@ Entry function: :func:`lower`.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from typing import Any, Callable, Sequence
 
@@ -13,7 +14,8 @@ import torch
 
 from torch_tessera.compat import torch_inductor as compat
 from torch_tessera.errors import LoweringError, TesseraError
-from torch_tessera.lowering.cache import CodegenRecord, input_signature, load_codegen_record, save_codegen_record
+from torch_tessera.lowering.cache import (CodegenRecord, input_signature, load_codegen_record, load_warm_program,
+                                         save_codegen_record, save_warm_program)
 from torch_tessera.lowering.capture import CapturedGraph, capture_program, launch_writes
 from torch_tessera.lowering.program import (  # noqa: F401
     Buffer,
@@ -79,10 +81,9 @@ def lower(
     ]
     graphs = _InnerGraphs(on_captured, names, flags)
     try:
-        with _interpreter_scope(device_type), compat.compile_context(device_type), compat.record_codegen(
-                graphs.events):
+        with _interpreter_scope(device_type), compat.compile_context(device_type):
             return compat.compile_graph(gm, example_inputs, graphs.on_compiled, graphs.needs_codegen,
-                                        graphs.on_cache_hit)
+                                        graphs.on_cache_hit, graphs.events)
     except TesseraError:
         raise
     except Exception as e:  # noqa: BLE001 - the border with Inductor: any failure there is a lowering failure
@@ -96,8 +97,10 @@ class _InnerGraphs:
 
     Three paths: codegen ran now (events recorded during codegen; the record is saved); an FX graph cache hit
     (``needs_codegen``: the saved record is reused, or codegen runs again); an AOTAutograd cache hit
-    (``on_cache_hit``: no tracing and no ``inner_compile``; reused only with a saved record for the same inputs and
-    static inputs, else declined, and AOTAutograd traces).
+    (``on_cache_hit``: no tracing and no ``inner_compile``). On the first two the captured program is saved too,
+    keyed by the generated module, the inputs' signature, names, kinds and static inputs; a hit reuses that
+    program (no recording run), else captures again from the saved codegen record when it was saved for the same
+    inputs and static inputs, else declines (AOTAutograd traces, and the first path runs).
     """
 
     def __init__(self, on_captured: Callable[[CapturedGraph], Any], names: Sequence[str],
@@ -124,34 +127,50 @@ class _InnerGraphs:
             log.info("graph has no kernels to capture; Inductor's callable runs it")
             self.events.clear()
             return
-        key = self.key or compat.codegen_key(compiled)
+        key, inputs = self.key or compat.codegen_key(compiled), None
         if key is not None:  # saved with this graph's inputs, so that a later AOTAutograd cache hit can reuse it
             try:
                 inputs = input_signature(fake_inputs)
             except TypeError:
                 inputs = None
             save_codegen_record(key, CodegenRecord(tuple(self.events), inputs, tuple(static_idxs)))
-        self._capture(compiled, fake_inputs, static_idxs, from_cache=False)
+        captured = self._capture(compiled, fake_inputs, static_idxs)
+        if key is not None and inputs is not None:
+            save_warm_program(self._warm_key(key, inputs, static_idxs), captured.program)
+        self._install(compiled, captured)
 
     def on_cache_hit(self, compiled: Any, fake_inputs: Sequence[Any], key: str,
                      static_idxs: Sequence[int]) -> str | None:
-        """An AOTAutograd cache hit: capture it from the saved record, or return why not (AOTAutograd traces)."""
+        """An AOTAutograd cache hit: the program captured for it earlier, else captured now from the saved codegen
+        record; or the reason neither can be had (AOTAutograd then traces)."""
+        try:
+            inputs = input_signature(fake_inputs)
+        except TypeError:
+            return "inputs without a static signature"
+        program = load_warm_program(self._warm_key(key, inputs, static_idxs))
+        kernels = compat.generated_kernel_objects(compiled) if program is not None else None
+        if program is not None and kernels is not None and set(program.kernels) <= set(kernels):
+            log.debug("AOTAutograd cache hit: captured program %s reused (%d launches)", key[:16],
+                      len(program.launches))
+            self._install(compiled, CapturedGraph(program, {k: kernels[k] for k in program.kernels}, from_cache=True))
+            return None
+        if program is not None:
+            log.info("the captured program %s names kernels its cached graph lacks; capturing it again", key[:16])
         record = self._matching_record(compiled, key)
         if isinstance(record, str):
             return record
-        try:
-            same_inputs = input_signature(fake_inputs) == record.inputs
-        except TypeError:
-            same_inputs = False
-        if record.inputs is None or not same_inputs or tuple(static_idxs) != record.static_input_idxs:
+        if record.inputs != inputs or tuple(static_idxs) != record.static_input_idxs:
             log.info("the codegen record %s was saved for other inputs of the graph; tracing it again", key[:16])
             return "codegen record saved for other inputs"
         self.events[:] = record.events
         log.debug("AOTAutograd cache hit: codegen record %s reused (%d kernel calls)", key[:16], len(record.events))
         try:
-            self._capture(compiled, fake_inputs, static_idxs, from_cache=True)
+            captured = self._capture(compiled, fake_inputs, static_idxs)
         except LoweringError as e:
             return f"capture failed: {e}"
+        save_warm_program(self._warm_key(key, inputs, static_idxs), captured.program)
+        captured.from_cache = True
+        self._install(compiled, captured)
         return None
 
     def _matching_record(self, compiled: Any, key: str) -> CodegenRecord | str:
@@ -166,12 +185,19 @@ class _InnerGraphs:
             return "codegen record names other kernels"
         return record
 
-    def _capture(self, compiled: Any, fake_inputs: Sequence[Any], static_idxs: Sequence[int],
-                 from_cache: bool) -> None:
+    def _warm_key(self, key: str, inputs: tuple, static_idxs: Sequence[int]) -> str:
+        """What a captured program depends on: the generated module, its inputs, their names and kinds."""
+        return json.dumps([key, inputs, self.names, self.flags, sorted(static_idxs)])
+
+    def _capture(self, compiled: Any, fake_inputs: Sequence[Any], static_idxs: Sequence[int]) -> CapturedGraph:
+        """Record the program by running the generated code on FakeTensors (with the current codegen events)."""
         captured = capture_program(compiled, fake_inputs, list(self.events), self.names, self.flags, static_idxs)
-        captured.from_cache = from_cache
         self.events.clear()
         self.key = None
+        return captured
+
+    def _install(self, compiled: Any, captured: CapturedGraph) -> None:
+        """Hand ``captured`` to ``on_captured``; its runner, if any, replaces the generated ``call()``."""
         runner = self.on_captured(captured)
         if runner is not None:
             compiled.current_callable = runner

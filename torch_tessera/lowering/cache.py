@@ -1,10 +1,13 @@
 """Disk caches of lowering: lowered kernel programs, so that commands over many devices (census, pairs, advise) lower
-a full-size model once; and codegen records, so that an Inductor FX graph cache hit needs no codegen.
+a full-size model once; codegen records, so that an Inductor FX graph cache hit needs no codegen; and captured
+programs, so that an AOTAutograd cache hit (the warm path) needs neither tracing nor a recording run.
 
 Location: ``$TESSERA_CACHE_DIR/programs``, else ``~/.cache/torch_tessera/programs``; one pickle per key, written
 atomically. The key names what was lowered (model, size, shape) and the torch and Triton versions: a program
-lowered by another version is lowered again. An unreadable entry is logged and lowered again, never trusted. Codegen records live in
-``$TESSERA_CACHE_DIR/codegen``, one JSON file per generated module (:class:`CodegenRecord`).
+lowered by another version is lowered again. An unreadable entry is logged and lowered again, never trusted.
+Codegen records live in ``codegen/`` beside it (one JSON file per generated module, :class:`CodegenRecord`), captured
+programs in ``warm/`` (one pickle per generated module and inputs, keyed with the torch and Triton versions and a
+digest of the capture code).
 """
 
 from __future__ import annotations
@@ -154,3 +157,55 @@ def save_codegen_record(source_key: str, record: CodegenRecord) -> None:
         tmp.replace(path)
     except (OSError, TypeError, ValueError) as e:
         log.warning("could not save codegen record %s: %s", path, e)
+
+
+def _code_digest() -> str:
+    """SHA-256 of the modules that decide what a captured program holds (the program's types and the capture): a
+    program captured by other code is captured again, never unpickled into changed types."""
+    if not _CODE_DIGEST:
+        here = Path(__file__).parent
+        h = hashlib.sha256()
+        for name in ("program.py", "capture.py", "cache.py"):
+            h.update((here / name).read_bytes())
+        _CODE_DIGEST.append(h.hexdigest())
+    return _CODE_DIGEST[0]
+
+
+_CODE_DIGEST: list[str] = []
+
+
+def _warm_path(warm_key: str) -> Path:
+    blob = f"{warm_key}|torch {torch.__version__}|triton {triton.__version__}|code {_code_digest()}"
+    return knobs.cache_dir("warm") / f"{hashlib.sha256(blob.encode()).hexdigest()[:32]}.pkl"
+
+
+def load_warm_program(warm_key: str) -> KernelProgram | None:
+    """The program saved under ``warm_key`` (what :func:`save_warm_program` was given) by these torch and Triton
+    versions and this capture code, or ``None`` (never saved, or unreadable: logged)."""
+    path = _warm_path(warm_key)
+    try:
+        with path.open("rb") as f:
+            program = pickle.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError) as e:
+        log.warning("unreadable captured program %s (%s); capturing it again", path, e)
+        return None
+    if not isinstance(program, KernelProgram):
+        log.warning("captured program %s is not a KernelProgram; capturing it again", path)
+        return None
+    return program
+
+
+def save_warm_program(warm_key: str, program: KernelProgram) -> None:
+    """Save the program captured for ``warm_key`` (the generated module's key, the inner graph's input signature,
+    input names, parameter flags and static inputs); atomic, a failure is logged."""
+    path = _warm_path(warm_key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        with tmp.open("wb") as f:
+            pickle.dump(program, f, protocol=pickle.HIGHEST_PROTOCOL)
+        tmp.replace(path)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError) as e:
+        log.warning("could not save captured program %s: %s", path, e)

@@ -23,7 +23,7 @@ STAGES = ("compile_fx_inner", "aot_module_simplified", "try_load", "aot_stage1_g
           "_placed_runner", "analyze", "place", "__init__")
 
 
-def child(backend: str, layers: int, profile: str | None) -> None:
+def child(backend: str, layers: int, profile: str | None, options: dict) -> None:
     import cProfile
     import pstats
 
@@ -39,7 +39,7 @@ def child(backend: str, layers: int, profile: str | None) -> None:
     torch.manual_seed(0)
     m = LlamaForCausalLM(cfg).eval()
     ids = torch.randint(0, cfg.vocab_size, (1, 16))
-    kw = {"backend": "tessera"} if backend == "tessera" else {}
+    kw = {"backend": "tessera", "options": options} if backend == "tessera" else {}
     f = torch.compile(m.forward, dynamic=False, **kw)
     pr = cProfile.Profile() if profile else None
     with torch.no_grad():
@@ -74,10 +74,10 @@ def child(backend: str, layers: int, profile: str | None) -> None:
     print("RESULT " + json.dumps(row), flush=True)
 
 
-def run(backend: str, root: str, layers: int, profile: str | None = None) -> dict:
+def run(backend: str, root: str, layers: int, profile: str | None = None, options: str = "{}") -> dict:
     env = dict(os.environ, TESSERA_CACHE_DIR=f"{root}/{backend}/tc", TORCHINDUCTOR_CACHE_DIR=f"{root}/{backend}/ic")
-    cmd = [sys.executable, __file__, "--child", backend, "--layers", str(layers)] + (["--profile", profile] if profile
-                                                                                     else [])
+    cmd = [sys.executable, __file__, "--child", backend, "--layers", str(layers), "--options", options] + (
+        ["--profile", profile] if profile else [])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if not line:
@@ -93,14 +93,15 @@ def main() -> None:
     ap.add_argument("--profile", nargs="?", const="1", default=None)
     ap.add_argument("--child")
     ap.add_argument("--backends", default="inductor,tessera")
+    ap.add_argument("--options", default="{}", help="tessera's options, as JSON (e.g. '{\"devices\": \"cpu:0\"}')")
     args, _ = ap.parse_known_args()
     if args.child:
-        return child(args.child, args.layers, getattr(args, "profile", None) or None)
+        return child(args.child, args.layers, args.profile, json.loads(args.options))
     shutil.rmtree(args.root, ignore_errors=True)
     out = {}
     for backend in args.backends.split(","):
-        cold = run(backend, args.root, args.layers)
-        warm = [run(backend, args.root, args.layers) for _ in range(args.warm)]
+        cold = run(backend, args.root, args.layers, options=args.options)
+        warm = [run(backend, args.root, args.layers, options=args.options) for _ in range(args.warm)]
         out[backend] = {"cold_s": cold["compile_s"], "warm_s": [w["compile_s"] for w in warm],
                         "warm_cpu_s": [w["compile_cpu_s"] for w in warm],
                         "warm_first_call_s": [w["first_call_s"] for w in warm],
@@ -115,7 +116,7 @@ def main() -> None:
         print(f"warm compile (first call - steady call), median: tessera {med['tessera']:.2f} s, inductor {med['inductor']:.2f} s, "
               f"ratio {med['tessera'] / med['inductor']:.2f}; best: ratio {best['tessera'] / best['inductor']:.2f}")
     for backend in (args.backends.split(",") if args.profile else ()):
-        prof = run(backend, args.root, args.layers, profile=f"{args.root}/prof_{backend}")
+        prof = run(backend, args.root, args.layers, profile=f"{args.root}/prof_{backend}", options=args.options)
         print(f"{backend} warm, profiled: first call {prof['first_call_s']:.2f} s, compile {prof['compile_s']:.2f} s")
         print("\n".join(prof["profile"]))
 
