@@ -80,12 +80,12 @@ def _codegen_path(source_key: str) -> Path:
 
 
 #: One inner-graph input as the codegen record stores it: ``("tensor", shape, stride, storage offset, dtype,
-#: device type)`` or ``("scalar", type name, value)``.
+#: device)`` or ``("scalar", type name, value)``.
 InputMeta = tuple
 
 
 def input_signature(inputs: Sequence[Any]) -> tuple[InputMeta, ...]:
-    """What a kernel program depends on in its inputs (shapes, strides, offsets, dtypes, device types, scalar values),
+    """What a kernel program depends on in its inputs (shapes, strides, offsets, dtypes, devices, scalar values),
     as plain JSON-able tuples; the warm path reuses a record only for inputs with this signature.
 
     Raises:
@@ -95,7 +95,7 @@ def input_signature(inputs: Sequence[Any]) -> tuple[InputMeta, ...]:
     for x in inputs:
         if isinstance(x, torch.Tensor):
             out.append(("tensor", tuple(int(s) for s in x.shape), tuple(int(s) for s in x.stride()),
-                        int(x.storage_offset()), str(x.dtype), x.device.type))
+                        int(x.storage_offset()), str(x.dtype), str(x.device)))
         elif isinstance(x, (bool, int, float, str, type(None))):
             out.append(("scalar", type(x).__name__, x))
         else:
