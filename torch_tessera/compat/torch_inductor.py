@@ -27,9 +27,11 @@ What we rely on, and why:
   or declines; a declined hit is a cache bypass (torch then traces and calls ``inner_compile``). The bundled form of
   the AOTAutograd cache (``bundled_autograd_cache``, off by default) is turned off while we compile, and a compile
   in which no inner graph reached us is done again with the AOTAutograd cache off (:func:`compile_graph`), so a hit
-  path we do not know can cost time, never run a graph without our executor. Checked on torch 2.11.0 and 2.13.0
-  (``FxGraphCacheLoadable`` in ``torch._functorch._aot_autograd.aot_autograd_result``: ``load(example_inputs)``
-  keeps the inputs as ``example_inputs``; ``post_compile(result, fx_config)``; ``fx_graph_cache_info``).
+  path we do not know can cost time, never run a graph without our executor. Run on torch 2.13.0; read, not yet
+  run, in an older release's source with the same names (``FxGraphCacheLoadable`` in
+  ``torch._functorch._aot_autograd.aot_autograd_result``: ``load(example_inputs)`` keeps the inputs as
+  ``example_inputs``; ``post_compile(result, fx_config)``; ``fx_graph_cache_info``; ``CompiledFxGraph.fx_kwargs``
+  with ``static_input_idxs``). On a torch without that class the AOTAutograd cache stays off while we compile.
 """
 
 from __future__ import annotations
