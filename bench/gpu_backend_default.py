@@ -14,7 +14,8 @@ Each case: the first ``generate`` (compile included) is timed, then ``--repeats`
 median ``generate`` wall time over ``--new`` tokens. Tokens are compared with Inductor's. Then, for the layer counts
 in ``--warm-layers``, a SECOND fresh process (no in-memory caches; the disk caches the first one filled are warm)
 times the first ``generate`` of ``inductor`` and ``tessera`` again: ``compile_s = first generate - median
-generate``.
+generate``. Each case also records the AOTAutograd cache's hits, misses and bypasses, and each tessera case
+``explain`` (``"(1 from the compile cache, not traced)"``: the warm path ran, no tracing, no Inductor compile).
 
 Writes ``backend_default.json`` under ``--out`` (and one ``layers_<n>[_warm].json`` per child) and prints a table with
 the ratios ``tessera / inductor`` and ``tessera / tessera+graphs`` of ms per token (Must-show: <= 1.0 and within 3 %),
@@ -85,6 +86,7 @@ def timed_generates(model, ids, kw: dict, repeats: int, sync) -> tuple:
 def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
     """One process: build the model once, then each case in ``cases`` (compile, first generate, timed repeats)."""
     import torch
+    from torch._dynamo.utils import counters
 
     import torch_tessera
 
@@ -103,6 +105,7 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
         else:
             model.forward = torch.compile(orig, backend="tessera", options=dict(opts), dynamic=False)
         row: dict = {}
+        before = dict(counters["aot_autograd"])
         try:
             seq, first, walls, caught = timed_generates(model, ids, kw, args.repeats, sync)
             med = statistics.median(walls)
@@ -113,8 +116,11 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
             if ref is None and name == "inductor":
                 ref = seq
             row["tokens_equal_inductor"] = None if ref is None else bool(torch.equal(seq, ref))
-            if opts is not None:
+            if opts is not None:  # "(N from the compile cache, not traced)": the warm path ran
                 row["explain"] = str(torch_tessera.explain(model.forward))
+            # AOTAutograd cache hits / misses / bypasses of this case (a warm tessera compile: hits, no bypass)
+            row["aot_autograd_cache"] = {k: v - before.get(k, 0) for k, v in counters["aot_autograd"].items()
+                                         if k.startswith("autograd_cache") and v != before.get(k, 0)}
         except Exception as e:  # noqa: BLE001 - a failed case is a result; the others still run
             row["error"] = f"{type(e).__name__}: {str(e)[:2000]}"
         model.forward = orig

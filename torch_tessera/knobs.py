@@ -10,7 +10,7 @@ switch, :mod:`torch_tessera.compat.triton`) and torchrun's ``RANK``/``WORLD_SIZE
 
 | variable | type | default | meaning |
 | --- | --- | --- | --- |
-| ``TESSERA_CACHE_DIR`` | path | ``~/.cache/torch_tessera`` | root of the on-disk caches: ``programs/``, ``codegen/``, ``ptx/``, ``plans/``, ``profiles/`` |
+| ``TESSERA_CACHE_DIR`` | path | ``~/.cache/torch_tessera`` | root of the on-disk caches: ``programs/``, ``codegen/``, ``warm/``, ``ptx/``, ``plans/``, ``profiles/`` |
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def _home_cache() -> Path:
 
 
 CACHE_DIR = Knob("TESSERA_CACHE_DIR", Path, _home_cache,
-                 "root directory of torch_tessera's on-disk caches (subdirectories programs/, codegen/, ptx/, plans/, profiles/)")
+                 "root directory of torch_tessera's on-disk caches (subdirectories programs/, codegen/, warm/, ptx/, "
+                 "plans/, profiles/)")
 
 #: Every knob, in the order of the table above.
 KNOBS: tuple[Knob, ...] = (CACHE_DIR,)

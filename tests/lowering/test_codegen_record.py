@@ -39,6 +39,8 @@ def _provenance(program):
 def caches(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "tessera"))
+    # the FX graph cache path, as without the AOTAutograd cache, whose hit skips it (tests/lowering/test_warm_path.py)
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
     return tmp_path
 
 

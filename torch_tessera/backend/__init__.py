@@ -100,6 +100,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Te
             executor = ProgramExecutor(captured.program, captured.kernel_objects)
         executors.append(executor)
         add_executor(record, executor)
+        record.from_cache += int(captured.from_cache)
         return executor
 
     executors: list[Any] = []

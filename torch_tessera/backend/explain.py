@@ -53,6 +53,8 @@ class GraphRecord:
         superseded: a later attempt of the same compile arrived, or this one raised (a restart aborts the backend
             call with an exception), so no graph of it runs: :func:`explain` leaves it out.
         warned: the fallback warning was issued for this compile id (by this attempt or an earlier one).
+        from_cache: inner graphs whose program came from the warm path (the AOTAutograd cache and the saved codegen
+            record: no tracing, no Inductor compile).
     """
 
     index: int
@@ -69,6 +71,7 @@ class GraphRecord:
     attempt: int = 0
     superseded: bool = False
     warned: bool = False
+    from_cache: int = 0
 
     def dropped(self) -> bool:
         """Whether no graph of this record runs: superseded, or Dynamo no longer holds what the backend returned."""
@@ -92,6 +95,8 @@ class GraphReport:
         plan: the plan's summary table (:meth:`torch_tessera.scheduler.Plan.summary`), ``None`` without a plan.
         launches_timed: (distinct launch, device) pairs timed while compiling, ``None`` without costs.
         plan_source: how the plan was found: ``"reused from the plan cache ..."`` or solved now, ``None`` without one.
+        from_cache: of ``programs``, how many came from the compile cache (AOTAutograd cache + saved codegen record:
+            not traced, not compiled by Inductor in this process).
     """
 
     graph: str
@@ -106,13 +111,15 @@ class GraphReport:
     plan: str | None = None
     launches_timed: int | None = None
     plan_source: str | None = None
+    from_cache: int = 0
 
     def to_jsonable(self) -> dict:
         """The report as plain JSON types (for ``benchmark.extra_info`` and dumps)."""
         return {"graph": self.graph, "backend": self.backend, "reason": self.reason, "programs": self.programs,
                 "launches": dict(self.launches), "cut_edges": self.cut_edges,
                 "predicted_step_s": self.predicted_step_s, "costs": self.costs, "cuda_graphs": self.cuda_graphs,
-                "plan": self.plan, "launches_timed": self.launches_timed, "plan_source": self.plan_source}
+                "plan": self.plan, "launches_timed": self.launches_timed, "plan_source": self.plan_source,
+                "from_cache": self.from_cache}
 
     def line(self) -> str:
         """One readable line."""
@@ -120,8 +127,9 @@ class GraphReport:
             return f"graph {self.graph}: fallback to Inductor ({self.reason})"
         where = ", ".join(f"{d} {n}" for d, n in self.launches.items()) or "no launches"
         step = "-" if self.predicted_step_s is None else f"{self.predicted_step_s * 1e3:.3f} ms"
-        return (f"graph {self.graph}: tessera, {self.programs} program(s), launches {where}, {self.cut_edges} cut "
-                f"edge(s), predicted step {step}, costs {self._costs_text()}, "
+        cached = f" ({self.from_cache} from the compile cache, not traced)" if self.from_cache else ""
+        return (f"graph {self.graph}: tessera, {self.programs} program(s){cached}, launches {where}, "
+                f"{self.cut_edges} cut edge(s), predicted step {step}, costs {self._costs_text()}, "
                 f"plan {self.plan_source or '-'}, cuda_graphs {self.cuda_graphs}")
 
     def _costs_text(self) -> str:
@@ -237,7 +245,7 @@ def _report(r: GraphRecord) -> GraphReport:
     alive = sum(1 for ref in r.executors if ref() is not None)
     return GraphReport(r.compile_id or str(r.index), r.backend, r.reason, alive, launches, cuts,
                        predicted, r.costs, graphs or False, "\n\n".join(summaries) or None, r.launches_timed,
-                       r.plan_source)
+                       r.plan_source, min(r.from_cache, alive))
 
 
 def _holds(record: GraphRecord, tensors: Any) -> bool:

@@ -17,10 +17,21 @@ What we rely on, and why:
   one of them, so that every device launches a kernel with the configuration its first device settled on.
 * Provenance: ``PythonWrapperCodegen.generate_kernel_call`` and ``Scheduler.codegen_extern_call`` are wrapped during
   codegen to note which FX nodes (and so which ATen ops and ``nn.Module`` paths) each launch computes.
-* Caches: the AOTAutograd cache is disabled while we compile (a hit skips ``inner_compile``). Inductor's FX graph
-  cache stays as the user set it (on by default): a hit returns the generated module without running codegen, so
-  the provenance above is not recorded; the caller then supplies the record it saved for that module's source
-  (:func:`codegen_key`) or asks for codegen again with the FX graph cache off (``needs_codegen``).
+* Caches: Inductor's FX graph cache and the AOTAutograd cache stay as the user set them (both on by default).
+  An FX graph cache hit returns the generated module without running codegen, so the provenance above is not
+  recorded; the caller then supplies the record it saved for that module (:func:`codegen_key`) or asks for codegen
+  again with the FX graph cache off (``needs_codegen``). An AOTAutograd cache hit skips tracing and
+  ``inner_compile`` altogether: :func:`compile_graph` hooks the point of the hit path where the cached forward
+  (``FxGraphCacheLoadable.post_compile``, loaded through its FX graph cache key) is ready, before AOTAutograd wraps
+  it in its runtime wrappers, and hands it to the caller (``on_cache_hit``), who installs its executor as on a miss
+  or declines; a declined hit is a cache bypass (torch then traces and calls ``inner_compile``). The bundled form of
+  the AOTAutograd cache (``bundled_autograd_cache``, off by default) is turned off while we compile, and a compile
+  in which no inner graph reached us is done again with the AOTAutograd cache off (:func:`compile_graph`), so a hit
+  path we do not know can cost time, never run a graph without our executor. Run on torch 2.13.0; read, not yet
+  run, in an older release's source with the same names (``FxGraphCacheLoadable`` in
+  ``torch._functorch._aot_autograd.aot_autograd_result``: ``load(example_inputs)`` keeps the inputs as
+  ``example_inputs``; ``post_compile(result, fx_config)``; ``fx_graph_cache_info``; ``CompiledFxGraph.fx_kwargs``
+  with ``static_input_idxs``). On a torch without that class the AOTAutograd cache stays off while we compile.
 """
 
 from __future__ import annotations
@@ -135,14 +146,89 @@ def inductor_config_patches(device_type: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def compile_context(device_type: str) -> Iterator[None]:
-    """Config under which :func:`compile_graph` runs (see :func:`inductor_config_patches`)."""
+    """Config under which :func:`compile_graph` runs (see :func:`inductor_config_patches`); the AOTAutograd cache in
+    its unbundled form only (the bundled form's hit path does not pass the hook of :func:`compile_graph`), and off
+    where that hook cannot be installed (:func:`_cached_forward_class` is ``None``)."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
-    with inductor_config.patch(inductor_config_patches(device_type)), functorch_config.patch(
-        enable_autograd_cache=False
-    ):
+    aot = {"bundled_autograd_cache": False} if _cached_forward_class() is not None else {
+        "enable_autograd_cache": False}
+    with inductor_config.patch(inductor_config_patches(device_type)), functorch_config.patch(aot):
         yield
+
+
+#: ``on_cache_hit(compiled_fx_graph, fake_inputs, codegen_key, static_input_idxs)`` of :func:`compile_graph`:
+#: ``None`` once it has installed its executor, else the reason it declines the hit.
+CacheHitHandler = Callable[[Any, Sequence[Any], str, Sequence[int]], "str | None"]
+
+
+def _cached_forward_class() -> Any:
+    """``FxGraphCacheLoadable`` (the AOTAutograd cache's forward, loaded through its FX graph cache key), or
+    ``None`` where this torch has no such class with the methods the hit hook wraps."""
+    for module in ("torch._functorch._aot_autograd.aot_autograd_result",
+                   "torch._functorch._aot_autograd.autograd_cache"):
+        try:
+            cls = getattr(__import__(module, fromlist=["FxGraphCacheLoadable"]), "FxGraphCacheLoadable", None)
+        except ImportError:
+            continue
+        if cls is not None and hasattr(cls, "load") and hasattr(cls, "post_compile"):
+            return cls
+    return None
+
+
+def _decline_hit(reason: str) -> Exception:
+    """The exception that makes AOTAutograd treat a cache hit as a bypass (it traces and compiles instead); any
+    exception does (``AOTAutogradCache.try_load`` catches them), torch's own type keeps its log quiet."""
+    try:
+        from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+    except ImportError:
+        return RuntimeError(reason)
+    return BypassAOTAutogradCache(reason)
+
+
+def _clear_output_strides() -> None:
+    """Forget the output strides a compiled graph's ``post_compile`` noted in the tracing context: the compile that
+    follows notes them again and asserts that none are noted yet (torch 2.11, 2.13)."""
+    context = torch._guards.TracingContext.try_get()
+    if context is not None and getattr(context, "output_strides", None) is not None:
+        context.output_strides.clear()
+
+
+@contextlib.contextmanager
+def _on_aot_cache_hits(on_hit: CacheHitHandler, seen: list) -> Iterator[None]:
+    """Route the forward of every AOTAutograd cache hit inside the block to ``on_hit`` (appending it to ``seen``);
+    a hit ``on_hit`` declines is turned into a bypass."""
+    cls = _cached_forward_class()
+    if cls is None:
+        yield
+        return
+    orig = cls.post_compile
+
+    def post_compile(self: Any, result: Any, fx_config: Any) -> Any:
+        out = orig(self, result, fx_config)
+        if self._is_backward():  # tessera compiles inference graphs only; nothing to do for a backward
+            return out
+        key, _ = self.fx_graph_cache_info
+        static = tuple(getattr(out, "fx_kwargs", {}).get("static_input_idxs") or ())
+        try:
+            reason = (on_hit(out, list(self.example_inputs), f"fx:{key}", static)
+                      if hasattr(out, "current_callable") else "the cached forward has no generated module")
+        except Exception:  # noqa: BLE001 - AOTAutograd counts it a bypass, and the traced compile raises it again
+            _clear_output_strides()
+            raise
+        if reason is not None:
+            log.info("AOTAutograd cache hit not reused (%s); tracing the graph again", reason)
+            _clear_output_strides()
+            raise _decline_hit(f"tessera: {reason}")
+        seen.append(out)
+        return out
+
+    cls.post_compile = post_compile
+    try:
+        yield
+    finally:
+        cls.post_compile = orig
 
 
 def compile_graph(
@@ -150,36 +236,66 @@ def compile_graph(
     example_inputs: Sequence[Any],
     on_compiled: Callable[[Any, Sequence[Any], Sequence[int]], None],
     needs_codegen: Callable[[Any], bool] = lambda compiled: False,
+    on_cache_hit: CacheHitHandler | None = None,
+    codegen_events: list[CodegenEvent] | None = None,
 ) -> Callable:
     """Compile ``gm`` with Inductor, calling ``on_compiled(compiled_fx_graph, fake_inputs, static_input_idxs)`` on
-    each inner graph.
+    each inner graph AOTAutograd traces and Inductor compiles, and ``on_cache_hit`` on each inner graph that comes
+    from the AOTAutograd cache instead (no tracing, no ``inner_compile``).
 
     ``static_input_idxs`` are the inner graph's inputs the caller passes at one address on every call (parameters and
     module buffers, from AOTAutograd's ``fw_metadata.static_input_indices``; ``compile_fx`` hands them to its
     ``inner_compile``, and ``mode="reduce-overhead"`` reads them in place instead of copying them each call; checked
-    on torch 2.11 and 2.13). Returns what ``compile_fx`` returns: a callable taking the graph's inputs.
+    on torch 2.11 and 2.13). Returns what ``compile_fx`` returns: a callable taking the graph's inputs (AOTAutograd's
+    runtime wrappers, input mutations and output aliasing included, around the inner graphs).
     ``on_compiled`` may replace ``compiled_fx_graph.current_callable``. ``needs_codegen(compiled)`` is asked first:
     ``True`` (e.g. an FX graph cache hit whose codegen record the caller does not have) compiles the inner graph again
     with the FX graph cache off, so that codegen runs.
+
+    ``on_cache_hit(compiled_fx_graph, fake_inputs, codegen_key, static_input_idxs)`` gets the cached forward after
+    its ``post_compile``, with the inputs AOTAutograd loaded it for, the key :func:`codegen_key` gives for the same
+    graph on a miss, and the static inputs Inductor compiled it for; it returns ``None`` once it has done what
+    ``on_compiled`` does, or the reason it cannot (then AOTAutograd traces and the miss path runs). Without
+    ``on_cache_hit`` the AOTAutograd cache is off. If neither callback saw a graph (a hit path this module does not
+    hook), the compile is done again with the AOTAutograd cache off.
+
+    ``codegen_events``: where :func:`record_codegen` appends the kernel calls Inductor generates, around each
+    ``inner_compile`` (so a compile that only hits the caches never imports Inductor's codegen modules).
     """
+    import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
+    seen: list = []
+
+    def recording() -> contextlib.AbstractContextManager:
+        return record_codegen(codegen_events) if codegen_events is not None else contextlib.nullcontext()
+
     def inner_compile(inner_gm: torch.fx.GraphModule, inner_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        compiled = compile_fx_inner(inner_gm, inner_inputs, **kwargs)
+        with recording():
+            compiled = compile_fx_inner(inner_gm, inner_inputs, **kwargs)
         if needs_codegen(compiled):
             log.info("Inductor's FX graph cache gave a graph whose codegen record is not saved; generating it again")
-            # the first compile's post_compile noted the output strides in the tracing context, and a second one
-            # asserts that none are noted yet (torch 2.11, 2.13)
-            context = torch._guards.TracingContext.try_get()
-            if context is not None and getattr(context, "output_strides", None) is not None:
-                context.output_strides.clear()
-            with inductor_config.patch(fx_graph_cache=False):
+            # the first compile's post_compile noted the output strides in the tracing context
+            _clear_output_strides()
+            with inductor_config.patch(fx_graph_cache=False), recording():
                 compiled = compile_fx_inner(inner_gm, inner_inputs, **kwargs)
         on_compiled(compiled, inner_inputs, tuple(kwargs.get("static_input_idxs") or ()))
+        seen.append(compiled)
         return compiled
 
-    return compile_fx(gm, list(example_inputs), inner_compile=inner_compile)
+    if on_cache_hit is None:
+        with functorch_config.patch(enable_autograd_cache=False):
+            return compile_fx(gm, list(example_inputs), inner_compile=inner_compile)
+    with _on_aot_cache_hits(on_cache_hit, seen):
+        result = compile_fx(gm, list(example_inputs), inner_compile=inner_compile)
+    if seen:
+        return result
+    log.warning("no inner graph of this compile reached tessera (an AOTAutograd cache hit path it does not hook); "
+                "compiling it again with the AOTAutograd cache off")
+    _clear_output_strides()
+    with functorch_config.patch(enable_autograd_cache=False):
+        return compile_fx(gm, list(example_inputs), inner_compile=inner_compile)
 
 
 def codegen_key(compiled: Any) -> str | None:
@@ -210,6 +326,18 @@ def generated_kernel_names(compiled: Any) -> set[str] | None:
     except RuntimeError:
         return None
     return {k for k, v in module_globals.items() if isinstance(v, CachingAutotuner)}
+
+
+def generated_kernel_objects(compiled: Any) -> dict[str, Any] | None:
+    """The ``CachingAutotuner`` objects of the generated module behind ``compiled``, by kernel function name (the
+    name a captured program's launches use), or ``None`` when the module cannot be found."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    try:
+        module_globals = generated_module_globals(generated_call(compiled))
+    except RuntimeError:
+        return None
+    return {v.fn.__name__: v for v in module_globals.values() if isinstance(v, CachingAutotuner)}
 
 
 def generated_call(compiled: Any) -> Callable:

@@ -60,10 +60,13 @@ class CapturedGraph:
         program: the kernel program.
         kernel_objects: Inductor ``CachingAutotuner`` per kernel name (not serialisable; rebuilt from
             ``program.kernels`` when a program is loaded from disk).
+        from_cache: the graph came from the AOTAutograd cache and the program from its saved codegen record: no
+            tracing, no Inductor compile (``False``: traced by AOTAutograd in this compile).
     """
 
     program: KernelProgram
     kernel_objects: dict[str, Any] = field(default_factory=dict)
+    from_cache: bool = False
 
 
 class _Recorder(TorchDispatchMode):
