@@ -292,7 +292,7 @@ def load_launch_times(path: str | os.PathLike) -> list[LaunchTimes]:
         if p.get("program"):
             try:
                 prog = load_program(Path(origin).parent / p["program"])
-                feats = tuple(launch_features(l, prog.buffers) for l in prog.launches)
+                feats = tuple(launch_features(l, prog.buffers, prog.kernels) for l in prog.launches)
             except ProgramFileError:
                 feats = None
         if feats is None and p.get("features"):

@@ -35,6 +35,7 @@ from torch_tessera.target.costs import CostTable
 from torch_tessera.target.devices import DeviceSpec, parse_device
 from torch_tessera.target.catalog import CATALOG
 from torch_tessera.target.kernelmodel import CALIBRATED, EXTERN_THREADS, TILE, KernelModel
+from torch_tessera.target.triton_work import issued_elements, kernel_body, loaded_params, ops_per_element
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ def _tensors(obj: Any) -> Iterable[TensorArg]:
             yield from _tensors(o)
 
 
-def _triton_features(launch: TritonLaunch, kclass: KernelClass, buffers: Mapping[str, Any]) -> LaunchFeatures:
+def _triton_features(launch: TritonLaunch, kclass: KernelClass, buffers: Mapping[str, Any],
+                     kernels: Mapping[str, Any]) -> LaunchFeatures:
     tensors = distinct(launch.tensor_args.values())
     numels = [a.value for n, a in zip(launch.param_names, launch.args)
               if n in NUMEL_PARAMS and isinstance(getattr(a, "value", None), int)]
@@ -118,17 +120,29 @@ def _triton_features(launch: TritonLaunch, kclass: KernelClass, buffers: Mapping
     if numels and launch.kernel.startswith(ITERATION_BOUND_PREFIXES):
         # One element per index of the iteration space and tensor: a scatter into a large buffer (the new token's
         # K/V into a static KV cache) moves the scattered elements, not the whole buffer its pointer spans.
-        nbytes = sum(min(view_bytes(t), elements * t.itemsize) for t in tensors)
+        sizes = {t: min(view_bytes(t), elements * t.itemsize) for t in tensors}
     else:
-        nbytes = sum(view_bytes(t) for t in tensors)
-    ops = max(1, len(launch.provenance.aten_ops))
+        sizes = {t: view_bytes(t) for t in tensors}
+    nbytes = sum(sizes.values())
     dtypes = {t.dtype for t in tensors}
     templated = not launch.kernel.startswith(ITERATION_BOUND_PREFIXES)  # a Triton GEMM/attention template
     tensor_core = templated and kclass in (KernelClass.GEMM, KernelClass.ATTENTION) and bool(
         dtypes & {torch.bfloat16, torch.float16})
     blocks = math.prod(launch.grid) if launch.grid else 0
-    warps = launch.config.get("num_warps", 4) if launch.config else 4
-    return LaunchFeatures(launch.index, kclass, float(elements * ops), float(nbytes), tensor_core, launch.kernel,
+    config = launch.config or {}
+    warps = config.get("num_warps", 4)
+    source = kernels.get(launch.kernel)
+    body = kernel_body(source.source, launch.kernel) if source is not None else None
+    if body is None:  # no source: one operation per fused ATen op and element
+        flops = float(elements * max(1, len(launch.provenance.aten_ops)))
+    else:
+        args = launch.tensor_args
+        reduction = math.prod(a.value for n, a in zip(launch.param_names, launch.args)
+                              if n in REDUCTION_PARAMS and isinstance(getattr(a, "value", None), int))
+        flops = float(issued_elements(blocks, config, reduction, elements) * ops_per_element(body))
+        # an in-place argument the kernel loads is read and written
+        nbytes += sum(sizes[args[p]] for p in loaded_params(body, tuple(launch.mutated)) if p in args)
+    return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.kernel,
                           _param_bytes(tensors, buffers, nbytes), int(blocks), int(warps) * 32, _dtype(dtypes))
 
 
@@ -234,17 +248,20 @@ def _param_bytes(tensors: Sequence[TensorArg], buffers: Mapping[str, Any], nbyte
     return float(min(total, nbytes))
 
 
-def launch_features(launch: Launch, buffers: Mapping[str, Any] | None = None) -> LaunchFeatures:
+def launch_features(launch: Launch, buffers: Mapping[str, Any] | None = None,
+                    kernels: Mapping[str, Any] | None = None) -> LaunchFeatures:
     """FLOPs, bytes, class, grid and dtype of one launch (see the module docstring for the formulas).
 
     Args:
         launch: the launch.
         buffers: the program's buffers by name (:attr:`KernelProgram.buffers`), to tell parameter bytes apart;
             ``None``: no byte counts as a parameter's.
+        kernels: the program's Triton sources by name (:attr:`KernelProgram.kernels`), for a Triton launch's work per
+            element (:mod:`torch_tessera.target.triton_work`); ``None``: one operation per fused ATen op.
     """
     kclass = classify(launch)
     if isinstance(launch, TritonLaunch):
-        return _triton_features(launch, kclass, buffers or {})
+        return _triton_features(launch, kclass, buffers or {}, kernels or {})
     return _extern_features(launch, kclass, buffers or {})
 
 
@@ -371,7 +388,7 @@ def estimate_costs(program: KernelProgram, devices: Sequence[DeviceSpec | str], 
     wanted = list(by_index) if kernels is None else list(kernels)
     seconds = np.empty((len(wanted), len(specs)))
     for r, k in enumerate(wanted):
-        f = launch_features(by_index[k], program.buffers)
+        f = launch_features(by_index[k], program.buffers, program.kernels)
         for c, d in enumerate(specs):
             seconds[r, c] = models[c].predict(f, d)
     names = sorted({f"{MODEL_LABELS.get(type(m).__name__, type(m).__name__)}: {m.source}" for m in models})

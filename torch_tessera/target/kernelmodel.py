@@ -35,11 +35,13 @@ from dataclasses import dataclass
 
 from torch_tessera.errors import DeviceUnavailableError
 from torch_tessera.target import catalog
-from torch_tessera.target.devices import DeviceSpec, partition_bandwidth
+from torch_tessera.target.devices import DeviceSpec
 
 #: Threads of a cuBLAS/FlashAttention CTA (8 warps) and its output tile edge, for grids of extern launches.
 EXTERN_THREADS = 256
 TILE = 128
+#: Exponent of the smooth minimum between the SMs' DRAM draw and the GPU's bandwidth (a shape, not fitted).
+KNEE = 4.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class KernelModel:
         eta_tensor: fraction of the tensor-core peak a GEMM/attention reaches.
         eta_cuda: fraction of the CUDA-core peak elementwise/norm/reduction arithmetic reaches.
         eta_memory: fraction of the DRAM bandwidth a streaming kernel reaches.
+        dram_bytes_per_clock_per_sm: DRAM bytes per clock one SM can keep moving (its loads in flight over the DRAM
+            latency, Little's law): a grid on few SMs cannot draw the GPU's bandwidth.
         l2_bytes_per_clock_per_sm: L2 bytes served per clock per occupied SM.
         latency_cycles: cycles of a kernel's dependent latency (ramp-up, DRAM round trips, tail), at the boost clock.
         floor_s: launch floor, seconds (the same on every GPU: it is the front end's, not the SMs').
@@ -59,6 +63,7 @@ class KernelModel:
     eta_tensor: float = 0.7
     eta_cuda: float = 0.3
     eta_memory: float = 0.8
+    dram_bytes_per_clock_per_sm: float = 32.0
     l2_bytes_per_clock_per_sm: float = 64.0
     latency_cycles: float = 4000.0
     floor_s: float = 2e-6
@@ -97,8 +102,7 @@ class KernelModel:
         t_tensor = tc_flops / (tc_peak * share * self.eta_tensor * wave_eff) if tc_flops else 0.0
         t_cuda = cc_flops / (cc_peak * share * self.eta_cuda * wave_eff) if cc_flops else 0.0
 
-        bandwidth = partition_bandwidth(e.mem_bandwidth.value, device.total_sms, occupied, device.throttle_sms)
-        bandwidth = min(bandwidth, device.mem_bandwidth)
+        bandwidth = min(self.dram_bandwidth(e.mem_bandwidth.value, occupied, clock), device.mem_bandwidth)
         activations = max(0.0, f.nbytes - f.param_bytes)
         in_l2 = activations if activations <= k.l2_bytes.value / 2 else 0.0
         dram = f.nbytes - in_l2
@@ -107,16 +111,29 @@ class KernelModel:
             t_memory += in_l2 / (self.l2_bytes_per_clock_per_sm * occupied * clock)
         return self.floor_s + self.latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
 
+    def dram_bandwidth(self, datasheet: float, occupied: int, clock: float) -> float:
+        """Bytes/s of DRAM that ``occupied`` SMs at ``clock`` Hz draw from a GPU of ``datasheet`` bytes/s: the smaller
+        of what their loads in flight sustain (``dram_bytes_per_clock_per_sm x occupied x clock``) and
+        ``eta_memory x datasheet``, joined smoothly (a p-norm with p = :data:`KNEE`: near the knee both limit)."""
+        cap = self.eta_memory * datasheet
+        draw = self.dram_bytes_per_clock_per_sm * occupied * clock
+        if not math.isfinite(draw):
+            return cap
+        return (draw ** -KNEE + cap ** -KNEE) ** (-1 / KNEE)
+
 
 def _peaks(e: catalog.CatalogEntry, dtype: str) -> tuple[float, float]:
-    """``(tensor-core peak, CUDA-core peak)`` FLOP/s of the whole GPU for a compute dtype."""
+    """``(tensor-core peak, CUDA-core peak)`` FLOP/s of the whole GPU for a compute dtype.
+
+    CUDA-core work runs at the fp32 rate for every dtype: Inductor's Triton kernels load 16-bit tensors and compute in
+    fp32 (``.to(tl.float32)``), and fp32 GEMMs run on CUDA cores (PyTorch's default leaves TF32 off for matmul).
+    """
     k = e.kernel
     fp32 = e.peak_fp32_flops.value
     if dtype in ("bf16", "fp16"):
-        return e.peak_bf16_flops.value, k.peak_fp16_cuda_flops.value
+        return e.peak_bf16_flops.value, fp32
     if dtype == "fp8":
-        return (k.peak_fp8_flops.value or e.peak_bf16_flops.value), k.peak_fp16_cuda_flops.value
-    # fp32 GEMMs: PyTorch's default (allow_tf32 off for matmul) runs them on CUDA cores
+        return (k.peak_fp8_flops.value or e.peak_bf16_flops.value), fp32
     return fp32, fp32
 
 
