@@ -34,12 +34,15 @@ import math
 from dataclasses import dataclass
 
 from torch_tessera.errors import DeviceUnavailableError
+from torch_tessera.lowering.op_class import OpClass
 from torch_tessera.target import catalog
 from torch_tessera.target.devices import DeviceSpec
 
 #: Threads of a cuBLAS/FlashAttention CTA (8 warps) and its output tile edge, for grids of extern launches.
 EXTERN_THREADS = 256
 TILE = 128
+#: Shortest reduction slice of a split-K GEMM CTA (four 128-deep pipeline stages).
+SPLIT_K_DEPTH = 512
 #: Exponent of the smooth minimum between the SMs' DRAM draw and the GPU's bandwidth (a shape, not fitted).
 KNEE = 4.0
 
@@ -56,6 +59,7 @@ class KernelModel:
             latency, Little's law): a grid on few SMs cannot draw the GPU's bandwidth.
         l2_bytes_per_clock_per_sm: L2 bytes served per clock per occupied SM.
         latency_cycles: cycles of a kernel's dependent latency (ramp-up, DRAM round trips, tail), at the boost clock.
+        tile_cycles: cycles a wave of tensor-core tiles spends outside its main loop (pipeline fill, epilogue).
         floor_s: launch floor, seconds (the same on every GPU: it is the front end's, not the SMs').
         source: where the constants come from.
     """
@@ -66,6 +70,7 @@ class KernelModel:
     dram_bytes_per_clock_per_sm: float = 32.0
     l2_bytes_per_clock_per_sm: float = 64.0
     latency_cycles: float = 4000.0
+    tile_cycles: float = 1000.0
     floor_s: float = 2e-6
     source: str = "prior constants (not calibrated)"
 
@@ -87,7 +92,7 @@ class KernelModel:
         threads = f.threads_per_block or (EXTERN_THREADS if f.tensor_core else 128)
         # a tensor-core tile CTA (128 x 128, pipelined stages) fills an SM's shared memory: one per SM
         per_sm = 1 if f.tensor_core else max(1, int(k.max_threads_per_sm.value) // threads)
-        blocks = f.blocks or sms * per_sm
+        blocks = _split_k(f, sms) if f.blocks else sms * per_sm
         slots = sms * per_sm
         if blocks >= slots:  # full waves and a partial last one
             wave_eff = blocks / (math.ceil(blocks / slots) * slots)
@@ -100,13 +105,15 @@ class KernelModel:
         tc_flops = f.flops if f.tensor_core else 0.0
         cc_flops = 0.0 if f.tensor_core else f.flops
         t_tensor = tc_flops / (tc_peak * share * self.eta_tensor * wave_eff) if tc_flops else 0.0
+        if tc_flops:  # each wave of tiles fills its pipeline and writes its output tile once
+            t_tensor += math.ceil(blocks / slots) * self.tile_cycles / clock
         t_cuda = cc_flops / (cc_peak * share * self.eta_cuda * wave_eff) if cc_flops else 0.0
 
         bandwidth = min(self.dram_bandwidth(e.mem_bandwidth.value, occupied, clock), device.mem_bandwidth)
         activations = max(0.0, f.nbytes - f.param_bytes)
         in_l2 = activations if activations <= k.l2_bytes.value / 2 else 0.0
         dram = f.nbytes - in_l2
-        t_memory = dram / (bandwidth * self.eta_memory)
+        t_memory = dram / bandwidth
         if in_l2:
             t_memory += in_l2 / (self.l2_bytes_per_clock_per_sm * occupied * clock)
         return self.floor_s + self.latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
@@ -120,6 +127,15 @@ class KernelModel:
         if not math.isfinite(draw):
             return cap
         return (draw ** -KNEE + cap ** -KNEE) ** (-1 / KNEE)
+
+
+def _split_k(f, sms: int) -> int:
+    """CTAs of a GEMM grid: a tensor-core GEMM of fewer output tiles than SMs splits its reduction (split-K, as cuBLAS
+    does) into up to ``sms // tiles`` parts of at least :data:`SPLIT_K_DEPTH` each; other grids as they are."""
+    if f.kernel_class != OpClass.GEMM or not f.tensor_core or f.blocks >= sms:
+        return f.blocks
+    depth = f.flops / (2 * f.blocks * TILE * TILE)  # reduction length per output tile
+    return f.blocks * max(1, min(sms // f.blocks, int(depth // SPLIT_K_DEPTH)))
 
 
 def _peaks(e: catalog.CatalogEntry, dtype: str) -> tuple[float, float]:
