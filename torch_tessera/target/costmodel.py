@@ -9,7 +9,7 @@ Per launch we count FLOPs and bytes moved (:func:`launch_features`):
   (``xnumel * ynumel * r0_numel`` from the numel arguments, else the largest view) times the number of ATen ops fused
   in (at least 1).
 * Extern launches: GEMMs ``2*M*N*K`` (``+ M*N`` for the bias of addmm/baddbmm, batched for bmm), attention
-  ``2*B*H*L*S*(E + Ev)`` (halved when causal with L == S), convolution ``2 * out elements * C_in/groups * kernel``;
+  ``2*B*H*L*S*(E + Ev)`` over ``B*H*L*S`` softmax scores (halved when causal with L == S), convolution ``2 * out elements * C_in/groups * kernel``;
   anything else moves bytes only. Bytes = every distinct tensor view among arguments and outputs.
 
 Time on a device is ``overhead + max(flops / (peak * e_compute), bytes / (bandwidth * e_memory))`` with efficiencies
@@ -70,6 +70,8 @@ class LaunchFeatures:
         blocks: CTAs of the grid (Triton: the launch grid; extern GEMM/attention: 128 x 128 output tiles); 0: unknown.
         threads_per_block: threads of one CTA (Triton: ``num_warps x 32``); 0: unknown.
         dtype: compute dtype, ``"bf16"``, ``"fp16"``, ``"fp32"`` or ``"fp8"``.
+        scores: attention score elements (``B*H*L*S``, halved when causal) of a fused attention launch, each an
+            exponential and a row max / sum in its softmax; 0 for other launches.
     """
 
     index: int
@@ -82,6 +84,7 @@ class LaunchFeatures:
     blocks: int = 0
     threads_per_block: int = 0
     dtype: str = "fp32"
+    scores: float = 0.0
 
     @property
     def intensity(self) -> float:
@@ -179,29 +182,31 @@ def _gemm_flops(name: str, launch: ExternLaunch) -> float:
     return 0.0
 
 
-def _attention_flops(name: str, launch: ExternLaunch) -> float:
+def _attention_flops(name: str, launch: ExternLaunch) -> tuple[float, float]:
+    """``(FLOPs, score elements)`` of a fused attention launch (module docstring); zeros when shapes are unknown."""
     q, k, v = (launch.args + (None, None, None))[:3]
     if not all(isinstance(t, TensorArg) for t in (q, k, v)) or len(q.size) != 4:
-        return 0.0
+        return 0.0, 0.0
     if name in ("_flash_attention_forward", "_efficient_attention_forward"):  # (B, L, H, E) layout
         (b, length, h, e), s, ev = q.size, k.size[1], v.size[3]
     else:  # (B, H, L, E) layout of the scaled_dot_product_* ops
         (b, h, length, e), s, ev = q.size, k.size[2], v.size[3]
-    flops = 2.0 * b * h * length * s * (e + ev)
+    scores = float(b * h * length * s)
     causal = _arg(launch, "is_causal", False)
     if getattr(causal, "value", causal) is True and length == s:
-        flops *= 0.5
-    return flops
+        scores *= 0.5
+    return 2.0 * scores * (e + ev), scores
 
 
 def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping[str, Any]) -> LaunchFeatures:
     name = op_name(launch.op)
     tensors = distinct([*_tensors(launch.args), *_tensors(launch.kwargs), *launch.outputs])
     nbytes = sum(view_bytes(t) for t in tensors)
+    scores = 0.0
     if name in GEMM_OPS:  # a GEMM, or the batched product of a decomposed attention (class attention)
         flops = _gemm_flops(name, launch)
     elif kclass is KernelClass.ATTENTION:
-        flops = _attention_flops(name, launch)
+        flops, scores = _attention_flops(name, launch)
     else:
         flops = 0.0
     inputs = [t for t in _tensors(launch.args) if isinstance(t, TensorArg)]
@@ -211,7 +216,7 @@ def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping
     blocks = _extern_blocks(name, out, inputs) if flops > 0 else 0
     return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.op,
                           _param_bytes(tensors, buffers, nbytes), blocks, EXTERN_THREADS if flops > 0 else 0,
-                          _dtype({t.dtype for t in inputs}))
+                          _dtype({t.dtype for t in inputs}), scores)
 
 
 def _extern_blocks(name: str, out: TensorArg | None, inputs: Sequence[TensorArg]) -> int:

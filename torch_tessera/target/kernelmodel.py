@@ -60,6 +60,11 @@ class KernelModel:
         l2_bytes_per_clock_per_sm: L2 bytes served per clock per occupied SM.
         latency_cycles: cycles of a kernel's dependent latency (ramp-up, DRAM round trips, tail), at the boost clock.
         tile_cycles: cycles a wave of tensor-core tiles spends outside its main loop (pipeline fill, epilogue).
+        tensor_power: the power tensor cores on every SM draw at the boost clock, as a multiple of the board power (the
+            same for every GPU); above 1, a grid on a share ``s`` of the SMs runs at ``1 / (tensor_power x s)`` of the
+            boost clock when that is below 1 (a whole GPU slows down under dense GEMMs, a partition does not).
+        softmax_ops: special-function-unit operations per attention score (its exponential, and the row max, sum and
+            rescale on the same issue slots), not overlapped with the two tensor-core products.
         floor_s: launch floor, seconds (the same on every GPU: it is the front end's, not the SMs').
         source: where the constants come from.
     """
@@ -71,6 +76,8 @@ class KernelModel:
     l2_bytes_per_clock_per_sm: float = 64.0
     latency_cycles: float = 4000.0
     tile_cycles: float = 1000.0
+    tensor_power: float = 1.25
+    softmax_ops: float = 2.0
     floor_s: float = 2e-6
     source: str = "prior constants (not calibrated)"
 
@@ -104,7 +111,12 @@ class KernelModel:
         tc_peak, cc_peak = _peaks(e, f.dtype)
         tc_flops = f.flops if f.tensor_core else 0.0
         cc_flops = 0.0 if f.tensor_core else f.flops
-        t_tensor = tc_flops / (tc_peak * share * self.eta_tensor * wave_eff) if tc_flops else 0.0
+        # tensor cores on a large share of the SMs draw more than the board power at the boost clock: the clock drops
+        power = max(1.0, self.tensor_power * occupied / device.total_sms)
+        t_tensor = tc_flops * power / (tc_peak * share * self.eta_tensor * wave_eff) if tc_flops else 0.0
+        if f.scores:  # a fused attention's softmax runs between its two products, on the special-function units
+            sfu = catalog.SFU_PER_CLOCK_PER_SM.value * sms * clock * wave_eff / power
+            t_tensor += f.scores * self.softmax_ops / sfu
         if tc_flops:  # each wave of tiles fills its pipeline and writes its output tile once
             t_tensor += math.ceil(blocks / slots) * self.tile_cycles / clock
         t_cuda = cc_flops / (cc_peak * share * self.eta_cuda * wave_eff) if cc_flops else 0.0
