@@ -18,9 +18,12 @@ from typing import Mapping
 #: order of magnitude of their SASS sequences; one figure for all of them.
 LIBRARY_CALL_OPS = 8
 
-_STATEMENT = re.compile(r"\btmp\d+\w*\s*=[^=]")
+_ASSIGN = re.compile(r"^\s*((?:tmp\w+\s*,\s*)*tmp\w+)\s*=(?!=)\s*(.*)$")
+_TMP = re.compile(r"\btmp\w+")
 _MEMORY = re.compile(r"\btl\.(?:load|store)\(")
 _LIBRARY = re.compile(r"\b(?:libdevice|tl_math|triton_helpers)\.\w+\(")
+#: Calls that reduce a block's elements to one value per row (what follows on their result runs once per row).
+_REDUCE = re.compile(r"\b(?:tl\.sum|tl\.max|tl\.min|triton_helpers\.(?:max2|min2|welford|prod))\(")
 
 
 def kernel_body(source: str, kernel: str) -> str | None:
@@ -30,9 +33,31 @@ def kernel_body(source: str, kernel: str) -> str | None:
 
 
 def ops_per_element(body: str) -> int:
-    """Instructions issued per index of the iteration space (module docstring), at least 1."""
-    return max(1, len(_STATEMENT.findall(body)) + len(_MEMORY.findall(body))
-               + LIBRARY_CALL_OPS * len(_LIBRARY.findall(body)))
+    """Instructions issued per index of the iteration space (module docstring), at least 1.
+
+    A statement counts once per element, a library call in it :data:`LIBRARY_CALL_OPS` times; constants
+    (``tl.full``) count nothing, and a statement on per-row values only (the result of a reduction, constants, and
+    what is computed from them alone, such as a norm's ``rsqrt`` of the mean) runs once per row and counts nothing
+    per element. Every load and store counts one.
+    """
+    per_row: set[str] = set()
+    ops = len(_MEMORY.findall(body))
+    for line in body.splitlines():
+        m = _ASSIGN.match(line)
+        if m is None:
+            continue
+        targets = [t.strip() for t in m.group(1).split(",")]
+        expr = m.group(2)
+        if expr.startswith("tl.full("):
+            per_row.update(targets)
+            continue
+        refs = set(_TMP.findall(expr))
+        if _REDUCE.search(expr) or ("tl.load(" not in expr and refs and refs <= per_row):
+            per_row.update(targets)
+            ops += 1 if _REDUCE.search(expr) else 0  # the reduction adds each element once
+            continue
+        ops += 1 + LIBRARY_CALL_OPS * len(_LIBRARY.findall(expr))
+    return max(1, ops)
 
 
 def loaded_params(body: str, params: tuple[str, ...]) -> tuple[str, ...]:
