@@ -166,7 +166,8 @@ def _peaks(e: catalog.CatalogEntry, dtype: str) -> tuple[float, float]:
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
-CALIBRATED = KernelModel(eta_tensor=0.9332, eta_cuda=1.0, eta_memory=1.0, l2_bytes_per_clock_per_sm=512.0,
-                         latency_cycles=25690.0, floor_s=1e-7,
-                         source="tessera calibrate: H200 whole GPU and 24/72-SM partitions, 105 measured launches of "
-                                "llama, mamba and dit")
+CALIBRATED = KernelModel(eta_tensor=0.9757, eta_cuda=0.363, eta_memory=0.8254, dram_bytes_per_clock_per_sm=30.89,
+                         l2_bytes_per_clock_per_sm=31.42, latency_cycles=244.9, tile_cycles=4381, tensor_power=1.131,
+                         softmax_ops=3.724, floor_s=5.126e-06,
+                         source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 318 launches of llama "
+                                "and dit timed back to back")
