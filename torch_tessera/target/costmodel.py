@@ -35,6 +35,7 @@ from torch_tessera.target.costs import CostTable
 from torch_tessera.target.devices import DeviceSpec, parse_device
 from torch_tessera.target.catalog import CATALOG
 from torch_tessera.target.kernelmodel import CALIBRATED, EXTERN_THREADS, TILE, KernelModel
+from torch_tessera.target.reuse import reuse_distances
 from torch_tessera.target.triton_work import issued_elements, kernel_body, loaded_params, ops_per_element
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ class LaunchFeatures:
         dtype: compute dtype, ``"bf16"``, ``"fp16"``, ``"fp32"`` or ``"fp8"``.
         scores: attention score elements (``B*H*L*S``, halved when causal) of a fused attention launch, each an
             exponential and a row max / sum in its softmax; 0 for other launches.
+        reuse: per tensor the launch reads, ``(bytes of traffic since its buffer was last touched, bytes)`` in
+            program order (:func:`torch_tessera.target.reuse.reuse_distances`); ``None``: the launch alone is known.
     """
 
     index: int
@@ -85,6 +88,7 @@ class LaunchFeatures:
     threads_per_block: int = 0
     dtype: str = "fp32"
     scores: float = 0.0
+    reuse: tuple[tuple[float, float], ...] | None = None
 
     @property
     def intensity(self) -> float:
@@ -253,6 +257,14 @@ def _param_bytes(tensors: Sequence[TensorArg], buffers: Mapping[str, Any], nbyte
     return float(min(total, nbytes))
 
 
+def program_features(program: KernelProgram) -> tuple[LaunchFeatures, ...]:
+    """:func:`launch_features` of every launch in program order, with their L2 reuse
+    (:func:`torch_tessera.target.reuse.reuse_distances`)."""
+    feats = [launch_features(l, program.buffers, program.kernels) for l in program.launches]
+    dist = reuse_distances(program, [f.nbytes for f in feats])
+    return tuple(replace(f, reuse=r) for f, r in zip(feats, dist))
+
+
 def launch_features(launch: Launch, buffers: Mapping[str, Any] | None = None,
                     kernels: Mapping[str, Any] | None = None) -> LaunchFeatures:
     """FLOPs, bytes, class, grid and dtype of one launch (see the module docstring for the formulas).
@@ -389,11 +401,11 @@ def estimate_costs(program: KernelProgram, devices: Sequence[DeviceSpec | str], 
     """
     specs = [_as_spec(d) for d in devices]
     models = [model or default_model(d) for d in specs]
-    by_index = {l.index: l for l in program.launches}
+    by_index = dict(zip((l.index for l in program.launches), program_features(program)))
     wanted = list(by_index) if kernels is None else list(kernels)
     seconds = np.empty((len(wanted), len(specs)))
     for r, k in enumerate(wanted):
-        f = launch_features(by_index[k], program.buffers, program.kernels)
+        f = by_index[k]
         for c, d in enumerate(specs):
             seconds[r, c] = models[c].predict(f, d)
     names = sorted({f"{MODEL_LABELS.get(type(m).__name__, type(m).__name__)}: {m.source}" for m in models})

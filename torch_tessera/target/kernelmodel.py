@@ -37,10 +37,13 @@ from torch_tessera.errors import DeviceUnavailableError
 from torch_tessera.lowering.op_class import OpClass
 from torch_tessera.target import catalog
 from torch_tessera.target.devices import DeviceSpec
+from torch_tessera.target.reuse import l2_bytes_read
 
 #: Threads of a cuBLAS/FlashAttention CTA (8 warps) and its output tile edge, for grids of extern launches.
 EXTERN_THREADS = 256
 TILE = 128
+#: Share of the L2 that keeps recently touched data for the next launches (the rest holds what is in flight).
+L2_REUSE = 0.5
 #: Shortest reduction slice of a split-K GEMM CTA (four 128-deep pipeline stages).
 SPLIT_K_DEPTH = 512
 #: Exponent of the smooth minimum between the SMs' DRAM draw and the GPU's bandwidth (a shape, not fitted).
@@ -122,8 +125,11 @@ class KernelModel:
         t_cuda = cc_flops / (cc_peak * share * self.eta_cuda * wave_eff) if cc_flops else 0.0
 
         bandwidth = min(self.dram_bandwidth(e.mem_bandwidth.value, occupied, clock), device.mem_bandwidth)
-        activations = max(0.0, f.nbytes - f.param_bytes)
-        in_l2 = activations if activations <= k.l2_bytes.value / 2 else 0.0
+        if f.reuse is None:  # the launch alone: its activations come from L2 when they fit in half of it
+            activations = max(0.0, f.nbytes - f.param_bytes)
+            in_l2 = activations if activations <= k.l2_bytes.value * L2_REUSE else 0.0
+        else:  # program order: reads of buffers touched recently enough (torch_tessera.target.reuse)
+            in_l2 = min(f.nbytes, l2_bytes_read(f.reuse, k.l2_bytes.value * L2_REUSE))
         dram = f.nbytes - in_l2
         t_memory = dram / bandwidth
         if in_l2:
