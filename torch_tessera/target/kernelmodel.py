@@ -172,8 +172,8 @@ def _peaks(e: catalog.CatalogEntry, dtype: str) -> tuple[float, float]:
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
-CALIBRATED = KernelModel(eta_tensor=0.9757, eta_cuda=0.363, eta_memory=0.8254, dram_bytes_per_clock_per_sm=30.89,
-                         l2_bytes_per_clock_per_sm=31.42, latency_cycles=244.9, tile_cycles=4381, tensor_power=1.131,
-                         softmax_ops=3.724, floor_s=5.126e-06,
+CALIBRATED = KernelModel(eta_tensor=0.9715, eta_cuda=0.3672, eta_memory=0.759, dram_bytes_per_clock_per_sm=29.08,
+                         l2_bytes_per_clock_per_sm=512.0, latency_cycles=4610.0, tile_cycles=4432.0,
+                         tensor_power=1.115, softmax_ops=1.099, floor_s=2.952e-06,
                          source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 318 launches of llama "
                                 "and dit timed back to back")
