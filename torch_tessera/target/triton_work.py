@@ -35,7 +35,8 @@ def kernel_body(source: str, kernel: str) -> str | None:
 def ops_per_element(body: str) -> int:
     """Instructions issued per index of the iteration space (module docstring), at least 1.
 
-    A statement counts once per element, a library call in it :data:`LIBRARY_CALL_OPS` times; constants
+    A statement counts once per element (one that loads counts its load and itself: the conversion to fp32), a
+    library call in it :data:`LIBRARY_CALL_OPS` times; constants
     (``tl.full``) count nothing, and a statement on per-row values only (the result of a reduction, constants, and
     what is computed from them alone, such as a norm's ``rsqrt`` of the mean) runs once per row and counts nothing
     per element. Every load and store counts one.
