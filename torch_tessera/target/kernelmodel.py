@@ -4,28 +4,41 @@ For one launch (:class:`~torch_tessera.target.costmodel.LaunchFeatures`) on one 
 
     t = floor + latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
 
-    t_tensor = tensor-core FLOPs / (tensor peak of the dtype x SM share x eta_tensor x wave efficiency)
-    t_cuda   = other FLOPs       / (CUDA-core peak of the dtype x SM share x eta_cuda x wave efficiency)
-    t_memory = DRAM bytes / (bandwidth of the SMs the grid occupies x eta_memory)
-               + L2 bytes / (l2_bytes_per_clock_per_sm x occupied SMs x clock)
+    t_tensor = tensor-core FLOPs x power / (tensor peak of the dtype x SM share x eta_tensor x wave efficiency)
+               + waves x tile_cycles / clock
+               + attention scores x softmax_ops x power / (special-function rate x SMs x clock x wave efficiency)
+    t_cuda   = CUDA-core work     / (fp32 peak x SM share x eta_cuda x wave efficiency)
+    t_memory = DRAM bytes / DRAM rate of the occupied SMs + L2 bytes / (l2_bytes_per_clock_per_sm x occupied x clock)
+
+    DRAM rate = smooth min(dram_bytes_per_clock_per_sm x occupied SMs x clock, eta_memory x datasheet bandwidth)
+    power     = max(1, tensor_power x occupied SMs / all SMs)
 
 where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, each figure with its source):
 
 * ``clock``: the boost clock, so latency-bound and small kernels run faster on a higher-clocked GPU;
-* the tensor-core peak per dtype and generation (bf16/fp16, tf32 for fp32 GEMMs, fp8) and the CUDA-core fp16/fp32
-  peak (elementwise, norm, softmax);
+* the tensor-core peak per dtype and generation (bf16/fp16, fp8); CUDA-core work at the fp32 peak (Inductor's
+  Triton kernels compute in fp32; fp32 GEMMs run on CUDA cores); the special-function rate per SM
+  (:data:`~torch_tessera.target.catalog.SFU_PER_CLOCK_PER_SM`) for a fused attention's softmax;
 * wave quantization: a grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x
   resident CTAs per SM`` (resident threads per SM / threads per CTA; one tensor-core tile CTA per SM); a grid smaller
-  than ``slots`` spreads over ``min(SMs, blocks)`` SMs, which run at their full rate and whose DRAM bandwidth follows
-  the partition model (:func:`torch_tessera.target.devices.partition_bandwidth`);
-* L2 capacity: a launch's activation bytes (not parameters or state such as KV caches, which persist across calls
-  and are read from DRAM every step) come from L2 when they fit in half of it (producer and consumer both resident);
+  than ``slots`` spreads over ``min(SMs, blocks)`` SMs, which run at their full rate; a tensor-core GEMM of fewer
+  tiles than SMs splits its reduction over the idle ones (split-K);
+* DRAM: a few SMs cannot draw the GPU's bandwidth (each keeps a bounded number of loads in flight), so a partition or
+  a small grid streams at its SMs' draw, a large one at the DRAM's;
+* L2 capacity: reads of buffers touched recently in program order come from L2
+  (:mod:`torch_tessera.target.reuse`: the traffic since the buffer was last touched against half the L2); a launch
+  known alone takes its activation bytes from L2 when they fit in half of it;
+* CUDA-core work: the statements of the Triton kernel's source per element of its padded iteration space
+  (:mod:`torch_tessera.target.triton_work`);
+* the board power: tensor cores on most of a GPU's SMs draw more than it, and the clock drops (a partition keeps it);
 * the launch floor.
 
 The free constants (:class:`KernelModel` fields) are the ones no datasheet prints: the fractions of the tensor,
-CUDA-core and DRAM peaks that real kernels reach, the L2 bytes per clock per SM, the latency cycles of a kernel and
-the launch floor. They are fitted once on one GPU and its partitions (``tessera calibrate``) and shared by every GPU:
-no factor is fitted per GPU, pair or model. Their values and the fit are in docs/BENCHMARKS.md, kernel cost model.
+CUDA-core and DRAM peaks that real kernels reach, the DRAM and L2 bytes per clock per SM, the latency cycles of a
+kernel and of a wave of GEMM tiles, the tensor-core power relative to the board's, the softmax's operations per score
+and the launch floor. They are fitted once on one GPU and its partitions (``tessera calibrate``) and shared by every
+GPU: no factor is fitted per GPU, pair or model. Their values and the fit are in docs/BENCHMARKS.md, kernel cost
+model.
 """
 
 from __future__ import annotations
