@@ -108,46 +108,39 @@ class KernelModel:
         if e is None or e.kernel is None or not device.total_sms or not known:
             raise DeviceUnavailableError(f"{device.name} ({device.model}) has no kernel figures in target/catalog.py: "
                                          "profile it instead of modelling it, or add its figures")
-        k = e.kernel
-        clock = k.boost_clock_hz.value
-        sms = device.sm_count
-        share = sms / device.total_sms
-        threads = f.threads_per_block or (EXTERN_THREADS if f.tensor_core else 128)
-        # a tensor-core tile CTA (128 x 128, pipelined stages) fills an SM's shared memory: one per SM
-        per_sm = 1 if f.tensor_core else max(1, int(k.max_threads_per_sm.value) // threads)
-        blocks = _split_k(f, sms) if f.blocks else sms * per_sm
-        slots = sms * per_sm
-        if blocks >= slots:  # full waves and a partial last one
-            wave_eff = blocks / (math.ceil(blocks / slots) * slots)
-            occupied = sms
-        else:  # one partial wave, its CTAs spread one per SM first: each occupied SM runs at its full rate
-            occupied = min(sms, blocks)
-            wave_eff = occupied / sms
+        clock = e.kernel.boost_clock_hz.value
+        blocks, slots, occupied, wave_eff = _grid(f, device.sm_count, int(e.kernel.max_threads_per_sm.value))
+        t_tensor = self._tensor_seconds(f, e, device, clock, math.ceil(blocks / slots), occupied, wave_eff)
+        t_cuda = f.flops / (e.peak_fp32_flops.value * device.sm_count / device.total_sms * self.eta_cuda * wave_eff) \
+            if f.flops and not f.tensor_core else 0.0
+        t_memory = self._memory_seconds(f, e, device, clock, occupied)
+        return self.floor_s + self.latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
 
-        tc_peak, cc_peak = _peaks(e, f.dtype)
-        tc_flops = f.flops if f.tensor_core else 0.0
-        cc_flops = 0.0 if f.tensor_core else f.flops
+    def _tensor_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, waves: int, occupied: int,
+                        wave_eff: float) -> float:
+        """Tensor-core products, the softmax between them and each wave's tile overhead, at the power-limited clock."""
+        if not (f.flops and f.tensor_core):
+            return 0.0
         # tensor cores on a large share of the SMs draw more than the board power at the boost clock: the clock drops
         power = max(1.0, self.tensor_power * occupied / device.total_sms)
-        t_tensor = tc_flops * power / (tc_peak * share * self.eta_tensor * wave_eff) if tc_flops else 0.0
+        share = device.sm_count / device.total_sms
+        t = f.flops * power / (_tensor_peak(e, f.dtype) * share * self.eta_tensor * wave_eff)
         if f.scores:  # a fused attention's softmax runs between its two products, on the special-function units
-            sfu = catalog.SFU_PER_CLOCK_PER_SM.value * sms * clock * wave_eff / power
-            t_tensor += f.scores * self.softmax_ops / sfu
-        if tc_flops:  # each wave of tiles fills its pipeline and writes its output tile once
-            t_tensor += math.ceil(blocks / slots) * self.tile_cycles / clock
-        t_cuda = cc_flops / (cc_peak * share * self.eta_cuda * wave_eff) if cc_flops else 0.0
+            sfu = catalog.SFU_PER_CLOCK_PER_SM.value * device.sm_count * clock * wave_eff / power
+            t += f.scores * self.softmax_ops / sfu
+        return t + waves * self.tile_cycles / clock  # each wave of tiles fills its pipeline, writes its tiles once
 
-        bandwidth = min(self.dram_bandwidth(e.mem_bandwidth.value, occupied, clock), device.mem_bandwidth)
+    def _memory_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, occupied: int) -> float:
+        """DRAM bytes at the occupied SMs' draw, plus the bytes L2 serves."""
+        l2 = e.kernel.l2_bytes.value * L2_REUSE
         if f.reuse is None:  # the launch alone: its activations come from L2 when they fit in half of it
             activations = max(0.0, f.nbytes - f.param_bytes)
-            in_l2 = activations if activations <= k.l2_bytes.value * L2_REUSE else 0.0
+            in_l2 = activations if activations <= l2 else 0.0
         else:  # program order: reads of buffers touched recently enough (torch_tessera.target.reuse)
-            in_l2 = min(f.nbytes, l2_bytes_read(f.reuse, k.l2_bytes.value * L2_REUSE))
-        dram = f.nbytes - in_l2
-        t_memory = dram / bandwidth
-        if in_l2:
-            t_memory += in_l2 / (self.l2_bytes_per_clock_per_sm * occupied * clock)
-        return self.floor_s + self.latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
+            in_l2 = min(f.nbytes, l2_bytes_read(f.reuse, l2))
+        bandwidth = min(self.dram_bandwidth(e.mem_bandwidth.value, occupied, clock), device.mem_bandwidth)
+        t = (f.nbytes - in_l2) / bandwidth
+        return t + (in_l2 / (self.l2_bytes_per_clock_per_sm * occupied * clock) if in_l2 else 0.0)
 
     def dram_bandwidth(self, datasheet: float, occupied: int, clock: float) -> float:
         """Bytes/s of DRAM that ``occupied`` SMs at ``clock`` Hz draw from a GPU of ``datasheet`` bytes/s: the smaller
@@ -169,19 +162,32 @@ def _split_k(f, sms: int) -> int:
     return f.blocks * max(1, min(sms // f.blocks, int(depth // SPLIT_K_DEPTH)))
 
 
-def _peaks(e: catalog.CatalogEntry, dtype: str) -> tuple[float, float]:
-    """``(tensor-core peak, CUDA-core peak)`` FLOP/s of the whole GPU for a compute dtype.
+def _grid(f, sms: int, threads_per_sm: int) -> tuple[int, int, int, float]:
+    """``(CTAs, resident CTA slots, occupied SMs, wave efficiency)`` of a launch's grid on ``sms`` SMs.
 
-    CUDA-core work runs at the fp32 rate for every dtype: Inductor's Triton kernels load 16-bit tensors and compute in
-    fp32 (``.to(tl.float32)``), and fp32 GEMMs run on CUDA cores (PyTorch's default leaves TF32 off for matmul).
+    A grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x resident CTAs per SM``
+    (resident threads per SM / threads per CTA; a tensor-core tile CTA fills an SM's shared memory: one per SM); a grid
+    smaller than ``slots`` spreads over ``min(SMs, blocks)`` SMs, each at its full rate. Unknown grids fill one wave.
     """
-    k = e.kernel
-    fp32 = e.peak_fp32_flops.value
+    threads = f.threads_per_block or (EXTERN_THREADS if f.tensor_core else 128)
+    per_sm = 1 if f.tensor_core else max(1, threads_per_sm // threads)
+    blocks = _split_k(f, sms) if f.blocks else sms * per_sm
+    slots = sms * per_sm
+    if blocks >= slots:  # full waves and a partial last one
+        return blocks, slots, sms, blocks / (math.ceil(blocks / slots) * slots)
+    occupied = min(sms, blocks)
+    return blocks, slots, occupied, occupied / sms
+
+
+def _tensor_peak(e: catalog.CatalogEntry, dtype: str) -> float:
+    """Tensor-core FLOP/s of the whole GPU for a compute dtype (bf16/fp16, fp8; fp32 GEMMs run on CUDA cores: PyTorch
+    leaves TF32 off for matmul). CUDA-core work runs at the fp32 peak for every dtype: Inductor's Triton kernels load
+    16-bit tensors and compute in fp32."""
     if dtype in ("bf16", "fp16"):
-        return e.peak_bf16_flops.value, fp32
+        return e.peak_bf16_flops.value
     if dtype == "fp8":
-        return (k.peak_fp8_flops.value or e.peak_bf16_flops.value), fp32
-    return fp32, fp32
+        return e.kernel.peak_fp8_flops.value or e.peak_bf16_flops.value
+    return e.peak_fp32_flops.value
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
