@@ -8,7 +8,7 @@ import torch
 
 from torch_tessera.lowering.program import (Buffer, BufferKind, ExternLaunch, KernelProgram, KernelSource, Provenance,
                                             ScalarArg, TensorArg, TritonLaunch)
-from torch_tessera.target.costmodel import estimate_costs, program_features
+from torch_tessera.target.costmodel import estimate_costs, program_features, view_bytes
 from torch_tessera.target.kernelmodel import KernelModel
 from torch_tessera.target.reuse import NEVER, l2_bytes_read, reuse_distances
 
@@ -40,7 +40,7 @@ def test_distances_follow_program_order():
     prog = _program([_copy(0, "x", "y"), _copy(1, "y", "z"), _copy(2, "a", "b", big), _copy(3, "z", "c")],
                     {"x": N, "y": N, "z": N, "a": big, "b": big, "c": N})
     traffic = [f.nbytes for f in program_features(prog)]
-    d = reuse_distances(prog, traffic)
+    d = reuse_distances(prog, traffic, view_bytes)
     assert d[0] == ((NEVER, 2.0 * N),)                 # x: a program input, never touched before
     assert d[1] == ((0.0, 2.0 * N),)                   # y: written by the launch just before
     assert d[3] == ((traffic[2], 2.0 * N),)            # z: the 256 MiB copy ran in between

@@ -261,7 +261,7 @@ def program_features(program: KernelProgram) -> tuple[LaunchFeatures, ...]:
     """:func:`launch_features` of every launch in program order, with their L2 reuse
     (:func:`torch_tessera.target.reuse.reuse_distances`)."""
     feats = [launch_features(l, program.buffers, program.kernels) for l in program.launches]
-    dist = reuse_distances(program, [f.nbytes for f in feats])
+    dist = reuse_distances(program, [f.nbytes for f in feats], view_bytes)
     return tuple(replace(f, reuse=r) for f, r in zip(feats, dist))
 
 

@@ -11,7 +11,7 @@ catalog's L2 size.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from torch_tessera.lowering.program import ExternLaunch, KernelProgram, TensorArg, TritonLaunch
 from torch_tessera.target.triton_work import kernel_body, loaded_params
@@ -51,24 +51,24 @@ def reads(launch, kernels) -> list[TensorArg]:
     return list(dict.fromkeys(got))
 
 
-def reuse_distances(program: KernelProgram, traffic: Sequence[float]) -> list[tuple[tuple[float, float], ...]]:
+def reuse_distances(program: KernelProgram, traffic: Sequence[float],
+                    size: Callable[[TensorArg], float]) -> list[tuple[tuple[float, float], ...]]:
     """Per launch in program order, ``((distance, bytes), ...)`` for each tensor it reads.
 
     Args:
         program: the program (its launches, in order, and Triton sources).
         traffic: bytes each launch moves (reads plus writes), in program order.
+        size: bytes a view spans (:func:`torch_tessera.target.costmodel.view_bytes`).
 
     Returns:
         For each launch, one pair per tensor read: the bytes of traffic since the last launch that touched its buffer
         (:data:`NEVER` if none did) and the bytes the view spans.
     """
-    from torch_tessera.target.costmodel import view_bytes
-
     clock, last = 0.0, {}
     out = []
     for launch, moved in zip(program.launches, traffic):
         got = reads(launch, program.kernels)
-        out.append(tuple((clock - last[t.buffer] if t.buffer in last else NEVER, float(view_bytes(t))) for t in got))
+        out.append(tuple((clock - last[t.buffer] if t.buffer in last else NEVER, float(size(t))) for t in got))
         clock += moved
         touched = got + [t for t in _flat(list(getattr(launch, "tensor_args", {}).values()))]
         if isinstance(launch, ExternLaunch):
