@@ -60,7 +60,7 @@ def time_model(model: str, args, out: Path, gpu_key: str | None, summary: dict) 
     from torch_tessera.measure.profile import graph_total, prepare_launches
     from torch_tessera.measure.programs import build_programs, compile_program
     from torch_tessera.measure.settings import MeasureSettings
-    from torch_tessera.target.costmodel import launch_features
+    from torch_tessera.target.costmodel import program_features
 
     t0 = time.time()
     s = MeasureSettings(model=model, devices=args.devices, size=args.size, layers=args.layers,
@@ -81,7 +81,7 @@ def time_model(model: str, args, out: Path, gpu_key: str | None, summary: dict) 
             loads = True
         except TesseraError as e:
             loads = f"{type(e).__name__}: {e}"
-        feats = features_json([launch_features(l, program.buffers) for l in program.launches])
+        feats = features_json(program_features(program))
         steps[f"{prog.name}_compile_s"] = round(time.time() - t1, 1)
         print(f"{model} {prog.name}: {len(program.launches)} launches lowered on {program.device} in "
               f"{time.time() - t1:.1f} s; dump loads: {loads}", flush=True)

@@ -20,7 +20,7 @@ from torch_tessera.lowering.program import (Buffer, BufferKind, ExternLaunch, Ke
 from torch_tessera.lowering.serialize import dump_program
 from torch_tessera.measure.kernel_times import (HostClock, load_launch_times, time_back_to_back,
                                                 write_launch_times, features_json)
-from torch_tessera.target.costmodel import launch_features
+from torch_tessera.target.costmodel import program_features
 from torch_tessera.target.devices import parse_device
 from torch_tessera.target.kernelmodel import KernelModel
 
@@ -67,7 +67,7 @@ def write_synthetic(tmp_path, model, program, noise=None, seed=0, store_features
     rng = np.random.default_rng(seed)
     dump = tmp_path / f"{model}_p.program.json"
     dump_program(program, dump)
-    feats = [launch_features(l, program.buffers) for l in program.launches]
+    feats = program_features(program)
     for dev, sim in DEVICES.items():
         spec = parse_device(sim)
         sec = np.array([TRUTH.predict(f, spec) for f in feats])

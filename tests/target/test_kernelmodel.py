@@ -1,6 +1,7 @@
 """The kernel cost model's terms, each against its datasheet figure (target/catalog.py KernelFigures)."""
 
 import dataclasses
+import math
 
 import pytest
 
@@ -13,13 +14,14 @@ from torch_tessera.target.kernelmodel import KernelModel
 
 A100, L40S, H200 = (parse_device(f"sim:{k}") for k in ("a100", "l40s", "h200"))
 #: only the term under test is non-zero
-BARE = KernelModel(eta_tensor=1.0, eta_cuda=1.0, eta_memory=1.0, l2_bytes_per_clock_per_sm=64.0, latency_cycles=0.0,
-                   floor_s=0.0)
+BARE = KernelModel(eta_tensor=1.0, eta_cuda=1.0, eta_memory=1.0, dram_bytes_per_clock_per_sm=math.inf,
+                   l2_bytes_per_clock_per_sm=64.0, latency_cycles=0.0, tile_cycles=0.0, tensor_power=1.0,
+                   softmax_ops=0.0, floor_s=0.0)
 
 
 def feats(kclass=OpClass.ELEMENTWISE, flops=0.0, nbytes=0.0, tc=False, params=0.0, blocks=0, threads=128,
-          dtype="bf16"):
-    return LaunchFeatures(0, kclass, flops, nbytes, tc, "k", params, blocks, threads, dtype)
+          dtype="bf16", scores=0.0, reuse=None):
+    return LaunchFeatures(0, kclass, flops, nbytes, tc, "k", params, blocks, threads, dtype, scores, reuse)
 
 
 def test_every_catalog_gpu_has_sourced_kernel_figures():
@@ -64,11 +66,11 @@ def test_tensor_rate_per_dtype_and_wave_quantization():
     assert BARE.predict(fp32, A100) == pytest.approx(2 * 8192**3 / 19.5e12, rel=1e-6)
 
 
-def test_cuda_core_fp16_rate_and_partitions():
-    ew = feats(flops=1e12)  # blocks unknown: one full wave
-    assert BARE.predict(ew, A100) == pytest.approx(1e12 / 78e12, rel=1e-6)
+def test_cuda_core_work_runs_at_the_fp32_rate_and_scales_with_partitions():
+    ew = feats(flops=1e12)  # blocks unknown: one full wave; Inductor's Triton kernels compute bf16 tensors in fp32
+    assert BARE.predict(ew, A100) == pytest.approx(1e12 / 19.5e12, rel=1e-6)
     part = parse_device("sim:h200@24sm")
-    assert BARE.predict(ew, part) == pytest.approx(1e12 / (133.8e12 * part.sm_count / 132), rel=1e-6)
+    assert BARE.predict(ew, part) == pytest.approx(1e12 / (67e12 * part.sm_count / 132), rel=1e-6)
 
 
 def test_launch_floor_and_unknown_devices():
@@ -77,3 +79,64 @@ def test_launch_floor_and_unknown_devices():
     cpu = parse_device("cpu:0")
     with pytest.raises(DeviceUnavailableError, match="no kernel figures"):
         m.predict(feats(), cpu)
+
+
+def test_few_sms_cannot_draw_the_gpus_dram_bandwidth():
+    m = dataclasses.replace(BARE, dram_bytes_per_clock_per_sm=30.0, eta_memory=0.8)
+    stream = feats(nbytes=1e9, params=1e9, blocks=10**6)
+    whole, p16 = m.predict(stream, H200), m.predict(stream, parse_device("sim:h200@16sm"))
+    draw16 = 30.0 * 16 * 1980e6  # 0.95 TB/s: the 16 SMs' loads in flight, far below 0.8 x 4.8 TB/s
+    assert p16 == pytest.approx(1e9 / draw16, rel=0.01)
+    assert whole == pytest.approx(1e9 / (0.8 * 4800e9), rel=0.03)  # 132 SMs draw more than the DRAM gives
+    assert p16 / whole > 3.5  # the old partition curve gave 1 / 0.32 = 3.1
+    assert BARE.predict(stream, parse_device("sim:h200@16sm")) < p16  # no per-SM limit: faster
+
+
+def test_small_gemms_split_k_over_idle_sms():
+    # 64 x 4096 x 4096: 32 output tiles of 128 x 128, K = 4096 deep: split into 4 parts on 132 SMs
+    gemv = feats(OpClass.GEMM, flops=2 * 64 * 4096 * 4096, nbytes=34.6e6, tc=True, params=34.6e6, blocks=32,
+                 threads=256)
+    m = dataclasses.replace(BARE, dram_bytes_per_clock_per_sm=30.0)
+    split = m.predict(gemv, H200)
+    assert split == pytest.approx(34.6e6 / m.dram_bandwidth(4800e9, 128, 1980e6), rel=1e-6)
+    shallow = dataclasses.replace(gemv, flops=2 * 64 * 4096 * 256)  # K = 256: too shallow to split
+    assert m.predict(shallow, H200) == pytest.approx(34.6e6 / m.dram_bandwidth(4800e9, 32, 1980e6), rel=1e-6)
+    assert split < m.predict(shallow, H200)
+
+
+def test_each_wave_of_tiles_pays_the_tile_overhead():
+    gemm = feats(OpClass.GEMM, flops=2 * 8192**3, tc=True, blocks=108 * 40, threads=256)
+    m = dataclasses.replace(BARE, tile_cycles=3000.0)
+    assert m.predict(gemm, A100) - BARE.predict(gemm, A100) == pytest.approx(40 * 3000 / 1410e6, rel=1e-6)
+
+
+def test_dense_gemms_slow_a_whole_gpu_down_not_a_partition():
+    m = dataclasses.replace(BARE, tensor_power=1.2)
+    gemm = feats(OpClass.GEMM, flops=1e13, tc=True, blocks=10**5, threads=256)
+    part = parse_device("sim:h200@72sm")  # 72 of 132 SMs: 0.65 of the board power, no throttle
+    assert m.predict(gemm, part) == pytest.approx(BARE.predict(gemm, part), rel=1e-6)
+    assert m.predict(gemm, H200) == pytest.approx(1.2 * BARE.predict(gemm, H200), rel=1e-6)
+
+
+def test_attention_softmax_on_the_special_function_units():
+    attn = feats(OpClass.ATTENTION, flops=4 * 64 * 1e9, tc=True, blocks=142 * 108, threads=256, scores=1e9)
+    m = dataclasses.replace(BARE, softmax_ops=2.0)
+    extra = m.predict(attn, L40S) - BARE.predict(attn, L40S)
+    assert extra == pytest.approx(1e9 * 2.0 / (16 * 142 * 2520e6), rel=1e-6)
+    # more SMs at a higher clock: the softmax runs 2.35x faster on the L40S than on the A100
+    assert (m.predict(attn, A100) - BARE.predict(attn, A100)) / extra == pytest.approx(142 * 2520 / (108 * 1410),
+                                                                                      rel=1e-6)
+
+
+def test_reads_of_recently_touched_buffers_come_from_l2():
+    near = feats(nbytes=40e6, blocks=10**5, reuse=((5e6, 20e6),))        # written 5 MB of traffic ago
+    far = dataclasses.replace(near, reuse=((100e6, 20e6),))              # 100 MB ago: evicted from a 50 MB L2
+    fresh = dataclasses.replace(near, reuse=((math.inf, 20e6),))         # never touched: weights, inputs
+    t_near, t_far = BARE.predict(near, H200), BARE.predict(far, H200)
+    assert t_far == pytest.approx(40e6 / 4800e9, rel=1e-6) == BARE.predict(fresh, H200)
+    assert t_near == pytest.approx(20e6 / 4800e9 + 20e6 / (64 * 132 * 1980e6), rel=1e-6)
+    assert t_near < t_far
+    # the same reads on the L40S's 96 MB L2 still hit at 40 MB of distance; on the A100's 40 MB they do not
+    mid = dataclasses.replace(near, reuse=((40e6, 1e6),))
+    assert BARE.predict(mid, L40S) < BARE.predict(dataclasses.replace(mid, reuse=()), L40S)
+    assert BARE.predict(mid, A100) == BARE.predict(dataclasses.replace(mid, reuse=()), A100)

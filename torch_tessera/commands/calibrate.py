@@ -34,7 +34,9 @@ HELP = "fit the kernel cost model's free constants to measured launches (held-ou
 
 #: The free constants fitted, with their search bounds (log-uniform).
 FREE = {"eta_tensor": (0.05, 1.0), "eta_cuda": (0.01, 1.0), "eta_memory": (0.1, 1.0),
-        "l2_bytes_per_clock_per_sm": (4.0, 512.0), "latency_cycles": (100.0, 40000.0), "floor_s": (1e-7, 2e-5)}
+        "dram_bytes_per_clock_per_sm": (2.0, 256.0), "l2_bytes_per_clock_per_sm": (4.0, 512.0),
+        "latency_cycles": (100.0, 40000.0), "tile_cycles": (10.0, 40000.0),
+        "tensor_power": (0.5, 3.0), "softmax_ops": (0.1, 20.0), "floor_s": (1e-7, 2e-5)}
 
 
 #: Settings of the measured bench that decide its programs (the rest decide how plans were run).
@@ -144,7 +146,7 @@ def load_samples(results: str, min_s: float) -> tuple[list[Sample], list[str]]:
                 for d, col in zip(meta["devices"], meta["kernel_seconds"][name]):
                     for a, _ in pairs:
                         times.setdefault((_sim_name(d, gpu), a), []).append(col[a])
-            feats = {a: launch_features(prog.launches[b], prog.buffers) for a, b in pairs}
+            feats = {a: launch_features(prog.launches[b], prog.buffers, prog.kernels) for a, b in pairs}
             seen, used, impossible = set(), 0, 0
             for (dev, a), ts in times.items():
                 t = float(np.median(ts))
@@ -231,7 +233,7 @@ def fit(samples: list[Sample], specs: dict, start=None, restarts: int = 4):
 
     def loss(x):
         e = _errors(model_at(x), samples, specs)
-        return float(np.mean(np.abs(np.log1p(e))))
+        return float(np.mean(np.log1p((np.log1p(e) / 0.1) ** 2)))
 
     x = np.log([getattr(start, n) for n in names])
     for _ in range(restarts):  # Nelder-Mead restarted from its own result escapes the simplex's early collapse

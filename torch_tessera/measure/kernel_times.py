@@ -256,7 +256,12 @@ def features_json(features: Sequence[Any]) -> list[dict]:
 def _features_from_json(rows: Sequence[Mapping]) -> tuple:
     from torch_tessera.target.costmodel import KernelClass, LaunchFeatures
 
-    return tuple(LaunchFeatures(**{**r, "kernel_class": KernelClass(r["kernel_class"])}) for r in rows)
+    def one(r: Mapping) -> LaunchFeatures:
+        reuse = r.get("reuse")
+        reuse = None if reuse is None else tuple((float(d), float(b)) for d, b in reuse)
+        return LaunchFeatures(**{**r, "kernel_class": KernelClass(r["kernel_class"]), "reuse": reuse})
+
+    return tuple(one(r) for r in rows)
 
 
 def write_launch_times(path: str | os.PathLike, *, model: str, device: str, sim_device: str, gpu: str,
@@ -277,7 +282,7 @@ def load_launch_times(path: str | os.PathLike) -> list[LaunchTimes]:
         ConfigError: not a file of this format, or a program whose launch count differs from its seconds.
     """
     from torch_tessera.lowering.serialize import ProgramFileError, load_program
-    from torch_tessera.target.costmodel import launch_features
+    from torch_tessera.target.costmodel import program_features
 
     origin = os.fspath(path)
     try:
@@ -292,7 +297,7 @@ def load_launch_times(path: str | os.PathLike) -> list[LaunchTimes]:
         if p.get("program"):
             try:
                 prog = load_program(Path(origin).parent / p["program"])
-                feats = tuple(launch_features(l, prog.buffers) for l in prog.launches)
+                feats = program_features(prog)
             except ProgramFileError:
                 feats = None
         if feats is None and p.get("features"):

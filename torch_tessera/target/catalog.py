@@ -119,6 +119,11 @@ class KernelFigures:
     max_threads_per_sm: Figure
 
 
+#: Special-function results (32-bit exp2, log2, reciprocal, rsqrt, sin, cos) per clock per SM: 16 on every
+#: compute capability of the catalog (8.0, 8.6, 8.9, 9.0, 10.0, 12.0), the CUDA C++ Programming Guide's arithmetic
+#: instruction throughput table. A softmax spends one of them per score on its exponential.
+SFU_PER_CLOCK_PER_SM = Figure(16, "cuda-guide", "exp2 / rsqrt / rcp results per clock per SM, cc 8.0-12.0")
+
 MEGA = 1e6
 MB = 1024 * 1024  # L2 sizes are printed in binary megabytes
 

@@ -9,7 +9,7 @@ Per launch we count FLOPs and bytes moved (:func:`launch_features`):
   (``xnumel * ynumel * r0_numel`` from the numel arguments, else the largest view) times the number of ATen ops fused
   in (at least 1).
 * Extern launches: GEMMs ``2*M*N*K`` (``+ M*N`` for the bias of addmm/baddbmm, batched for bmm), attention
-  ``2*B*H*L*S*(E + Ev)`` (halved when causal with L == S), convolution ``2 * out elements * C_in/groups * kernel``;
+  ``2*B*H*L*S*(E + Ev)`` over ``B*H*L*S`` softmax scores (halved when causal with L == S), convolution ``2 * out elements * C_in/groups * kernel``;
   anything else moves bytes only. Bytes = every distinct tensor view among arguments and outputs.
 
 Time on a device is ``overhead + max(flops / (peak * e_compute), bytes / (bandwidth * e_memory))`` with efficiencies
@@ -35,6 +35,8 @@ from torch_tessera.target.costs import CostTable
 from torch_tessera.target.devices import DeviceSpec, parse_device
 from torch_tessera.target.catalog import CATALOG
 from torch_tessera.target.kernelmodel import CALIBRATED, EXTERN_THREADS, TILE, KernelModel
+from torch_tessera.target.reuse import reuse_distances
+from torch_tessera.target.triton_work import issued_elements, kernel_body, loaded_params, ops_per_element
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,10 @@ class LaunchFeatures:
         blocks: CTAs of the grid (Triton: the launch grid; extern GEMM/attention: 128 x 128 output tiles); 0: unknown.
         threads_per_block: threads of one CTA (Triton: ``num_warps x 32``); 0: unknown.
         dtype: compute dtype, ``"bf16"``, ``"fp16"``, ``"fp32"`` or ``"fp8"``.
+        scores: attention score elements (``B*H*L*S``, halved when causal) of a fused attention launch, each an
+            exponential and a row max / sum in its softmax; 0 for other launches.
+        reuse: per tensor the launch reads, ``(bytes of traffic since its buffer was last touched, bytes)`` in
+            program order (:func:`torch_tessera.target.reuse.reuse_distances`); ``None``: the launch alone is known.
     """
 
     index: int
@@ -81,6 +87,8 @@ class LaunchFeatures:
     blocks: int = 0
     threads_per_block: int = 0
     dtype: str = "fp32"
+    scores: float = 0.0
+    reuse: tuple[tuple[float, float], ...] | None = None
 
     @property
     def intensity(self) -> float:
@@ -110,7 +118,8 @@ def _tensors(obj: Any) -> Iterable[TensorArg]:
             yield from _tensors(o)
 
 
-def _triton_features(launch: TritonLaunch, kclass: KernelClass, buffers: Mapping[str, Any]) -> LaunchFeatures:
+def _triton_features(launch: TritonLaunch, kclass: KernelClass, buffers: Mapping[str, Any],
+                     kernels: Mapping[str, Any]) -> LaunchFeatures:
     tensors = distinct(launch.tensor_args.values())
     numels = [a.value for n, a in zip(launch.param_names, launch.args)
               if n in NUMEL_PARAMS and isinstance(getattr(a, "value", None), int)]
@@ -118,17 +127,29 @@ def _triton_features(launch: TritonLaunch, kclass: KernelClass, buffers: Mapping
     if numels and launch.kernel.startswith(ITERATION_BOUND_PREFIXES):
         # One element per index of the iteration space and tensor: a scatter into a large buffer (the new token's
         # K/V into a static KV cache) moves the scattered elements, not the whole buffer its pointer spans.
-        nbytes = sum(min(view_bytes(t), elements * t.itemsize) for t in tensors)
+        sizes = {t: min(view_bytes(t), elements * t.itemsize) for t in tensors}
     else:
-        nbytes = sum(view_bytes(t) for t in tensors)
-    ops = max(1, len(launch.provenance.aten_ops))
+        sizes = {t: view_bytes(t) for t in tensors}
+    nbytes = sum(sizes.values())
     dtypes = {t.dtype for t in tensors}
     templated = not launch.kernel.startswith(ITERATION_BOUND_PREFIXES)  # a Triton GEMM/attention template
     tensor_core = templated and kclass in (KernelClass.GEMM, KernelClass.ATTENTION) and bool(
         dtypes & {torch.bfloat16, torch.float16})
     blocks = math.prod(launch.grid) if launch.grid else 0
-    warps = launch.config.get("num_warps", 4) if launch.config else 4
-    return LaunchFeatures(launch.index, kclass, float(elements * ops), float(nbytes), tensor_core, launch.kernel,
+    config = launch.config or {}
+    warps = config.get("num_warps", 4)
+    source = kernels.get(launch.kernel)
+    body = kernel_body(source.source, launch.kernel) if source is not None else None
+    if body is None:  # no source: one operation per fused ATen op and element
+        flops = float(elements * max(1, len(launch.provenance.aten_ops)))
+    else:
+        args = launch.tensor_args
+        reduction = math.prod(a.value for n, a in zip(launch.param_names, launch.args)
+                              if n in REDUCTION_PARAMS and isinstance(getattr(a, "value", None), int))
+        flops = float(issued_elements(blocks, config, reduction, elements) * ops_per_element(body))
+        # an in-place argument the kernel loads is read and written
+        nbytes += sum(sizes[args[p]] for p in loaded_params(body, tuple(launch.mutated)) if p in args)
+    return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.kernel,
                           _param_bytes(tensors, buffers, nbytes), int(blocks), int(warps) * 32, _dtype(dtypes))
 
 
@@ -165,29 +186,31 @@ def _gemm_flops(name: str, launch: ExternLaunch) -> float:
     return 0.0
 
 
-def _attention_flops(name: str, launch: ExternLaunch) -> float:
+def _attention_flops(name: str, launch: ExternLaunch) -> tuple[float, float]:
+    """``(FLOPs, score elements)`` of a fused attention launch (module docstring); zeros when shapes are unknown."""
     q, k, v = (launch.args + (None, None, None))[:3]
     if not all(isinstance(t, TensorArg) for t in (q, k, v)) or len(q.size) != 4:
-        return 0.0
+        return 0.0, 0.0
     if name in ("_flash_attention_forward", "_efficient_attention_forward"):  # (B, L, H, E) layout
         (b, length, h, e), s, ev = q.size, k.size[1], v.size[3]
     else:  # (B, H, L, E) layout of the scaled_dot_product_* ops
         (b, h, length, e), s, ev = q.size, k.size[2], v.size[3]
-    flops = 2.0 * b * h * length * s * (e + ev)
+    scores = float(b * h * length * s)
     causal = _arg(launch, "is_causal", False)
     if getattr(causal, "value", causal) is True and length == s:
-        flops *= 0.5
-    return flops
+        scores *= 0.5
+    return 2.0 * scores * (e + ev), scores
 
 
 def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping[str, Any]) -> LaunchFeatures:
     name = op_name(launch.op)
     tensors = distinct([*_tensors(launch.args), *_tensors(launch.kwargs), *launch.outputs])
     nbytes = sum(view_bytes(t) for t in tensors)
+    scores = 0.0
     if name in GEMM_OPS:  # a GEMM, or the batched product of a decomposed attention (class attention)
         flops = _gemm_flops(name, launch)
     elif kclass is KernelClass.ATTENTION:
-        flops = _attention_flops(name, launch)
+        flops, scores = _attention_flops(name, launch)
     else:
         flops = 0.0
     inputs = [t for t in _tensors(launch.args) if isinstance(t, TensorArg)]
@@ -197,7 +220,7 @@ def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping
     blocks = _extern_blocks(name, out, inputs) if flops > 0 else 0
     return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.op,
                           _param_bytes(tensors, buffers, nbytes), blocks, EXTERN_THREADS if flops > 0 else 0,
-                          _dtype({t.dtype for t in inputs}))
+                          _dtype({t.dtype for t in inputs}), scores)
 
 
 def _extern_blocks(name: str, out: TensorArg | None, inputs: Sequence[TensorArg]) -> int:
@@ -234,17 +257,28 @@ def _param_bytes(tensors: Sequence[TensorArg], buffers: Mapping[str, Any], nbyte
     return float(min(total, nbytes))
 
 
-def launch_features(launch: Launch, buffers: Mapping[str, Any] | None = None) -> LaunchFeatures:
+def program_features(program: KernelProgram) -> tuple[LaunchFeatures, ...]:
+    """:func:`launch_features` of every launch in program order, with their L2 reuse
+    (:func:`torch_tessera.target.reuse.reuse_distances`)."""
+    feats = [launch_features(l, program.buffers, program.kernels) for l in program.launches]
+    dist = reuse_distances(program, [f.nbytes for f in feats], view_bytes)
+    return tuple(replace(f, reuse=r) for f, r in zip(feats, dist))
+
+
+def launch_features(launch: Launch, buffers: Mapping[str, Any] | None = None,
+                    kernels: Mapping[str, Any] | None = None) -> LaunchFeatures:
     """FLOPs, bytes, class, grid and dtype of one launch (see the module docstring for the formulas).
 
     Args:
         launch: the launch.
         buffers: the program's buffers by name (:attr:`KernelProgram.buffers`), to tell parameter bytes apart;
             ``None``: no byte counts as a parameter's.
+        kernels: the program's Triton sources by name (:attr:`KernelProgram.kernels`), for a Triton launch's work per
+            element (:mod:`torch_tessera.target.triton_work`); ``None``: one operation per fused ATen op.
     """
     kclass = classify(launch)
     if isinstance(launch, TritonLaunch):
-        return _triton_features(launch, kclass, buffers or {})
+        return _triton_features(launch, kclass, buffers or {}, kernels or {})
     return _extern_features(launch, kclass, buffers or {})
 
 
@@ -367,11 +401,11 @@ def estimate_costs(program: KernelProgram, devices: Sequence[DeviceSpec | str], 
     """
     specs = [_as_spec(d) for d in devices]
     models = [model or default_model(d) for d in specs]
-    by_index = {l.index: l for l in program.launches}
+    by_index = dict(zip((l.index for l in program.launches), program_features(program)))
     wanted = list(by_index) if kernels is None else list(kernels)
     seconds = np.empty((len(wanted), len(specs)))
     for r, k in enumerate(wanted):
-        f = launch_features(by_index[k], program.buffers)
+        f = by_index[k]
         for c, d in enumerate(specs):
             seconds[r, c] = models[c].predict(f, d)
     names = sorted({f"{MODEL_LABELS.get(type(m).__name__, type(m).__name__)}: {m.source}" for m in models})

@@ -4,28 +4,41 @@ For one launch (:class:`~torch_tessera.target.costmodel.LaunchFeatures`) on one 
 
     t = floor + latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
 
-    t_tensor = tensor-core FLOPs / (tensor peak of the dtype x SM share x eta_tensor x wave efficiency)
-    t_cuda   = other FLOPs       / (CUDA-core peak of the dtype x SM share x eta_cuda x wave efficiency)
-    t_memory = DRAM bytes / (bandwidth of the SMs the grid occupies x eta_memory)
-               + L2 bytes / (l2_bytes_per_clock_per_sm x occupied SMs x clock)
+    t_tensor = tensor-core FLOPs x power / (tensor peak of the dtype x SM share x eta_tensor x wave efficiency)
+               + waves x tile_cycles / clock
+               + attention scores x softmax_ops x power / (special-function rate x SMs x clock x wave efficiency)
+    t_cuda   = CUDA-core work     / (fp32 peak x SM share x eta_cuda x wave efficiency)
+    t_memory = DRAM bytes / DRAM rate of the occupied SMs + L2 bytes / (l2_bytes_per_clock_per_sm x occupied x clock)
+
+    DRAM rate = smooth min(dram_bytes_per_clock_per_sm x occupied SMs x clock, eta_memory x datasheet bandwidth)
+    power     = max(1, tensor_power x occupied SMs / all SMs)
 
 where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, each figure with its source):
 
 * ``clock``: the boost clock, so latency-bound and small kernels run faster on a higher-clocked GPU;
-* the tensor-core peak per dtype and generation (bf16/fp16, tf32 for fp32 GEMMs, fp8) and the CUDA-core fp16/fp32
-  peak (elementwise, norm, softmax);
+* the tensor-core peak per dtype and generation (bf16/fp16, fp8); CUDA-core work at the fp32 peak (Inductor's
+  Triton kernels compute in fp32; fp32 GEMMs run on CUDA cores); the special-function rate per SM
+  (:data:`~torch_tessera.target.catalog.SFU_PER_CLOCK_PER_SM`) for a fused attention's softmax;
 * wave quantization: a grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x
   resident CTAs per SM`` (resident threads per SM / threads per CTA; one tensor-core tile CTA per SM); a grid smaller
-  than ``slots`` spreads over ``min(SMs, blocks)`` SMs, which run at their full rate and whose DRAM bandwidth follows
-  the partition model (:func:`torch_tessera.target.devices.partition_bandwidth`);
-* L2 capacity: a launch's activation bytes (not parameters or state such as KV caches, which persist across calls
-  and are read from DRAM every step) come from L2 when they fit in half of it (producer and consumer both resident);
+  than ``slots`` spreads over ``min(SMs, blocks)`` SMs, which run at their full rate; a tensor-core GEMM of fewer
+  tiles than SMs splits its reduction over the idle ones (split-K);
+* DRAM: a few SMs cannot draw the GPU's bandwidth (each keeps a bounded number of loads in flight), so a partition or
+  a small grid streams at its SMs' draw, a large one at the DRAM's;
+* L2 capacity: reads of buffers touched recently in program order come from L2
+  (:mod:`torch_tessera.target.reuse`: the traffic since the buffer was last touched against half the L2); a launch
+  known alone takes its activation bytes from L2 when they fit in half of it;
+* CUDA-core work: the statements of the Triton kernel's source per element of its padded iteration space
+  (:mod:`torch_tessera.target.triton_work`);
+* the board power: tensor cores on most of a GPU's SMs draw more than it, and the clock drops (a partition keeps it);
 * the launch floor.
 
 The free constants (:class:`KernelModel` fields) are the ones no datasheet prints: the fractions of the tensor,
-CUDA-core and DRAM peaks that real kernels reach, the L2 bytes per clock per SM, the latency cycles of a kernel and
-the launch floor. They are fitted once on one GPU and its partitions (``tessera calibrate``) and shared by every GPU:
-no factor is fitted per GPU, pair or model. Their values and the fit are in docs/BENCHMARKS.md, kernel cost model.
+CUDA-core and DRAM peaks that real kernels reach, the DRAM and L2 bytes per clock per SM, the latency cycles of a
+kernel and of a wave of GEMM tiles, the tensor-core power relative to the board's, the softmax's operations per score
+and the launch floor. They are fitted once on one GPU and its partitions (``tessera calibrate``) and shared by every
+GPU: no factor is fitted per GPU, pair or model. Their values and the fit are in docs/BENCHMARKS.md, kernel cost
+model.
 """
 
 from __future__ import annotations
@@ -34,12 +47,20 @@ import math
 from dataclasses import dataclass
 
 from torch_tessera.errors import DeviceUnavailableError
+from torch_tessera.lowering.op_class import OpClass
 from torch_tessera.target import catalog
-from torch_tessera.target.devices import DeviceSpec, partition_bandwidth
+from torch_tessera.target.devices import DeviceSpec
+from torch_tessera.target.reuse import l2_bytes_read
 
 #: Threads of a cuBLAS/FlashAttention CTA (8 warps) and its output tile edge, for grids of extern launches.
 EXTERN_THREADS = 256
 TILE = 128
+#: Share of the L2 that keeps recently touched data for the next launches (the rest holds what is in flight).
+L2_REUSE = 0.5
+#: Shortest reduction slice of a split-K GEMM CTA (four 128-deep pipeline stages).
+SPLIT_K_DEPTH = 512
+#: Exponent of the smooth minimum between the SMs' DRAM draw and the GPU's bandwidth (a shape, not fitted).
+KNEE = 4.0
 
 
 @dataclass(frozen=True)
@@ -50,8 +71,16 @@ class KernelModel:
         eta_tensor: fraction of the tensor-core peak a GEMM/attention reaches.
         eta_cuda: fraction of the CUDA-core peak elementwise/norm/reduction arithmetic reaches.
         eta_memory: fraction of the DRAM bandwidth a streaming kernel reaches.
+        dram_bytes_per_clock_per_sm: DRAM bytes per clock one SM can keep moving (its loads in flight over the DRAM
+            latency, Little's law): a grid on few SMs cannot draw the GPU's bandwidth.
         l2_bytes_per_clock_per_sm: L2 bytes served per clock per occupied SM.
         latency_cycles: cycles of a kernel's dependent latency (ramp-up, DRAM round trips, tail), at the boost clock.
+        tile_cycles: cycles a wave of tensor-core tiles spends outside its main loop (pipeline fill, epilogue).
+        tensor_power: the power tensor cores on every SM draw at the boost clock, as a multiple of the board power (the
+            same for every GPU); above 1, a grid on a share ``s`` of the SMs runs at ``1 / (tensor_power x s)`` of the
+            boost clock when that is below 1 (a whole GPU slows down under dense GEMMs, a partition does not).
+        softmax_ops: special-function-unit operations per attention score (its exponential, and the row max, sum and
+            rescale on the same issue slots), not overlapped with the two tensor-core products.
         floor_s: launch floor, seconds (the same on every GPU: it is the front end's, not the SMs').
         source: where the constants come from.
     """
@@ -59,8 +88,12 @@ class KernelModel:
     eta_tensor: float = 0.7
     eta_cuda: float = 0.3
     eta_memory: float = 0.8
+    dram_bytes_per_clock_per_sm: float = 32.0
     l2_bytes_per_clock_per_sm: float = 64.0
     latency_cycles: float = 4000.0
+    tile_cycles: float = 1000.0
+    tensor_power: float = 1.25
+    softmax_ops: float = 2.0
     floor_s: float = 2e-6
     source: str = "prior constants (not calibrated)"
 
@@ -75,53 +108,91 @@ class KernelModel:
         if e is None or e.kernel is None or not device.total_sms or not known:
             raise DeviceUnavailableError(f"{device.name} ({device.model}) has no kernel figures in target/catalog.py: "
                                          "profile it instead of modelling it, or add its figures")
-        k = e.kernel
-        clock = k.boost_clock_hz.value
-        sms = device.sm_count
-        share = sms / device.total_sms
-        threads = f.threads_per_block or (EXTERN_THREADS if f.tensor_core else 128)
-        # a tensor-core tile CTA (128 x 128, pipelined stages) fills an SM's shared memory: one per SM
-        per_sm = 1 if f.tensor_core else max(1, int(k.max_threads_per_sm.value) // threads)
-        blocks = f.blocks or sms * per_sm
-        slots = sms * per_sm
-        if blocks >= slots:  # full waves and a partial last one
-            wave_eff = blocks / (math.ceil(blocks / slots) * slots)
-            occupied = sms
-        else:  # one partial wave, its CTAs spread one per SM first: each occupied SM runs at its full rate
-            occupied = min(sms, blocks)
-            wave_eff = occupied / sms
-
-        tc_peak, cc_peak = _peaks(e, f.dtype)
-        tc_flops = f.flops if f.tensor_core else 0.0
-        cc_flops = 0.0 if f.tensor_core else f.flops
-        t_tensor = tc_flops / (tc_peak * share * self.eta_tensor * wave_eff) if tc_flops else 0.0
-        t_cuda = cc_flops / (cc_peak * share * self.eta_cuda * wave_eff) if cc_flops else 0.0
-
-        bandwidth = partition_bandwidth(e.mem_bandwidth.value, device.total_sms, occupied, device.throttle_sms)
-        bandwidth = min(bandwidth, device.mem_bandwidth)
-        activations = max(0.0, f.nbytes - f.param_bytes)
-        in_l2 = activations if activations <= k.l2_bytes.value / 2 else 0.0
-        dram = f.nbytes - in_l2
-        t_memory = dram / (bandwidth * self.eta_memory)
-        if in_l2:
-            t_memory += in_l2 / (self.l2_bytes_per_clock_per_sm * occupied * clock)
+        clock = e.kernel.boost_clock_hz.value
+        blocks, slots, occupied, wave_eff = _grid(f, device.sm_count, int(e.kernel.max_threads_per_sm.value))
+        t_tensor = self._tensor_seconds(f, e, device, clock, math.ceil(blocks / slots), occupied, wave_eff)
+        t_cuda = f.flops / (e.peak_fp32_flops.value * device.sm_count / device.total_sms * self.eta_cuda * wave_eff) \
+            if f.flops and not f.tensor_core else 0.0
+        t_memory = self._memory_seconds(f, e, device, clock, occupied)
         return self.floor_s + self.latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
 
+    def _tensor_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, waves: int, occupied: int,
+                        wave_eff: float) -> float:
+        """Tensor-core products, the softmax between them and each wave's tile overhead, at the power-limited clock."""
+        if not (f.flops and f.tensor_core):
+            return 0.0
+        # tensor cores on a large share of the SMs draw more than the board power at the boost clock: the clock drops
+        power = max(1.0, self.tensor_power * occupied / device.total_sms)
+        share = device.sm_count / device.total_sms
+        t = f.flops * power / (_tensor_peak(e, f.dtype) * share * self.eta_tensor * wave_eff)
+        if f.scores:  # a fused attention's softmax runs between its two products, on the special-function units
+            sfu = catalog.SFU_PER_CLOCK_PER_SM.value * device.sm_count * clock * wave_eff / power
+            t += f.scores * self.softmax_ops / sfu
+        return t + waves * self.tile_cycles / clock  # each wave of tiles fills its pipeline, writes its tiles once
 
-def _peaks(e: catalog.CatalogEntry, dtype: str) -> tuple[float, float]:
-    """``(tensor-core peak, CUDA-core peak)`` FLOP/s of the whole GPU for a compute dtype."""
-    k = e.kernel
-    fp32 = e.peak_fp32_flops.value
+    def _memory_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, occupied: int) -> float:
+        """DRAM bytes at the occupied SMs' draw, plus the bytes L2 serves."""
+        l2 = e.kernel.l2_bytes.value * L2_REUSE
+        if f.reuse is None:  # the launch alone: its activations come from L2 when they fit in half of it
+            activations = max(0.0, f.nbytes - f.param_bytes)
+            in_l2 = activations if activations <= l2 else 0.0
+        else:  # program order: reads of buffers touched recently enough (torch_tessera.target.reuse)
+            in_l2 = min(f.nbytes, l2_bytes_read(f.reuse, l2))
+        bandwidth = min(self.dram_bandwidth(e.mem_bandwidth.value, occupied, clock), device.mem_bandwidth)
+        t = (f.nbytes - in_l2) / bandwidth
+        return t + (in_l2 / (self.l2_bytes_per_clock_per_sm * occupied * clock) if in_l2 else 0.0)
+
+    def dram_bandwidth(self, datasheet: float, occupied: int, clock: float) -> float:
+        """Bytes/s of DRAM that ``occupied`` SMs at ``clock`` Hz draw from a GPU of ``datasheet`` bytes/s: the smaller
+        of what their loads in flight sustain (``dram_bytes_per_clock_per_sm x occupied x clock``) and
+        ``eta_memory x datasheet``, joined smoothly (a p-norm with p = :data:`KNEE`: near the knee both limit)."""
+        cap = self.eta_memory * datasheet
+        draw = self.dram_bytes_per_clock_per_sm * occupied * clock
+        if not math.isfinite(draw):
+            return cap
+        return (draw ** -KNEE + cap ** -KNEE) ** (-1 / KNEE)
+
+
+def _split_k(f, sms: int) -> int:
+    """CTAs of a GEMM grid: a tensor-core GEMM of fewer output tiles than SMs splits its reduction (split-K, as cuBLAS
+    does) into up to ``sms // tiles`` parts of at least :data:`SPLIT_K_DEPTH` each; other grids as they are."""
+    if f.kernel_class != OpClass.GEMM or not f.tensor_core or f.blocks >= sms:
+        return f.blocks
+    depth = f.flops / (2 * f.blocks * TILE * TILE)  # reduction length per output tile
+    return f.blocks * max(1, min(sms // f.blocks, int(depth // SPLIT_K_DEPTH)))
+
+
+def _grid(f, sms: int, threads_per_sm: int) -> tuple[int, int, int, float]:
+    """``(CTAs, resident CTA slots, occupied SMs, wave efficiency)`` of a launch's grid on ``sms`` SMs.
+
+    A grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x resident CTAs per SM``
+    (resident threads per SM / threads per CTA; a tensor-core tile CTA fills an SM's shared memory: one per SM); a grid
+    smaller than ``slots`` spreads over ``min(SMs, blocks)`` SMs, each at its full rate. Unknown grids fill one wave.
+    """
+    threads = f.threads_per_block or (EXTERN_THREADS if f.tensor_core else 128)
+    per_sm = 1 if f.tensor_core else max(1, threads_per_sm // threads)
+    blocks = _split_k(f, sms) if f.blocks else sms * per_sm
+    slots = sms * per_sm
+    if blocks >= slots:  # full waves and a partial last one
+        return blocks, slots, sms, blocks / (math.ceil(blocks / slots) * slots)
+    occupied = min(sms, blocks)
+    return blocks, slots, occupied, occupied / sms
+
+
+def _tensor_peak(e: catalog.CatalogEntry, dtype: str) -> float:
+    """Tensor-core FLOP/s of the whole GPU for a compute dtype (bf16/fp16, fp8; fp32 GEMMs run on CUDA cores: PyTorch
+    leaves TF32 off for matmul). CUDA-core work runs at the fp32 peak for every dtype: Inductor's Triton kernels load
+    16-bit tensors and compute in fp32."""
     if dtype in ("bf16", "fp16"):
-        return e.peak_bf16_flops.value, k.peak_fp16_cuda_flops.value
+        return e.peak_bf16_flops.value
     if dtype == "fp8":
-        return (k.peak_fp8_flops.value or e.peak_bf16_flops.value), k.peak_fp16_cuda_flops.value
-    # fp32 GEMMs: PyTorch's default (allow_tf32 off for matmul) runs them on CUDA cores
-    return fp32, fp32
+        return e.kernel.peak_fp8_flops.value or e.peak_bf16_flops.value
+    return e.peak_fp32_flops.value
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
-CALIBRATED = KernelModel(eta_tensor=0.9332, eta_cuda=1.0, eta_memory=1.0, l2_bytes_per_clock_per_sm=512.0,
-                         latency_cycles=25690.0, floor_s=1e-7,
-                         source="tessera calibrate: H200 whole GPU and 24/72-SM partitions, 105 measured launches of "
-                                "llama, mamba and dit")
+CALIBRATED = KernelModel(eta_tensor=0.9715, eta_cuda=0.3672, eta_memory=0.759, dram_bytes_per_clock_per_sm=29.08,
+                         l2_bytes_per_clock_per_sm=512.0, latency_cycles=4610.0, tile_cycles=4432.0,
+                         tensor_power=1.115, softmax_ops=1.099, floor_s=2.952e-06,
+                         source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 318 launches of llama "
+                                "and dit timed back to back")
