@@ -191,8 +191,8 @@ def _tensor_peak(e: catalog.CatalogEntry, dtype: str) -> float:
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
-CALIBRATED = KernelModel(eta_tensor=0.9715, eta_cuda=0.3672, eta_memory=0.759, dram_bytes_per_clock_per_sm=29.08,
-                         l2_bytes_per_clock_per_sm=512.0, latency_cycles=4610.0, tile_cycles=4432.0,
-                         tensor_power=1.115, softmax_ops=1.099, floor_s=2.952e-06,
-                         source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 318 launches of llama "
-                                "and dit timed back to back")
+CALIBRATED = KernelModel(eta_tensor=0.8762, eta_cuda=0.3655, eta_memory=0.8055, dram_bytes_per_clock_per_sm=29.82,
+                         l2_bytes_per_clock_per_sm=86.96, latency_cycles=4013.0, tile_cycles=721.0,
+                         tensor_power=1.102, softmax_ops=1.132, floor_s=3.253e-06,
+                         source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 685 launches of llama, "
+                                "dit, mamba and moe timed back to back")
