@@ -38,6 +38,11 @@ class BucketedGenerate:
     pad_token_id: int
     shapes: list = field(default_factory=list)
 
+    @property
+    def tessera_compiled(self) -> Any:
+        """What :func:`torch_tessera.explain` reports on for this generator: the model whose forward it compiled."""
+        return self.model
+
     def bucket(self, length: int) -> int:
         """The smallest bucket holding ``length`` tokens.
 
@@ -82,6 +87,9 @@ def compile_for_generate(model: Any, options: Mapping[str, Any] | None = None,
                          buckets: Sequence[int] = DEFAULT_BUCKETS, *, backend: Any = "tessera") -> BucketedGenerate:
     """Compile ``model.forward`` with tessera (``dynamic=False``) and return a generator that pads prompts to
     ``buckets``, so a serving loop compiles one prefill and one decode program per bucket.
+
+    Like HuggingFace's static-cache recipe, this sets ``model.forward`` to the compiled forward on ``model`` itself:
+    a later ``model.generate`` also runs through tessera. ``del model.forward`` restores the eager forward.
 
     Args:
         model: a HuggingFace causal LM (``generate`` with ``cache_implementation="static"`` must work for it).

@@ -69,6 +69,8 @@ def test_plan_that_does_not_fit_names_device_bytes_and_option(policy, devices, n
     msg = str(e.value)
     assert needed in msg, msg
     assert "set by mem= in option devices=" in msg and "memory_budgets" not in msg
+    # the fix names another policy only when the user's policy is not already the one that spreads the weights
+    assert ("policy='throughput')" in msg.split("Fix:")[1]) == (policy != "throughput"), msg
     assert e.value.shortfalls and all(need > have for _, need, have in e.value.shortfalls)
 
 

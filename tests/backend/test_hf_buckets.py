@@ -42,6 +42,9 @@ def test_three_prompt_lengths_in_one_bucket_compile_one_prefill_and_equal_eager(
             assert torch.equal(got, want), (length, got, want)
     assert gen.shapes == [(1, 8, NEW_TOKENS)] * 3
     assert len(backend.compiled) == 2, "one prefill and one decode program for the whole bucket"
+    import torch_tessera
+
+    assert len(torch_tessera.explain(gen)) == len(torch_tessera.explain(model)) == 2  # the generator explains its model
     prefill, decode = backend.executors
     token_inputs = [[tuple(a.size) for a in ex.program.inputs if getattr(a, "dtype", None) == torch.int64]
                     for ex in (prefill, decode)]

@@ -105,3 +105,23 @@ def test_ptx_of_a_compiled_kernel_reanalyses_identically():
     compiled = compile_ptx(SCATTER, CONFIG, 90)
     again = access_from_ptx(compiled.ptx, compiled.param_names, target=90)
     assert again.summary() == analyze_kernel(SCATTER, CONFIG, targets=(90,)).summary()
+
+
+def test_ptx_compiles_in_a_subprocess_once_the_interpreter_was_used_in_this_process():
+    """Helpers jitted inside the CPU interpreter scope stay interpreter functions after it closes, so compiling in this
+    process would fail ("Unsupported function referenced: InterpretedFunction"): PTX then compiles in a subprocess."""
+    import subprocess
+    import sys
+
+    code = (
+        "from torch_tessera.ptx import _triton_compat as c\n"
+        "from torch_tessera.compat.triton import cpu_interpreter\n"
+        "before = c.interpreting()\n"
+        "with cpu_interpreter():\n"
+        "    inside = c.interpreting()\n"
+        "print(before, inside, c.interpreting())\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True", "True"], out.stdout

@@ -66,7 +66,9 @@ def in_user_terms(error: InfeasiblePlanError, specs: Sequence[Any], config: Any)
         else:
             what = "its memory"
         parts.append(f"device {device} needs {format_bytes(needed)}, has {format_bytes(have, needed)} ({what})")
+    spread = ("" if config.policy == "throughput"
+              else ", or use a policy that spreads the weights (policy='throughput')")
     return InfeasiblePlanError(
         f"the model does not fit the devices under policy={config.policy!r}: " + "; ".join(parts)
-        + ". Fix: raise or drop mem= in option devices, add a device to option devices, or use a policy that spreads "
-        "the weights (policy='throughput')", error.shortfalls)
+        + ". Fix: raise or drop mem= in option devices, or add a device to option devices" + spread,
+        error.shortfalls)

@@ -263,7 +263,9 @@ def explain(compiled: Any = None) -> Explanation:
     device, cut edges, predicted step and where the costs came from.
 
     Args:
-        compiled: a compiled module or function; ``None``: every graph tessera was given in this process.
+        compiled: a compiled module or function, or an object naming one as its ``tessera_compiled`` attribute (the
+            generator of :func:`torch_tessera.hf.compile_for_generate`); ``None``: every graph tessera was given in
+            this process.
 
     Returns:
         An :class:`Explanation` (iterable of :class:`GraphReport`; ``print`` shows one line per graph). Empty when
@@ -275,6 +277,8 @@ def explain(compiled: Any = None) -> Explanation:
         records = [r for r in _records if not r.dropped()]
     if compiled is not None:
         from torch_tessera.compat.dynamo import compiled_codes, compiled_tensors
+
+        compiled = getattr(compiled, "tessera_compiled", compiled)
 
         mine, own = compiled_codes(compiled), compiled_tensors(compiled)
         records = [r for r in records if mine.intersection(r.codes) and (not own or _holds(r, own))]

@@ -59,7 +59,8 @@ DATA = ("auto", "launch-times", "bench", "all")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="docs/results",
-                        help="directory searched for *.launch_times.json and bench.json files")
+                        help="directory searched for *.launch_times.json and bench.json files (relative to the "
+                             "current directory; default: docs/results)")
     parser.add_argument("--data", default="auto", choices=DATA,
                         help="launch-times: the back-to-back timings of bench/gpu_kernel_times.py; bench: the "
                              "measured bench's kernel_seconds (one-by-one, calibrated to the graph total, matched by "
@@ -253,9 +254,10 @@ def run(args: argparse.Namespace) -> int:
         more, lines = load_samples(args.results, min_s)
         samples, coverage = samples + more, coverage + lines
     if not samples:
-        raise ConfigError(f"no measured per-launch seconds under {args.results} (--data {args.data}): run "
-                          "bench/gpu_kernel_times.py on a GPU (*.launch_times.json) or the measured bench "
-                          "(bench.json with kernel_seconds)" + (f"; found: {coverage[0]}" if coverage else ""))
+        raise ConfigError(f"no measured per-launch seconds under --results {args.results} (--data {args.data}): "
+                          "run bench/gpu_kernel_times.py on a GPU (*.launch_times.json; extract its "
+                          "kernel_times.tar.gz) or the measured bench (bench.json with kernel_seconds), and pass that "
+                          "directory as --results DIR" + (f"; found: {coverage[0]}" if coverage else ""))
     specs = {d: parse_device(d) for d in {s.device for s in samples}}
     models = sorted({s.model for s in samples})
     if len(models) < 2:

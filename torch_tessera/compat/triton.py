@@ -41,6 +41,14 @@ _env_lock = threading.RLock()
 _env_depth = 0
 _env_saved: list[tuple[str | None, Any]] = []
 _cpu_driver: list[Any] = []
+_interpreter_entered: list[bool] = []  # non-empty once cpu_interpreter was entered in this process
+
+
+def interpreter_was_used() -> bool:
+    """Whether this process has entered :func:`cpu_interpreter`: ``@triton.jit`` helpers that Triton or Inductor
+    imported inside it stay interpreter functions after it closes, so a kernel calling them cannot be compiled in
+    this process any more (compile it in a fresh one)."""
+    return bool(_interpreter_entered)
 
 
 @contextlib.contextmanager
@@ -59,6 +67,7 @@ def cpu_interpreter() -> Iterator[None]:
 
     with _env_lock:
         if _env_depth == 0:
+            _interpreter_entered[:] = [True]
             _env_saved.append((os.environ.get("TRITON_INTERPRET"), getattr(driver, "_active", None)))
             os.environ["TRITON_INTERPRET"] = "1"
             if not _cpu_driver:

@@ -119,7 +119,8 @@ def compile_many(jobs: Iterable[tuple[KernelSource, Mapping[str, Any], int]]) ->
     if todo:
         requests = [_request(*jobs[i]) for i in todo]
         log.info("compiling %d kernel/target pairs to PTX%s", len(todo),
-                 " in a subprocess (TRITON_INTERPRET is set)" if compat.interpreting() else "")
+                 " in a subprocess (Triton's interpreter is or was on in this process)" if compat.interpreting()
+                 else "")
         results = _compile_in_subprocess(requests) if compat.interpreting() else compile_here(requests)
         for i, res in zip(todo, results):
             s, _, t = jobs[i]
