@@ -107,21 +107,47 @@ def test_ptx_of_a_compiled_kernel_reanalyses_identically():
     assert again.summary() == analyze_kernel(SCATTER, CONFIG, targets=(90,)).summary()
 
 
-def test_ptx_compiles_in_a_subprocess_once_the_interpreter_was_used_in_this_process():
-    """Helpers jitted inside the CPU interpreter scope stay interpreter functions after it closes, so compiling in this
-    process would fail ("Unsupported function referenced: InterpretedFunction"): PTX then compiles in a subprocess."""
+
+HELPER_MODULE = '''
+import triton
+import triton.language as tl
+from torch._inductor.runtime import triton_helpers
+
+
+@triton.jit
+def clamp_max(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    x = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    m = x < xnumel
+    v = tl.load(in_ptr0 + x, m, other=0.0)
+    tl.store(out_ptr0 + x, triton_helpers.maximum(v, 0.0), m)
+'''
+
+
+def test_ptx_compiles_a_kernel_whose_helper_was_imported_under_the_interpreter(tmp_path):
+    """Inductor's ``triton_helpers`` first imported inside the CPU interpreter scope stay interpreter functions after
+    it closes; a kernel calling them then cannot compile in this process ("Unsupported function referenced"): it is
+    compiled again in a subprocess. Runs in a fresh process, so the import happens under the interpreter."""
+    import os
     import subprocess
     import sys
 
     code = (
-        "from torch_tessera.ptx import _triton_compat as c\n"
-        "from torch_tessera.compat.triton import cpu_interpreter\n"
-        "before = c.interpreting()\n"
+        "import sys, json\n"
+        "from torch_tessera.compat.triton import cpu_interpreter, interpreter_was_used\n"
+        "from torch_tessera.lowering.program import KernelSource\n"
+        "from torch_tessera.ptx import compile_ptx\n"
+        "assert not interpreter_was_used()\n"
         "with cpu_interpreter():\n"
-        "    inside = c.interpreting()\n"
-        "print(before, inside, c.interpreting())\n"
+        "    from torch._inductor.runtime import triton_helpers  # jitted as interpreter functions\n"
+        "assert interpreter_was_used()\n"
+        "src = KernelSource(name='clamp_max', source=sys.stdin.read(), signature={'in_ptr0': '*fp32', "
+        "'out_ptr0': '*fp32', 'xnumel': 'i32', 'XBLOCK': 'constexpr'}, constants={})\n"
+        "out = compile_ptx(src, {'XBLOCK': 128, 'num_warps': 4, 'num_stages': 1}, 90)\n"
+        "print('ENTRY' if '.entry clamp_max' in out.ptx else 'NO ENTRY')\n"
     )
-    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["False", "True", "True"], out.stdout
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TESSERA_CACHE_DIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], input=HELPER_MODULE, capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "ENTRY", out.stdout

@@ -20,15 +20,9 @@ COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
 def interpreting() -> bool:
-    """Whether ``@triton.jit`` yields or has yielded interpreter functions in this process (``TRITON_INTERPRET=1``
-    now, or our CPU interpreter scope entered earlier: helpers jitted inside it stay interpreted): such functions
-    cannot be compiled, so compilation must happen in a subprocess without the variable."""
+    """Whether ``@triton.jit`` currently yields interpreter functions (``TRITON_INTERPRET=1``): such functions cannot
+    be compiled, so compilation must happen in a subprocess without the variable."""
     import triton
-
-    from torch_tessera.compat.triton import interpreter_was_used
-
-    if interpreter_was_used():
-        return True
 
     knobs = getattr(triton, "knobs", None)
     if knobs is not None:

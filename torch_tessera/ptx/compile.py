@@ -72,6 +72,22 @@ def _compile_in_subprocess(requests: Sequence[dict]) -> list[dict]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _compile_here_or_again(requests: list[dict]) -> list[dict]:
+    """Compile in this process; once Triton's interpreter was used here, the requests that failed are compiled again
+    in a subprocess: a kernel calling an ``@triton.jit`` helper first imported under the interpreter (Inductor's
+    ``triton_helpers``) cannot be compiled in this process any more."""
+    from torch_tessera.compat.triton import interpreter_was_used
+
+    results = compile_here(requests)
+    redo = [i for i, r in enumerate(results) if "error" in r]
+    if redo and interpreter_was_used():
+        log.info("compiling %d kernel/target pairs again in a subprocess (Triton's interpreter was used in this "
+                 "process: helpers imported under it stay interpreted)", len(redo))
+        for i, r in zip(redo, _compile_in_subprocess([requests[i] for i in redo])):
+            results[i] = r
+    return results
+
+
 def compile_here(requests: Sequence[dict]) -> list[dict]:
     """Compile each request in this process: ``{"ptx": text}`` or ``{"error": message}`` per request, in order
     (the subprocess worker's body; needs ``TRITON_INTERPRET`` unset)."""
@@ -119,9 +135,8 @@ def compile_many(jobs: Iterable[tuple[KernelSource, Mapping[str, Any], int]]) ->
     if todo:
         requests = [_request(*jobs[i]) for i in todo]
         log.info("compiling %d kernel/target pairs to PTX%s", len(todo),
-                 " in a subprocess (Triton's interpreter is or was on in this process)" if compat.interpreting()
-                 else "")
-        results = _compile_in_subprocess(requests) if compat.interpreting() else compile_here(requests)
+                 " in a subprocess (TRITON_INTERPRET is set)" if compat.interpreting() else "")
+        results = _compile_in_subprocess(requests) if compat.interpreting() else _compile_here_or_again(requests)
         for i, res in zip(todo, results):
             s, _, t = jobs[i]
             if "error" in res:
