@@ -64,14 +64,23 @@ def cached_program(key: str, lower: Callable[[], KernelProgram], use_cache: bool
             log.warning("unreadable program cache entry %s (%s); lowering again", path, e)
     program = lower()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        with tmp.open("wb") as f:
-            pickle.dump(program, f, protocol=pickle.HIGHEST_PROTOCOL)
-        tmp.replace(path)
+        _write_pickle(path, program)
     except (OSError, pickle.PicklingError, TypeError) as e:
         log.warning("could not cache lowered program %s: %s", key, e)
     return program
+
+
+def _write_pickle(path: Path, obj: object) -> None:
+    """Pickle ``obj`` to ``path`` atomically (a temporary file, then a rename: readers never see half a file).
+
+    Raises:
+        OSError, pickle.PicklingError, TypeError, AttributeError: what writing or pickling raised.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    with tmp.open("wb") as f:
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(path)
 
 
 def _codegen_path(source_key: str) -> Path:
@@ -202,10 +211,6 @@ def save_warm_program(warm_key: str, program: KernelProgram) -> None:
     input names, parameter flags and static inputs); atomic, a failure is logged."""
     path = _warm_path(warm_key)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        with tmp.open("wb") as f:
-            pickle.dump(program, f, protocol=pickle.HIGHEST_PROTOCOL)
-        tmp.replace(path)
+        _write_pickle(path, program)
     except (OSError, pickle.PicklingError, TypeError, AttributeError) as e:
         log.warning("could not save captured program %s: %s", path, e)
