@@ -283,8 +283,8 @@ MEASURED_PARTITION_SHARE: dict[tuple[str, int], tuple[float, float]] = {
 
 
 #: Progress rate of a launch on one SM partition while another partition of the same GPU runs a launch, as a fraction
-#: of its solo speed, beyond what the DRAM shared by SM count explains (power, clocks, L2); one H200 split 104 + 24 SMs,
-#: the median over four plans of Llama, Mamba and the MMDiT (docs/BENCHMARKS.md, partition co-run).
+#: of its solo speed, beyond what the DRAM shared by SM count explains (measured on an H200: docs/BENCHMARKS.md,
+#: partition co-run).
 PARTITION_CORUN_RATE = 0.75
 
 
