@@ -51,7 +51,7 @@ from torch_tessera.runtime.dist_context import (  # noqa: F401 - part of this mo
 )
 from torch_tessera.runtime.dist_replay import DistReplay, direction_groups
 from torch_tessera.runtime.inputs import input_positions, static_input_keys
-from torch_tessera.runtime.pipelining import check_shared_weights, plan_waves
+from torch_tessera.runtime.pipelining import check_disjoint_state, check_shared_weights
 from torch_tessera.runtime.realize import POISON
 from torch_tessera.runtime.schedule import STATIC_INPUTS, CopyStep, LaunchStep, Schedule, Step, build_schedule
 from torch_tessera.scheduler.modulo import build_pipelined_schedule
@@ -400,11 +400,7 @@ class DistributedExecutor:
         if self.rank != self.home or not batches:
             return
         check_shared_weights(self.program, batches, static=self.static_inputs == "place")
-        for g in range(0, len(batches), size):
-            if len(plan_waves(self.program, batches[g:g + size], size)) > 1:
-                raise TesseraError(f"micro-batches {g}..{min(g + size, len(batches)) - 1} pass overlapping state "
-                                   "storages (a KV cache both write): one replay runs its micro-batches in disjoint "
-                                   "storage; give each its own state, or run them in separate calls")
+        check_disjoint_state(self.program, batches, size, "run them in separate calls")
 
     # -- the pieces of a call (driven step by step by dist_replay) -------------------------------------------------
     def new_call(self, inputs: Sequence[Any] | None, index: int, **where: Any) -> _Call:

@@ -196,6 +196,17 @@ def domain_last_uses(executor: Any) -> dict[int, list[tuple[int, str]]]:
     return out
 
 
+def check_disjoint_state(program: Any, batches: Sequence[Sequence[Any]], size: int, remedy: str) -> None:
+    """Raise :class:`TesseraError` if the micro-batches of a group of ``size`` (``batches[g:g + size]``) pass
+    overlapping state storages (a KV cache both write): one replay of a schedule runs its micro-batches side by side,
+    in disjoint storage. ``remedy`` ends the message (the caller's other way to run them)."""
+    for g in range(0, len(batches), size):
+        if len(plan_waves(program, batches[g:g + size], size)) > 1:
+            raise TesseraError(f"micro-batches {g}..{min(g + size, len(batches)) - 1} pass overlapping state storages "
+                               "(a KV cache both write): one replay runs its micro-batches in disjoint storage; give "
+                               f"each its own state, or {remedy}")
+
+
 def check_shared_weights(program: Any, batches: Sequence[Sequence[Any]], static: bool = True) -> None:
     """Raise :class:`TesseraError` if a micro-batch passes another tensor than micro-batch 0 for a weight
     (PARAMETER) or, with ``static`` (``static_inputs="place"``), a static INPUT (``program.static_inputs``): the

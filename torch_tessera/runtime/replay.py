@@ -34,7 +34,7 @@ import torch
 
 from torch_tessera.errors import TesseraError, TransferTimeout
 from torch_tessera.runtime.executor import borrow_pools
-from torch_tessera.runtime.pipelining import check_shared_weights, plan_waves
+from torch_tessera.runtime.pipelining import check_disjoint_state, check_shared_weights
 from torch_tessera.runtime import realize
 from torch_tessera.runtime.realize import (
     CallContext,
@@ -272,11 +272,7 @@ class ScheduleReplay:
             if len(b) != len(ex.program.inputs):
                 raise TesseraError(f"micro-batch {k}: program expects {len(ex.program.inputs)} inputs, got {len(b)}")
         check_shared_weights(ex.program, batches, static=ex.static_inputs == "place")
-        for g in range(0, len(batches), M):
-            if len(plan_waves(ex.program, batches[g:g + M], M)) > 1:
-                raise TesseraError(f"micro-batches {g}..{g + M - 1} pass overlapping state storages (a KV cache both "
-                                   "write): an explicit schedule runs its micro-batches in disjoint storage; give each "
-                                   "its own state, or use run_pipelined without a schedule (waves in order)")
+        check_disjoint_state(ex.program, batches, M, "use run_pipelined without a schedule (waves in order)")
         return batches
 
     def replay_group(self, group: Sequence[Sequence[Any]], first: int, pools: Sequence[Any] | None = None) -> list[list]:
