@@ -10,12 +10,13 @@ new tokens, static cache, ``model.forward`` compiled with ``dynamic=False``) und
 * ``tessera``: ``backend="tessera"``, no options (the default: CUDA graphs on for GPU devices);
 * ``tessera+graphs``: ``options={"cuda_graphs": True}``.
 
-Each case: the first ``generate`` (compile included) is timed, then ``--repeats`` more; ``ms_per_token`` is the
-median ``generate`` wall time over ``--new`` tokens. Tokens are compared with Inductor's. Then, for the layer counts
-in ``--warm-layers``, a SECOND fresh process (no in-memory caches; the disk caches the first one filled are warm)
-times the first ``generate`` of ``inductor`` and ``tessera`` again: ``compile_s = first generate - median
-generate``. Each case also records the AOTAutograd cache's hits, misses and bypasses, and each tessera case
-``explain`` (``"(1 from the compile cache, not traced)"``: the warm path ran, no tracing, no Inductor compile).
+Each case: the first ``generate`` (compile included) is timed, then one warm-up ``generate``; after all cases are
+compiled, ``--repeats`` round-robin rounds time one ``generate`` per case each; ``ms_per_token`` is the median
+``generate`` wall time over ``--new`` tokens, and ``compile_s`` = first generate - warm-up generate. Tokens are
+compared with Inductor's. Then, for the layer counts in ``--warm-layers``, a SECOND fresh process (no in-memory
+caches; the disk caches the first one filled are warm) times the first ``generate`` of ``inductor`` and ``tessera``
+again. Each case also records the AOTAutograd cache's hits, misses and bypasses, and each tessera case ``explain``
+(``"(1 from the compile cache, not traced)"``: the warm path ran, no tracing, no Inductor compile).
 
 Writes ``backend_default.json`` under ``--out`` (and one ``layers_<n>[_warm].json`` per child) and prints a table with
 the ratios ``tessera / inductor`` and ``tessera / tessera+graphs`` of ms per token (Must-show: <= 1.0 and within 3 %),
@@ -84,7 +85,10 @@ def timed_generates(model, ids, kw: dict, repeats: int, sync) -> tuple:
 
 
 def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
-    """One process: build the model once, then each case in ``cases`` (compile, first generate, timed repeats)."""
+    """One process: build the model once; compile each case in ``cases`` in turn (first generate, compile included,
+    then one warm-up generate); then time ``--repeats`` rounds, each round one ``generate`` per case in the same
+    order, so clocks, allocator state and background load reach every case alike. The compiled functions live side
+    by side (Dynamo keeps one cache entry per backend on the same code), so no case is recompiled in the rounds."""
     import torch
     from torch._dynamo.utils import counters
 
@@ -95,39 +99,57 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
     kw = dict(max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False, cache_implementation="static",
               disable_compile=True)
     orig = model.forward
-    out: dict = {"layers": args.one_layers, "torch": torch.__version__, "cases": {}}
+    out: dict = {"layers": args.one_layers, "torch": torch.__version__, "cases": {},
+                 "timing": f"{args.repeats} round-robin rounds over the compiled cases, one generate each"}
     ref = None
+    compiled: dict = {}
+    torch._dynamo.reset()
     for name in cases:
-        torch._dynamo.reset()
         opts = CASES[name]
         if opts is None:
-            model.forward = torch.compile(orig, dynamic=False)
+            fwd = torch.compile(orig, dynamic=False)
         else:
-            model.forward = torch.compile(orig, backend="tessera", options=dict(opts), dynamic=False)
+            fwd = torch.compile(orig, backend="tessera", options=dict(opts), dynamic=False)
+        model.forward = fwd
         row: dict = {}
         before = dict(counters["aot_autograd"])
         try:
-            seq, first, walls, caught = timed_generates(model, ids, kw, args.repeats, sync)
-            med = statistics.median(walls)
-            row.update(first_generate_s=first, compile_s=first - med, generate_s=walls,
-                       ms_per_token=1e3 * med / args.new,
+            seq, first, walls, caught = timed_generates(model, ids, kw, 1, sync)
+            row.update(first_generate_s=first, compile_s=first - walls[0],
                        warnings=sorted({f"{w.category.__name__}: {str(w.message)[:300]}" for w in caught
                                         if "tessera" in w.category.__name__.lower()}))
             if ref is None and name == "inductor":
                 ref = seq
             row["tokens_equal_inductor"] = None if ref is None else bool(torch.equal(seq, ref))
             if opts is not None:  # "(N from the compile cache, not traced)": the warm path ran
-                row["explain"] = str(torch_tessera.explain(model.forward))
+                row["explain"] = str(torch_tessera.explain(fwd))
             # AOTAutograd cache hits / misses / bypasses of this case (a warm tessera compile: hits, no bypass)
             row["aot_autograd_cache"] = {k: v - before.get(k, 0) for k, v in counters["aot_autograd"].items()
                                          if k.startswith("autograd_cache") and v != before.get(k, 0)}
+            compiled[name] = fwd
         except Exception as e:  # noqa: BLE001 - a failed case is a result; the others still run
             row["error"] = f"{type(e).__name__}: {str(e)[:2000]}"
         model.forward = orig
         out["cases"][name] = row
         print(f"[layers {args.one_layers}] {name}: " + (row.get("error") or
-              f"{row['ms_per_token']:.2f} ms/token, first generate {row['first_generate_s']:.1f} s, "
-              f"tokens equal {row['tokens_equal_inductor']}"), flush=True)
+              f"first generate {row['first_generate_s']:.1f} s, tokens equal {row['tokens_equal_inductor']}"),
+              flush=True)
+    walls: dict = {name: [] for name in compiled}
+    with torch.no_grad():
+        for _ in range(args.repeats):
+            for name, fwd in compiled.items():
+                model.forward = fwd
+                sync()
+                t0 = time.perf_counter()
+                model.generate(ids, **kw)
+                sync()
+                walls[name].append(time.perf_counter() - t0)
+    model.forward = orig
+    for name, w in walls.items():
+        row = out["cases"][name]
+        row.update(generate_s=w, ms_per_token=1e3 * statistics.median(w) / args.new)
+        print(f"[layers {args.one_layers}] {name}: {row['ms_per_token']:.2f} ms/token (median of {len(w)})",
+              flush=True)
     return out
 
 
