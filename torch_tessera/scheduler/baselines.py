@@ -20,7 +20,7 @@ import numpy as np
 
 from torch_tessera.errors import InfeasiblePlanError
 from torch_tessera.scheduler.evaluate import (cycle_many, cycle_seconds, fits_many, latency_seconds, memory,
-                                              resident_bytes)
+                                              pool_line, resident_bytes)
 from torch_tessera.scheduler.problem import Problem
 from torch_tessera.scheduler.types import NotApplicableError
 from torch_tessera.target.devices import format_bytes
@@ -41,7 +41,8 @@ def homo_index(pb: Problem, name: str) -> int | None:
 
 
 def check_fits(pb: Problem, place: np.ndarray, what: str) -> None:
-    """Raise :class:`InfeasiblePlanError` naming each device of ``place`` whose budget is too small."""
+    """Raise :class:`InfeasiblePlanError` naming each device of ``place`` whose budget is too small, and each GPU
+    whose partitions do not fit its memory together."""
     used = resident_bytes(pb, place) + pb.reserve
     on = np.bincount(place, minlength=pb.D) > 0
     short = [g for g in range(pb.D) if on[g] and used[g] > pb.budgets[g] * (1 + 1e-9)]
@@ -51,6 +52,28 @@ def check_fits(pb: Problem, place: np.ndarray, what: str) -> None:
             f"(short by {format_bytes(used[g] - pb.budgets[g], used[g])})" for g in short)
             + ". Fix: raise memory_budgets or use a plan that spreads weights.",
             tuple((pb.devices[g], float(used[g]), float(pb.budgets[g])) for g in short))
+    check_pools(pb, used[None], on[None], what)
+
+
+def check_pools(pb: Problem, used: np.ndarray, on: np.ndarray, what: str) -> None:
+    """Raise :class:`InfeasiblePlanError` naming each GPU whose partitions hold more than its memory together.
+
+    Args:
+        pb: the problem (its memory pools).
+        used: ``[R, D]`` bytes (resident + activation reserve) each of ``R`` replicas holds on each device.
+        on: ``[R, D]`` bool, the devices each replica uses.
+        what: the plan, for the message (``"request-dist"``).
+    """
+    if not len(pb.pool_budgets):
+        return
+    need = (np.where(on, used, 0.0).sum(0)[None] * pb.pools).sum(1)  # [K]
+    over = np.flatnonzero(need > pb.pool_budgets * (1 + 1e-9))
+    if len(over):
+        raise InfeasiblePlanError(
+            f"{what} does not fit: " + "; ".join(pool_line(pb, k, float(need[k])) for k in over)
+            + ". The partitions of one GPU share its memory. Fix: use a plan that spreads the weights over the "
+            "partitions (policy throughput or layer), run the model on one partition (homo-*), or add a GPU.",
+            tuple((pb.pool_names[k], float(need[k]), float(pb.pool_budgets[k])) for k in over))
 
 
 def project(pb: Problem, place: np.ndarray, prefer: np.ndarray | None = None) -> np.ndarray:
@@ -201,6 +224,10 @@ def request_dist(pb: Problem) -> tuple[np.ndarray, tuple[int, ...], float, float
     Returns:
         ``(placement of replica 0, replica devices, cycle seconds, latency seconds, memory dict)``: cycle is
         ``1 / sum_g (1 / cycle_g)``; latency is the slowest replica's (a request may land there).
+
+    Raises:
+        InfeasiblePlanError: no device holds a replica, or the replicas on the partitions of one GPU do not fit its
+            memory together (the message names the GPU, the bytes needed and available).
     """
     fits, err = [], None
     for g in range(pb.D):
@@ -213,6 +240,9 @@ def request_dist(pb: Problem) -> tuple[np.ndarray, tuple[int, ...], float, float
     if not fits:
         raise err
     places = {g: np.full(pb.n, g, dtype=np.int64) for g in fits}
+    used = np.stack([resident_bytes(pb, places[g]) + pb.reserve for g in fits])
+    check_pools(pb, used, np.eye(pb.D, dtype=bool)[fits], "request-dist (a full replica on each of "
+                + ", ".join(pb.devices[g] for g in fits) + ")")
     cyc = 1.0 / sum(1.0 / cycle_seconds(pb, places[g]) for g in fits)
     lat = max(latency_seconds(pb, places[g]) for g in fits)
     mems = [memory(pb, places[g]) for g in fits]

@@ -370,15 +370,17 @@ def block_cycle(blocks: Blocks, bplace: np.ndarray) -> float:
 
 def memory_binds(pb: Problem, blocks: Blocks) -> bool:
     """Whether some placement could break a memory budget: ``False`` when every resident buffer together with the
-    activation reserve fits on each device (then no placement can overflow and memory checks can be skipped)."""
-    if np.isinf(pb.budgets).all():
+    activation reserve fits on each device and each shared pool (then no placement can overflow and memory checks
+    can be skipped)."""
+    if np.isinf(pb.budgets).all() and not len(pb.pool_budgets):
         return False
-    return bool(np.any(float(blocks.res_bytes.sum()) + pb.reserve > pb.budgets * (1 + 1e-9)))
+    return pb.memory_could_bind(float(blocks.res_bytes.sum()))
 
 
 def block_memory_over(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np.ndarray:
     """``[P, D]`` bool: the devices whose budget each of ``[P, B]`` block placements breaks (resident bytes +
-    activation reserve, on devices it uses)."""
+    activation reserve, on devices it uses); every used member of a memory pool whose budget the members break
+    together counts as over."""
     bplaces = np.asarray(bplaces, dtype=np.int64)
     P, D = bplaces.shape[0], pb.D
     if not memory_binds(pb, blocks):
@@ -395,7 +397,11 @@ def block_memory_over(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np.nd
     used = np.einsum("prd,r->pd", on.astype(np.float64), blocks.res_bytes)
     dev_on = np.zeros((P, D), dtype=bool)
     dev_on[rows, bplaces] = True
-    return dev_on & (used + pb.reserve > pb.budgets * (1 + 1e-9))
+    over = dev_on & (used + pb.reserve > pb.budgets * (1 + 1e-9))
+    if len(pb.pool_budgets):
+        pool = pb.pool_over(used + pb.reserve, dev_on)  # [P, K]
+        over |= dev_on & (pool.astype(np.float64) @ pb.pools.astype(np.float64) > 0)
+    return over
 
 
 def block_memory_ok_many(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np.ndarray:

@@ -51,13 +51,16 @@ def structural_hash(pb: Problem) -> str:
 
 
 def plan_key(pb: Problem, policy: str, options: dict) -> str:
-    """Cache key: structure + devices + links + budgets + policy + options."""
+    """Cache key: structure + devices + links + budgets (and shared memory pools) + policy + options."""
     h = hashlib.sha256()
     h.update(structural_hash(pb).encode())
     h.update(json.dumps({"schema": SCHEMA, "devices": list(pb.devices), "policy": policy,
                          "micro_batches": pb.micro_batches, "options": options}, sort_keys=True, default=str).encode())
     for arr in (pb.bw, pb.alpha, pb.budgets, pb.hop, pb.expose):
         h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
+    if len(pb.pool_budgets):  # shared memory (partitions of one GPU); absent, the key is as it was without pools
+        for arr in (pb.pools, pb.pool_budgets):
+            h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
     return h.hexdigest()[:32]
 
 

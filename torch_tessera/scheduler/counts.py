@@ -252,7 +252,7 @@ def identical_device_pairs(pb: Problem, forbidden: np.ndarray) -> list[tuple[int
         for h in range(g + 1, D):
             others = [o for o in range(D) if o not in (g, h)]
             if (not forbidden[g] and not forbidden[h] and np.array_equal(pb.cost[:, g], pb.cost[:, h])
-                    and pb.budgets[g] == pb.budgets[h]
+                    and pb.budgets[g] == pb.budgets[h] and np.array_equal(pb.pools[:, g], pb.pools[:, h])
                     and np.array_equal(pb.bw[g, others], pb.bw[h, others])
                     and np.array_equal(pb.bw[others, g], pb.bw[others, h])
                     and np.array_equal(pb.alpha[g, others], pb.alpha[h, others])
@@ -267,12 +267,14 @@ def identical_device_pairs(pb: Problem, forbidden: np.ndarray) -> list[tuple[int
 
 
 def _memory_rows(m: MilpModel, pb: Problem, cls: Classes, n: np.ndarray, forbidden: np.ndarray) -> None:
-    """Resident bytes of each device within its budget less the activation reserve (in GB); no rows when every
-    resident buffer fits on every device together (then no placement can break a budget)."""
+    """Resident bytes of each device within its budget less the activation reserve, and of each memory pool's members
+    together within its budget less one reserve per member (in GB); no rows when every resident buffer fits on every
+    device and pool together (then no placement can break a budget)."""
     if not budgets_bind(pb):
         return
     cap = (pb.budgets - pb.reserve) / 1e9
-    limited = [g for g in range(pb.D) if np.isfinite(cap[g]) and not forbidden[g]]
+    pooled = pb.pools.any(0)
+    limited = [g for g in range(pb.D) if (np.isfinite(cap[g]) or pooled[g]) and not forbidden[g]]
     if not limited or not cls.res:
         return
     Q = len(cls.res)
@@ -288,8 +290,15 @@ def _memory_rows(m: MilpModel, pb: Problem, cls: Classes, n: np.ndarray, forbidd
                 row += 1
     if row:
         m.rows_coo(np.array(rr), np.array(cc), np.array(vv), np.array(lo), np.inf, row)
+    gb = np.array([b / 1e9 for b, _, _ in cls.res])
     for g in limited:
-        m.rows_coo(np.zeros(Q, np.int64), w[:, g], np.array([b / 1e9 for b, _, _ in cls.res]), -np.inf, cap[g], 1)
+        if np.isfinite(cap[g]):
+            m.rows_coo(np.zeros(Q, np.int64), w[:, g], gb, -np.inf, cap[g], 1)
+    for k in range(len(pb.pool_budgets)):  # members of one pool together; a forbidden member holds nothing
+        members = [g for g in np.flatnonzero(pb.pools[k]).tolist() if g in limited]
+        if members:
+            m.rows_coo(np.zeros(Q * len(members), np.int64), w[:, members].T.ravel(), np.tile(gb, len(members)),
+                       -np.inf, (pb.pool_budgets[k] - pb.reserve * len(members)) / 1e9, 1)
 
 
 def unit_orders(units: np.ndarray) -> dict[str, np.ndarray]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torch_tessera.scheduler.problem import Problem
+from torch_tessera.target.devices import format_bytes
 
 if TYPE_CHECKING:
     from torch_tessera.scheduler.types import Plan, Workload
@@ -235,26 +236,36 @@ def resident_bytes(pb: Problem, place: np.ndarray) -> np.ndarray:
 
 def budgets_bind(pb: Problem) -> bool:
     """Whether some placement could break a memory budget: ``False`` when all resident buffers together with the
-    activation reserve fit on every device (then every placement fits)."""
-    if np.isinf(pb.budgets).all():
+    activation reserve fit on every device and every shared pool (then every placement fits)."""
+    if np.isinf(pb.budgets).all() and not len(pb.pool_budgets):
         return False
-    total = float(holder_entries(pb)[2].sum())
-    return bool(np.any(total + pb.reserve > pb.budgets * (1 + 1e-9)))
+    return pb.memory_could_bind(float(holder_entries(pb)[2].sum()))
 
 
 def fits_many(pb: Problem, places: np.ndarray) -> np.ndarray:
-    """``[P]`` bool: whether each placement fits every budget it uses (resident bytes + activation reserve)."""
+    """``[P]`` bool: whether each placement fits every budget it uses (resident bytes + activation reserve), and
+    the devices of each memory pool (partitions of one GPU) fit its budget together."""
     places = np.asarray(places, dtype=np.int64)
     if not budgets_bind(pb):
         return np.ones(len(places), dtype=bool)
     used = resident_bytes(pb, places) + pb.reserve
     on = (places[:, :, None] == np.arange(pb.D)[None, None]).any(1)
-    return np.all(~on | (used <= pb.budgets * (1 + 1e-9)), axis=1)
+    return np.all(~on | (used <= pb.budgets * (1 + 1e-9)), axis=1) & ~pb.pool_over(used, on).any(1)
 
 
 def memory_ok(pb: Problem, place: np.ndarray) -> bool:
     """Whether ``place`` fits every budget with the activation reserve of :attr:`Problem.reserve`."""
     return bool(fits_many(pb, np.asarray(place)[None])[0])
+
+
+def pool_line(pb: Problem, k: int, need: float) -> str:
+    """What memory pool ``k`` lacks, in words: ``"GPU cuda:0 (the 141.00 GB of one NVIDIA H200, shared by ...) needs
+    207.34 GB, has 141.00 GB (short by 66.34 GB)"``."""
+    have = float(pb.pool_budgets[k])
+    members = ", ".join(pb.devices[g] for g in np.flatnonzero(pb.pools[k]))
+    return (f"GPU {pb.pool_names[k]} ({pb.pool_sources[k] or 'shared by ' + members}) needs {format_bytes(need)} "
+            f"for its partitions together, has {format_bytes(have, need)} "
+            f"(short by {format_bytes(need - have, need)})")
 
 
 def fill_drain_seconds(plan: "Plan", workload: "Workload", in_flight: int) -> float:

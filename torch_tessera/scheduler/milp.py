@@ -141,11 +141,14 @@ def _cut_vars(m: MilpModel, x: np.ndarray, src: np.ndarray, dst: np.ndarray, D: 
     return z, pairs
 
 
-def _memory_rows(m: MilpModel, pb: Problem, blocks: Blocks, x: np.ndarray, slack: np.ndarray | None = None) -> None:
-    """Resident bytes per device within ``budget - reserve`` (in GB); ``slack`` adds a per-device overflow var."""
+def _memory_rows(m: MilpModel, pb: Problem, blocks: Blocks, x: np.ndarray, slack: np.ndarray | None = None,
+                 pool_slack: np.ndarray | None = None) -> None:
+    """Resident bytes per device within ``budget - reserve``, and per memory pool within its budget less one reserve
+    per member (in GB); ``slack`` / ``pool_slack`` add a per-device / per-pool overflow var."""
     D = pb.D
     cap = (pb.budgets - pb.reserve) / 1e9
-    limited = [g for g in range(D) if np.isfinite(cap[g]) and not blocks.forbidden[g]]
+    pooled = pb.pools.any(0)
+    limited = [g for g in range(D) if (np.isfinite(cap[g]) or pooled[g]) and not blocks.forbidden[g]]
     if not limited or not len(blocks.res_bytes):
         return
     single = [i for i, h in enumerate(blocks.res_holders) if len(h) == 1]
@@ -161,13 +164,28 @@ def _memory_rows(m: MilpModel, pb: Problem, blocks: Blocks, x: np.ndarray, slack
                     vv += [1.0, -1.0]
                     nrow += 1
         m.rows_coo(np.array(rr), np.array(cc), np.array(vv), 0.0, np.inf, nrow)
-    for gi, g in enumerate(limited):
-        cols = [x[blocks.res_holders[i][0], g] for i in single] + [w[j, g] for j in range(len(multi))]
-        vals = [blocks.res_bytes[i] / 1e9 for i in single] + [blocks.res_bytes[i] / 1e9 for i in multi]
+    terms = {g: ([x[blocks.res_holders[i][0], g] for i in single] + [w[j, g] for j in range(len(multi))],
+                 [blocks.res_bytes[i] / 1e9 for i in single] + [blocks.res_bytes[i] / 1e9 for i in multi])
+             for g in limited}
+    for g in limited:
+        if not np.isfinite(cap[g]):
+            continue
+        cols, vals = list(terms[g][0]), list(terms[g][1])
         if slack is not None:
             cols.append(slack[g])
             vals.append(-1.0)
         m.rows_coo(np.zeros(len(cols), np.int64), np.array(cols), np.array(vals), -np.inf, cap[g], 1)
+    for k in range(len(pb.pool_budgets)):  # members of one pool together; a forbidden member holds nothing
+        members = [g for g in np.flatnonzero(pb.pools[k]).tolist() if g in terms]
+        if not members:
+            continue
+        cols = [c for g in members for c in terms[g][0]]
+        vals = [v for g in members for v in terms[g][1]]
+        if pool_slack is not None:
+            cols.append(pool_slack[k])
+            vals.append(-1.0)
+        pcap = (pb.pool_budgets[k] - pb.reserve * len(members)) / 1e9
+        m.rows_coo(np.zeros(len(cols), np.int64), np.array(cols), np.array(vals), -np.inf, pcap, 1)
 
 
 def milp_result(res, scale: float, bplace_from, t0: float, shrink: float = 1.0) -> MilpResult:
@@ -185,17 +203,20 @@ def milp_result(res, scale: float, bplace_from, t0: float, shrink: float = 1.0) 
     return MilpResult(bplace_from(res.x), float(res.fun) * scale, bound, status, nodes, wall)
 
 
-def memory_shortfall(pb: Problem, blocks: Blocks, time_limit: float = 5.0) -> np.ndarray | None:
-    """Least bytes each device lacks for any placement to fit (``[D]``), or ``None`` if it could not be computed."""
+def memory_shortfall(pb: Problem, blocks: Blocks, time_limit: float = 5.0) -> tuple[np.ndarray, np.ndarray] | None:
+    """Least bytes each device (``[D]``) and each memory pool (``[K]``) lacks for any placement to fit (a pool's
+    counts one activation reserve per member), or ``None`` if it could not be computed."""
     D, B = pb.D, blocks.B
     m = MilpModel()
     x = _placement_vars(m, blocks, D)
     slack = m.vars(D, lb=0.0, ub=np.inf, cost=1.0)
-    _memory_rows(m, pb, blocks, x, slack=slack)
+    K = len(pb.pool_budgets)
+    pool_slack = m.vars(K, lb=0.0, ub=np.inf, cost=1.0) if K else np.zeros(0, np.int64)
+    _memory_rows(m, pb, blocks, x, slack=slack, pool_slack=pool_slack)
     res = m.solve(time_limit)
     if res.x is None:
         return None
-    return np.maximum(res.x[slack], 0.0) * 1e9
+    return np.maximum(res.x[slack], 0.0) * 1e9, np.maximum(res.x[pool_slack], 0.0) * 1e9 if K else np.zeros(0)
 
 
 def solve_latency(pb: Problem, blocks: Blocks, time_limit: float, upper: float | None = None) -> MilpResult:

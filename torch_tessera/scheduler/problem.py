@@ -52,7 +52,10 @@ class Problem(Memo):
     (``ebytes == 0``). ``ewbytes``/``ewcount`` are per workload step: bytes times the program frequency, and transfers
     times frequency times micro-batches (each micro-batch pays the per-hop latency). ``hop`` / ``expose`` (``[D, D]``,
     from :attr:`Topology.hop_overhead` / :attr:`Topology.copy_exposure`) charge a cut edge on the two devices it joins
-    (:meth:`device_coef`).
+    (:meth:`device_coef`). ``pools`` (``[K, D]`` bool) and ``pool_budgets`` (``[K]`` bytes) are the memory devices
+    share (SM partitions of one GPU, :attr:`Topology.memory_pools`): the resident bytes and activation reserves of
+    the used members of pool ``k`` must fit ``pool_budgets[k]`` together; ``pool_names`` / ``pool_sources`` name the
+    GPU and how its budget was set, for error messages.
     """
 
     devices: tuple[str, ...]
@@ -87,9 +90,16 @@ class Problem(Memo):
     streams: tuple[int, ...] = ()  # request stream of each program (Workload.replicated); () = all stream 0
     hop: np.ndarray | None = None
     expose: np.ndarray | None = None
+    pools: np.ndarray | None = None
+    pool_budgets: np.ndarray | None = None
+    pool_names: tuple[str, ...] = ()
+    pool_sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         D = len(self.devices)
+        self.pools = np.zeros((0, D), dtype=bool) if self.pools is None else np.asarray(self.pools, dtype=bool)
+        self.pool_budgets = (np.zeros(0) if self.pool_budgets is None
+                             else np.asarray(self.pool_budgets, dtype=np.float64))
         self.hop = np.zeros((D, D)) if self.hop is None else np.asarray(self.hop, dtype=np.float64)
         self.expose = np.zeros((D, D)) if self.expose is None else np.asarray(self.expose, dtype=np.float64)
 
@@ -124,6 +134,21 @@ class Problem(Memo):
         coef[:, np.arange(self.D), np.arange(self.D)] = 0.0
         coef[(self.ewbytes <= 0)] = 0.0
         return coef
+
+    def memory_could_bind(self, total: float) -> bool:
+        """Whether some placement of ``total`` resident bytes could break a device budget or a pool's: ``False`` when
+        they fit every device together with one activation reserve, and every pool with one per member."""
+        tol = 1 + 1e-9
+        if np.any(total + self.reserve * self.pools.sum(1) > self.pool_budgets * tol):
+            return True
+        return not np.isinf(self.budgets).all() and bool(np.any(total + self.reserve > self.budgets * tol))
+
+    def pool_over(self, used: np.ndarray, on: np.ndarray) -> np.ndarray:
+        """``[P, K]`` bool: the pools whose budget ``[P, D]`` bytes ``used`` (resident + reserve) on the devices
+        ``on`` (``[P, D]`` bool) break together."""
+        if not len(self.pool_budgets):
+            return np.zeros((len(used), 0), dtype=bool)
+        return np.where(on, used, 0.0) @ self.pools.T.astype(np.float64) > self.pool_budgets * (1 + 1e-9)
 
     @property
     def charges_devices(self) -> bool:
@@ -225,6 +250,17 @@ def _budgets(topology: Topology, memory_budgets, devices: tuple[str, ...]) -> np
     return np.array([np.inf if v is None else float(v) for v in vals])
 
 
+def _pools(topology: Topology, memory_budgets, D: int) -> dict:
+    """``Problem``'s pool fields from :attr:`Topology.memory_pools`; none when ``memory_budgets`` is given (budgets
+    the caller sets win over the devices' memory, shared or not)."""
+    pools = topology.memory_pools if memory_budgets is None else ()
+    mask = np.zeros((len(pools), D), dtype=bool)
+    for k, pool in enumerate(pools):
+        mask[k, list(pool.members)] = True
+    return dict(pools=mask, pool_budgets=np.array([float(p.capacity) for p in pools]),
+                pool_names=tuple(p.name for p in pools), pool_sources=tuple(p.source for p in pools))
+
+
 def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pins=None,
                     micro_batches: int = 1) -> Problem:
     """Flatten ``wl`` into a :class:`Problem` (see module docstring)."""
@@ -295,7 +331,8 @@ def compile_problem(wl: Workload, topology: Topology, *, memory_budgets=None, pi
         budgets=_budgets(topology, memory_budgets, devices), bw=np.asarray(topology.bandwidth, dtype=np.float64),
         alpha=np.asarray(topology.latency, dtype=np.float64), micro_batches=int(micro_batches), notes=notes,
         streams=tuple(p.stream for p in wl.programs),
-        hop=_pair_matrix(topology, "hop_overhead", D), expose=_pair_matrix(topology, "copy_exposure", D))
+        hop=_pair_matrix(topology, "hop_overhead", D), expose=_pair_matrix(topology, "copy_exposure", D),
+        **_pools(topology, memory_budgets, D))
     pb.memo("temps", lambda: temps)  # for evaluate.memory's per-device peaks
     return pb
 

@@ -35,7 +35,7 @@ from torch_tessera.scheduler.blocks import (Blocks, aggregate, block_cycle, bloc
 from torch_tessera.scheduler.chains import chain_search
 from torch_tessera.scheduler.counts import (build_classes, layer_split, realize, round_counts, shift_search,
                                              solve_counts, tied_classes)
-from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok
+from torch_tessera.scheduler.evaluate import latency_seconds, memory_ok, pool_line
 from torch_tessera.scheduler.heuristics import (chain_dp, greedy_cycle, heft_latency, is_chain, latency_bound,
                                                  local_search, zero_comm_bound)
 from torch_tessera.scheduler.problem import Problem
@@ -140,12 +140,18 @@ def raise_infeasible(pb: Problem, groups: Blocks, reason: str = "") -> None:
     else:
         short = milp.memory_shortfall(pb, groups)
     if short is not None:
+        short, pool_short = short
         for g in np.flatnonzero(short > 1.0):
             have = pb.budgets[g]
             need = have + short[g]
             lines.append(f"device {pb.devices[g]} needs {_gb(need)}, has {_gb(have, need)} "
                          f"(short by {_gb(short[g], need)})")
             shortfalls.append((pb.devices[g], float(have + short[g]), float(have)))
+        for k in np.flatnonzero(pool_short > 1.0):
+            have = float(pb.pool_budgets[k])
+            need = have + float(pool_short[k])
+            lines.append(pool_line(pb, k, need))
+            shortfalls.append((pb.pool_names[k], need, have))
     if not lines:
         lines.append(reason or "no placement satisfies the pins and memory budgets")
     raise InfeasiblePlanError(

@@ -45,6 +45,32 @@ class CostTable:
 
 
 @dataclass(frozen=True)
+class MemoryPool:
+    """Memory that several devices of a topology share: the SM partitions of one physical GPU.
+
+    Each member keeps its own budget in :attr:`Topology.memory`; the bytes all members hold together (resident
+    buffers plus each used member's activation reserve) must also fit :attr:`capacity`.
+
+    Attributes:
+        name: the physical device, e.g. ``"cuda:0"`` (``"cuda:0 on host-a"`` when hosts are given).
+        members: indices of the sharing devices in :attr:`Topology.devices` (at least one, increasing).
+        capacity: bytes the members may hold together: the GPU's memory less the ``mem=`` budgets of its partitions
+            that carry one (those count their own budget and are not members).
+        source: how :attr:`capacity` was set, for error messages (e.g. ``"the 141.00 GB of one NVIDIA H200"``).
+    """
+
+    name: str
+    members: tuple[int, ...]
+    capacity: int
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.members or list(self.members) != sorted(set(self.members)) or self.capacity < 0:
+            raise ValueError(f"MemoryPool {self.name!r}: members must be increasing device indices and capacity >= 0, "
+                             f"got {self.members}, {self.capacity}")
+
+
+@dataclass(frozen=True)
 class Topology:
     """Devices and the links between them.
 
@@ -64,6 +90,8 @@ class Topology:
         copy_exposure: ``[D, D]`` share (0..1) of each copy's link time (``bytes / bandwidth``) that also lands on
             both devices' timelines (copies on the dependency chain are not fully overlapped; ``None``: zeros).
         overhead_source: where ``hop_overhead`` and ``copy_exposure`` come from.
+        memory_pools: memory several devices share (SM partitions of one GPU: :class:`MemoryPool`); the planners keep
+            each pool's members within its capacity together, besides each device's own budget in :attr:`memory`.
     """
 
     devices: tuple[str, ...]
@@ -75,9 +103,12 @@ class Topology:
     hop_overhead: np.ndarray | None = None
     copy_exposure: np.ndarray | None = None
     overhead_source: str = "none"
+    memory_pools: tuple[MemoryPool, ...] = field(default=())
 
     def __post_init__(self) -> None:
         d = len(self.devices)
+        if any(m >= d for pool in self.memory_pools for m in pool.members):
+            raise ValueError(f"Topology.memory_pools names device indices beyond the {d} devices")
         for name in ("hop_overhead", "copy_exposure"):
             v = getattr(self, name)
             arr = np.zeros((d, d)) if v is None else np.broadcast_to(np.asarray(v, dtype=np.float64), (d, d)).copy()
@@ -97,7 +128,7 @@ class Topology:
         zero-communication bound's topology."""
         return Topology(self.devices, np.full_like(np.asarray(self.bandwidth, dtype=np.float64), 1e30),
                         np.zeros_like(np.asarray(self.latency, dtype=np.float64)), self.memory, "free transfers",
-                        self.hosts)
+                        self.hosts, memory_pools=self.memory_pools)
 
     def same_host(self, a: int, b: int) -> bool:
         """Whether devices ``a`` and ``b`` share a host (always, when no hosts were given)."""

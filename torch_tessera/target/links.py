@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from torch_tessera.target import catalog
-from torch_tessera.target.costs import Topology
+from torch_tessera.target.costs import MemoryPool, Topology
 from torch_tessera.target.devices import Device, DeviceKind, DeviceSpec, parse_device
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,8 @@ def build_topology(devices: Sequence[DeviceSpec | str], measured: Sequence[LinkM
                    hosts: Sequence[str] | None = None, network: str | LinkFigure = "rdma400") -> Topology:
     """Links of every ordered pair: measured where ``measured`` has the pair, modelled otherwise.
 
-    The memory of each device is its budget or capacity (``DeviceSpec.memory_bytes``).
+    The memory of each device is its budget or capacity (``DeviceSpec.memory_bytes``); partitions of one GPU also
+    share its memory (:func:`memory_pools`).
 
     Args:
         devices: device specs or strings, in plan order.
@@ -229,7 +230,44 @@ def build_topology(devices: Sequence[DeviceSpec | str], measured: Sequence[LinkM
     return Topology(tuple(s.name for s in specs), bw, lat, tuple(s.memory_bytes for s in specs),
                     source="; ".join(sorted(sources)) or "single device",
                     hosts=tuple(hosts) if hosts is not None else (), hop_overhead=hop, copy_exposure=expose,
-                    overhead_source="; ".join(sorted(hop_sources)) or "single device")
+                    overhead_source="; ".join(sorted(hop_sources)) or "single device",
+                    memory_pools=memory_pools(specs, hosts))
+
+
+def memory_pools(specs: Sequence[DeviceSpec], hosts: Sequence[str] | None = None) -> tuple[MemoryPool, ...]:
+    """The memory the devices of one physical GPU share, counted once.
+
+    Devices are on one GPU when both run on CUDA GPUs (whole or partition) of the same index and host. A device with
+    a ``mem=`` budget (or an emulation profile's) keeps that budget, as the user asked, and is not a member; the
+    others share the GPU's memory less those budgets. A GPU with one device and no budgeted partition needs no
+    pool. Simulated devices (``sim:``) are each a GPU of their own, as the link model takes them; CPU virtual devices
+    are test plumbing and share nothing.
+
+    Args:
+        specs: the devices, in topology order.
+        hosts: host name of each device (``None``: one host).
+
+    Returns:
+        One :class:`MemoryPool` per GPU with at least two devices, at least one of them without a budget.
+    """
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, s in enumerate(specs):
+        if s.is_gpu and s.index is not None:
+            groups.setdefault((hosts[i] if hosts is not None else "", s.index), []).append(i)
+    pools = []
+    for (host, index), devs in groups.items():
+        free = [i for i in devs if specs[i].memory_budget is None]
+        if len(devs) < 2 or not free:
+            continue
+        total = specs[free[0]].memory_bytes
+        given = sum(specs[i].memory_budget for i in devs if specs[i].memory_budget is not None)
+        name = f"cuda:{index}" + (f" on {host}" if host else "")
+        source = (f"the {total / 1e9:.2f} GB of one {specs[free[0]].model}, shared by "
+                  + ", ".join(specs[i].name for i in free)
+                  + (f", less {given / 1e9:.2f} GB set by mem= on " + ", ".join(specs[i].name for i in devs
+                                                                             if i not in free) if given else ""))
+        pools.append(MemoryPool(name, tuple(free), max(0, total - given), source))
+    return tuple(pools)
 
 
 # ---------------------------------------------------------------------------------------------------------- measuring
