@@ -46,7 +46,8 @@ def check_compilable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
 
 def in_user_terms(error: InfeasiblePlanError, specs: Sequence[Any], config: Any) -> InfeasiblePlanError:
     """``error`` restated for a user of ``torch.compile``: per short device the bytes needed and available and what
-    set the budget (``mem=`` in option ``devices``, or the device's capacity), and the options that fix it.
+    set the budget (``mem=`` in option ``devices``, or the device's capacity; for a GPU whose partitions share its
+    memory, the GPU's memory less its other partitions' ``mem=``), and the options that fix it.
 
     Args:
         error: what the scheduler raised (its ``shortfalls`` name devices by their spec names).
@@ -61,7 +62,13 @@ def in_user_terms(error: InfeasiblePlanError, specs: Sequence[Any], config: Any)
     parts = []
     for device, needed, have in error.shortfalls:
         spec = by_name.get(device)
-        if spec is not None and spec.memory_budget is not None:
+        if spec is None:  # a GPU whose partitions share its memory (scheduler: memory pools)
+            shared = [s.name for s in specs if s.is_gpu and s.memory_budget is None and f"cuda:{s.index}" == device]
+            parts.append(f"GPU {device} needs {format_bytes(needed)} for its partitions {', '.join(shared)} "
+                         f"together, has {format_bytes(have, needed)} (its memory, less any mem= budgets of its "
+                         f"other partitions in option devices={','.join(config.devices)!r})")
+            continue
+        if spec.memory_budget is not None:
             what = f"its budget, set by mem= in option devices={','.join(config.devices)!r}"
         else:
             what = "its memory"

@@ -51,4 +51,6 @@ def make_plan(pb: Problem, place: np.ndarray, *, policy: str, objective: str, lo
         state_bytes=tuple(int(x) for x in mem["state"]), activation_bytes=tuple(int(x) for x in mem["activation"]),
         memory_budgets=tuple(None if np.isinf(b) else int(b) for b in pb.budgets),
         weights=tuple(tuple(w) for w in mem["weights"]), solver=solver, replicas=tuple(replicas),
-        frequencies={name: float(f) for name, f in zip(pb.programs, pb.freq)}, hop_seconds=hop)
+        frequencies={name: float(f) for name, f in zip(pb.programs, pb.freq)}, hop_seconds=hop,
+        memory_pools=tuple((name, tuple(np.flatnonzero(m).tolist()), int(c))
+                           for name, m, c in zip(pb.pool_names, pb.pools, pb.pool_budgets)))

@@ -262,9 +262,10 @@ def pool_line(pb: Problem, k: int, need: float) -> str:
     """What memory pool ``k`` lacks, in words: ``"GPU cuda:0 (the 141.00 GB of one NVIDIA H200, shared by ...) needs
     207.34 GB, has 141.00 GB (short by 66.34 GB)"``."""
     have = float(pb.pool_budgets[k])
-    members = ", ".join(pb.devices[g] for g in np.flatnonzero(pb.pools[k]))
-    return (f"GPU {pb.pool_names[k]} ({pb.pool_sources[k] or 'shared by ' + members}) needs {format_bytes(need)} "
-            f"for its partitions together, has {format_bytes(have, need)} "
+    members = [pb.devices[g] for g in np.flatnonzero(pb.pools[k])]
+    whom = "its partitions together" if len(members) > 1 else members[0]
+    return (f"GPU {pb.pool_names[k]} ({pb.pool_sources[k] or 'shared by ' + ', '.join(members)}) needs "
+            f"{format_bytes(need)} for {whom}, has {format_bytes(have, need)} "
             f"(short by {format_bytes(need - have, need)})")
 
 

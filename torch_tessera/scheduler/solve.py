@@ -126,9 +126,9 @@ def _gb(x: float, scale_of: float | None = None) -> str:
 
 
 def raise_infeasible(pb: Problem, groups: Blocks, reason: str = "") -> None:
-    """Raise :class:`InfeasiblePlanError` naming each short device and its shortfall (least overflow over all
-    placements, from a MILP with per-device slack; when no device can hold even the activation reserve, every
-    device's reserve against its budget)."""
+    """Raise :class:`InfeasiblePlanError` naming each short device and each GPU whose partitions lack memory together,
+    with the shortfall (least overflow over all placements, from a MILP with per-device and per-pool slack; when no
+    device can hold even the activation reserve, every device's reserve against its budget)."""
     lines, shortfalls = [], []
     if groups.forbidden.all():
         for g in range(pb.D):
@@ -154,10 +154,13 @@ def raise_infeasible(pb: Problem, groups: Blocks, reason: str = "") -> None:
             shortfalls.append((pb.pool_names[k], need, have))
     if not lines:
         lines.append(reason or "no placement satisfies the pins and memory budgets")
+    pooled = any(name in pb.pool_names for name, _, _ in shortfalls)
+    fix = (" The partitions of one GPU share its memory. Fix: add a GPU, or lower the batch / context so state and "
+           "activations shrink." if pooled else
+           " Fix: raise memory_budgets, add a device, or lower the batch / context so state and activations shrink.")
     raise InfeasiblePlanError(
         "no feasible placement: " + "; ".join(lines) + f" (activation reserve {_gb(pb.reserve)} per device counted)."
-        " Fix: raise memory_budgets, add a device, or lower the batch / context so state and activations shrink.",
-        tuple(shortfalls))
+        + fix, tuple(shortfalls))
 
 
 def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_gap: float = 5e-3,
