@@ -19,8 +19,8 @@ import itertools
 import numpy as np
 
 from torch_tessera.errors import InfeasiblePlanError
-from torch_tessera.scheduler.evaluate import (cycle_many, cycle_seconds, fits_many, latency_seconds, memory,
-                                              pool_line, resident_bytes)
+from torch_tessera.scheduler.evaluate import (cycle_many, cycle_seconds, fits_many, holder_entries, latency_seconds,
+                                              memory, pool_line, resident_bytes, resident_on)
 from torch_tessera.scheduler.problem import Problem
 from torch_tessera.scheduler.types import NotApplicableError
 from torch_tessera.target.devices import format_bytes
@@ -52,21 +52,18 @@ def check_fits(pb: Problem, place: np.ndarray, what: str) -> None:
             f"(short by {format_bytes(used[g] - pb.budgets[g], used[g])})" for g in short)
             + ". Fix: raise memory_budgets or use a plan that spreads weights.",
             tuple((pb.devices[g], float(used[g]), float(pb.budgets[g])) for g in short))
-    check_pools(pb, used[None], on[None], what)
+    if len(pb.pool_budgets):
+        check_pools(pb, pb.pool_bytes(resident_on(pb, place[None]), holder_entries(pb)[2], on[None])[0], what)
 
 
-def check_pools(pb: Problem, used: np.ndarray, on: np.ndarray, what: str) -> None:
-    """Raise :class:`InfeasiblePlanError` naming each GPU whose partitions hold more than its memory together.
+def check_pools(pb: Problem, need: np.ndarray, what: str) -> None:
+    """Raise :class:`InfeasiblePlanError` naming each GPU whose partitions need more than its memory together.
 
     Args:
         pb: the problem (its memory pools).
-        used: ``[R, D]`` bytes (resident + activation reserve) each of ``R`` replicas holds on each device.
-        on: ``[R, D]`` bool, the devices each replica uses.
+        need: ``[K]`` bytes the members of each pool hold together (resident buffers and activation reserves).
         what: the plan, for the message (``"request-dist"``).
     """
-    if not len(pb.pool_budgets):
-        return
-    need = (np.where(on, used, 0.0).sum(0)[None] * pb.pools).sum(1)  # [K]
     over = np.flatnonzero(need > pb.pool_budgets * (1 + 1e-9))
     if len(over):
         raise InfeasiblePlanError(
@@ -240,9 +237,11 @@ def request_dist(pb: Problem) -> tuple[np.ndarray, tuple[int, ...], float, float
     if not fits:
         raise err
     places = {g: np.full(pb.n, g, dtype=np.int64) for g in fits}
-    used = np.stack([resident_bytes(pb, places[g]) + pb.reserve for g in fits])
-    check_pools(pb, used, np.eye(pb.D, dtype=bool)[fits], "request-dist (a full replica on each of "
-                + ", ".join(pb.devices[g] for g in fits) + ")")
+    if len(pb.pool_budgets):  # each replica is a copy of the whole model: the copies on one GPU add up
+        used = np.zeros(pb.D)
+        used[fits] = [resident_bytes(pb, places[g])[g] + pb.reserve for g in fits]
+        check_pools(pb, pb.pools @ used, "request-dist (a full model copy on each of "
+                    + ", ".join(pb.devices[g] for g in fits) + ")")
     cyc = 1.0 / sum(1.0 / cycle_seconds(pb, places[g]) for g in fits)
     lat = max(latency_seconds(pb, places[g]) for g in fits)
     mems = [memory(pb, places[g]) for g in fits]

@@ -399,7 +399,7 @@ def block_memory_over(pb: Problem, blocks: Blocks, bplaces: np.ndarray) -> np.nd
     dev_on[rows, bplaces] = True
     over = dev_on & (used + pb.reserve > pb.budgets * (1 + 1e-9))
     if len(pb.pool_budgets):
-        pool = pb.pool_over(used + pb.reserve, dev_on)  # [P, K]
+        pool = pb.pool_over(on, blocks.res_bytes, dev_on)  # [P, K]
         over |= dev_on & (pool.astype(np.float64) @ pb.pools.astype(np.float64) > 0)
     return over
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch_tessera.scheduler.evaluate import latency_seconds, loads, memory
+from torch_tessera.scheduler.evaluate import holder_entries, latency_seconds, loads, memory, resident_on
 from torch_tessera.scheduler.problem import Problem
 from torch_tessera.scheduler.types import CutEdge, Plan, SolverInfo
 
@@ -52,5 +52,14 @@ def make_plan(pb: Problem, place: np.ndarray, *, policy: str, objective: str, lo
         memory_budgets=tuple(None if np.isinf(b) else int(b) for b in pb.budgets),
         weights=tuple(tuple(w) for w in mem["weights"]), solver=solver, replicas=tuple(replicas),
         frequencies={name: float(f) for name, f in zip(pb.programs, pb.freq)}, hop_seconds=hop,
-        memory_pools=tuple((name, tuple(np.flatnonzero(m).tolist()), int(c))
-                           for name, m, c in zip(pb.pool_names, pb.pools, pb.pool_budgets)))
+        memory_pools=_pools_held(pb, place))
+
+
+def _pools_held(pb: Problem, place: np.ndarray) -> tuple[tuple[str, tuple[int, ...], int, int], ...]:
+    """:attr:`Plan.memory_pools` of ``place``: per pool its name, members, bytes held together and budget."""
+    if not len(pb.pool_budgets):
+        return ()
+    on = (np.bincount(place, minlength=pb.D) > 0)[None]
+    held = pb.pool_bytes(resident_on(pb, place[None]), holder_entries(pb)[2], on)[0]
+    return tuple((name, tuple(np.flatnonzero(m).tolist()), int(h), int(c))
+                 for name, m, h, c in zip(pb.pool_names, pb.pools, held, pb.pool_budgets))

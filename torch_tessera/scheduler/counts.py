@@ -268,8 +268,9 @@ def identical_device_pairs(pb: Problem, forbidden: np.ndarray) -> list[tuple[int
 
 def _memory_rows(m: MilpModel, pb: Problem, cls: Classes, n: np.ndarray, forbidden: np.ndarray) -> None:
     """Resident bytes of each device within its budget less the activation reserve, and of each memory pool's members
-    together within its budget less one reserve per member (in GB); no rows when every resident buffer fits on every
-    device and pool together (then no placement can break a budget)."""
+    together within its budget less one reserve per member (in GB; a buffer held on two members of one pool counts
+    twice here, once at run time: the realisation is checked exactly); no rows when every resident buffer fits on
+    every device and pool together (then no placement can break a budget)."""
     if not budgets_bind(pb):
         return
     cap = (pb.budgets - pb.reserve) / 1e9

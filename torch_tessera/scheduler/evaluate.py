@@ -244,13 +244,14 @@ def budgets_bind(pb: Problem) -> bool:
 
 def fits_many(pb: Problem, places: np.ndarray) -> np.ndarray:
     """``[P]`` bool: whether each placement fits every budget it uses (resident bytes + activation reserve), and
-    the devices of each memory pool (partitions of one GPU) fit its budget together."""
+    the devices of each memory pool (partitions of one GPU) fit its budget together (:meth:`Problem.pool_bytes`)."""
     places = np.asarray(places, dtype=np.int64)
     if not budgets_bind(pb):
         return np.ones(len(places), dtype=bool)
-    used = resident_bytes(pb, places) + pb.reserve
+    held, nbytes = resident_on(pb, places), holder_entries(pb)[2]
+    used = np.einsum("prd,r->pd", held.astype(np.int64), nbytes).astype(np.float64) + pb.reserve
     on = (places[:, :, None] == np.arange(pb.D)[None, None]).any(1)
-    return np.all(~on | (used <= pb.budgets * (1 + 1e-9)), axis=1) & ~pb.pool_over(used, on).any(1)
+    return np.all(~on | (used <= pb.budgets * (1 + 1e-9)), axis=1) & ~pb.pool_over(held, nbytes, on).any(1)
 
 
 def memory_ok(pb: Problem, place: np.ndarray) -> bool:

@@ -144,7 +144,8 @@ def _cut_vars(m: MilpModel, x: np.ndarray, src: np.ndarray, dst: np.ndarray, D: 
 def _memory_rows(m: MilpModel, pb: Problem, blocks: Blocks, x: np.ndarray, slack: np.ndarray | None = None,
                  pool_slack: np.ndarray | None = None) -> None:
     """Resident bytes per device within ``budget - reserve``, and per memory pool within its budget less one reserve
-    per member (in GB); ``slack`` / ``pool_slack`` add a per-device / per-pool overflow var."""
+    per member (in GB; a buffer held on several members counts once); ``slack`` / ``pool_slack`` add a per-device /
+    per-pool overflow var."""
     D = pb.D
     cap = (pb.budgets - pb.reserve) / 1e9
     pooled = pb.pools.any(0)
@@ -175,12 +176,27 @@ def _memory_rows(m: MilpModel, pb: Problem, blocks: Blocks, x: np.ndarray, slack
             cols.append(slack[g])
             vals.append(-1.0)
         m.rows_coo(np.zeros(len(cols), np.int64), np.array(cols), np.array(vals), -np.inf, cap[g], 1)
+    if len(pb.pool_budgets):
+        _pool_rows(m, pb, blocks, x, w, single, multi, list(terms), pool_slack)
+
+
+def _pool_rows(m: MilpModel, pb: Problem, blocks: Blocks, x: np.ndarray, w: np.ndarray, single: list[int],
+               multi: list[int], limited: list[int], pool_slack: np.ndarray | None) -> None:
+    """Resident bytes of each memory pool's members together within its budget less one reserve per member (in GB):
+    a buffer of one holder block counts where that block runs, one of several (``w[j, g]``, see
+    :func:`_memory_rows`) once per pool through ``u[j] >= w[j, g]`` for each member ``g``."""
     for k in range(len(pb.pool_budgets)):  # members of one pool together; a forbidden member holds nothing
-        members = [g for g in np.flatnonzero(pb.pools[k]).tolist() if g in terms]
+        members = [g for g in np.flatnonzero(pb.pools[k]).tolist() if g in limited]
         if not members:
             continue
-        cols = [c for g in members for c in terms[g][0]]
-        vals = [v for g in members for v in terms[g][1]]
+        u = m.vars(len(multi), lb=0.0, ub=1.0)
+        if multi:
+            nrow = len(multi) * len(members)
+            rows = np.repeat(np.arange(nrow), 2)
+            cc = np.array([[u[j], w[j, g]] for j in range(len(multi)) for g in members]).ravel()
+            m.rows_coo(rows, cc, np.tile([1.0, -1.0], nrow), 0.0, np.inf, nrow)
+        cols = [x[blocks.res_holders[i][0], g] for g in members for i in single] + u.tolist()
+        vals = [blocks.res_bytes[i] / 1e9 for _ in members for i in single] + [blocks.res_bytes[i] / 1e9 for i in multi]
         if pool_slack is not None:
             cols.append(pool_slack[k])
             vals.append(-1.0)

@@ -143,12 +143,25 @@ class Problem(Memo):
             return True
         return not np.isinf(self.budgets).all() and bool(np.any(total + self.reserve > self.budgets * tol))
 
-    def pool_over(self, used: np.ndarray, on: np.ndarray) -> np.ndarray:
-        """``[P, K]`` bool: the pools whose budget ``[P, D]`` bytes ``used`` (resident + reserve) on the devices
-        ``on`` (``[P, D]`` bool) break together."""
+    def pool_bytes(self, held: np.ndarray, nbytes: np.ndarray, dev_on: np.ndarray) -> np.ndarray:
+        """``[P, K]`` bytes each pool's members hold together: every resident buffer held on any member once (the
+        partitions of one GPU share one buffer pool at run time), plus one activation reserve per used member.
+
+        Args:
+            held: ``[P, R, D]`` bool, whether each of ``R`` resident buffers lives on each device.
+            nbytes: ``[R]`` bytes of each buffer.
+            dev_on: ``[P, D]`` bool, the devices each placement uses.
+        """
+        pools = self.pools.astype(np.int64)
+        in_pool = np.einsum("prd,kd->prk", held.astype(np.int64), pools) > 0
+        return (np.einsum("prk,r->pk", in_pool.astype(np.float64), np.asarray(nbytes, dtype=np.float64))
+                + self.reserve * (dev_on.astype(np.int64) @ pools.T))
+
+    def pool_over(self, held: np.ndarray, nbytes: np.ndarray, dev_on: np.ndarray) -> np.ndarray:
+        """``[P, K]`` bool: the pools whose budget the placements break (:meth:`pool_bytes`, same arguments)."""
         if not len(self.pool_budgets):
-            return np.zeros((len(used), 0), dtype=bool)
-        return np.where(on, used, 0.0) @ self.pools.T.astype(np.float64) > self.pool_budgets * (1 + 1e-9)
+            return np.zeros((len(dev_on), 0), dtype=bool)
+        return self.pool_bytes(held, nbytes, dev_on) > self.pool_budgets * (1 + 1e-9)
 
     @property
     def charges_devices(self) -> bool:

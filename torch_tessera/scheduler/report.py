@@ -58,10 +58,9 @@ def plan_summary(plan: Plan) -> str:
                      fmt_bytes(plan.state_bytes[g]), fmt_bytes(plan.activation_bytes[g]),
                      fmt_bytes(plan.memory_bytes[g]), "-" if budget is None else fmt_bytes(budget)])
     out += _table(["device", "kernels", "busy/step", "weights", "state", "activ.", "memory", "budget"], rows)
-    for name, members, capacity in plan.memory_pools:
-        held = sum(plan.memory_bytes[g] for g in members)
-        out.append(f"GPU {name}: {', '.join(plan.devices[g] for g in members)} hold {fmt_bytes(held)} together, "
-                   f"budget {fmt_bytes(capacity)} (one GPU's memory, shared)")
+    for name, members, held, capacity in plan.memory_pools:
+        out.append(f"GPU {name}: {', '.join(plan.devices[g] for g in members)} hold {fmt_bytes(held)} together "
+                   f"(buffers they share once), budget {fmt_bytes(capacity)} (one GPU's memory, shared)")
     if any(plan.hop_seconds):
         out.append("busy/step includes the per-hop charge of cut edges: "
                    + ", ".join(f"{plan.devices[g]} {fmt_seconds(s)}" for g, s in enumerate(plan.hop_seconds)))

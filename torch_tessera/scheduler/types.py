@@ -173,8 +173,9 @@ class Plan:
         memory_bytes: per-device estimate: weights placed + STATE held + activation peak (bytes).
         weight_bytes / state_bytes / activation_bytes: its parts per device (bytes).
         memory_budgets: per-device budgets the plan respects (bytes), ``None`` where unlimited.
-        memory_pools: ``(GPU name, member device indices, bytes)`` per GPU whose partitions share its memory: the
-            plan keeps the members' ``memory_bytes`` together within those bytes (empty: no shared memory).
+        memory_pools: ``(GPU name, member device indices, bytes held, budget bytes)`` per GPU whose partitions share
+            its memory: what the members hold together (resident buffers once, as they share one buffer pool at run
+            time, plus each used member's activation reserve) and the budget it must fit (empty: no shared memory).
         weights: per device, names of the PARAMETER buffers placed there.
         replicas: devices that each run a full replica (``request-dist``); empty otherwise.
         hop_seconds: per device, the part of ``device_seconds`` its cut edges charge it (per-hop overhead and
@@ -209,7 +210,7 @@ class Plan:
     frequencies: Mapping[str, float] = field(default_factory=dict)
     hop_seconds: tuple[float, ...] = ()
     simulated_seconds: float | None = None
-    memory_pools: tuple[tuple[str, tuple[int, ...], int], ...] = ()
+    memory_pools: tuple[tuple[str, tuple[int, ...], int, int], ...] = ()
 
     @property
     def gap(self) -> float:
@@ -269,5 +270,5 @@ class Plan:
                     "memory_budgets", "replicas", "hop_seconds"):
             if key in d:
                 d[key] = tuple(d[key])
-        d["memory_pools"] = tuple((n, tuple(m), c) for n, m, c in d.get("memory_pools", ()))
+        d["memory_pools"] = tuple((n, tuple(m), h, c) for n, m, h, c in d.get("memory_pools", ()))
         return Plan(**d)
