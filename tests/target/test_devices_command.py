@@ -56,3 +56,11 @@ def test_bad_device_string_exits_2_with_the_forms(capsys):
     code, out = run(capsys, "--devices", "cuda:1@24smx")
     assert code == 2
     assert "accepted device strings" in out and "cuda:N@Ksm" in out
+
+
+def test_partitions_of_one_gpu_show_their_shared_memory(capsys):
+    code, out = run(capsys, "--devices", "cuda:0@104sm,cuda:0@24sm,cuda:1", "--assume-gpu", "h200")
+    assert code == 0
+    shared = [l for l in out.splitlines() if l.startswith("shared memory")]
+    assert shared == ["shared memory of GPU cuda:0: the 141.00 GB of one NVIDIA H200, shared by cuda:0@104sm, "
+                      "cuda:0@24sm; plans keep them within 141.00 GB together"]

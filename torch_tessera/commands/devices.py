@@ -116,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
     if requested:
         print("\nRequested devices (partition figures are model estimates until measured)")
         print(format_table(SPEC_HEADERS, [spec_row(d) for d in requested]))
+        from torch_tessera.target.links import memory_pools
+
+        for pool in memory_pools(requested):
+            print(f"shared memory of GPU {pool.name}: {pool.source}; plans keep them within "
+                  f"{pool.capacity / 1e9:.2f} GB together")
     print("\nEmulation profiles (cuda:N@PROFILE)")
     print(_profiles_table())
     print(f"\nSimulated catalog (sim:KEY; dense peaks; price in {prices.UNIT}, {prices.TABLE_DATE})")
