@@ -152,10 +152,10 @@ class Problem(Memo):
             nbytes: ``[R]`` bytes of each buffer.
             dev_on: ``[P, D]`` bool, the devices each placement uses.
         """
-        pools = self.pools.astype(np.int64)
-        in_pool = np.einsum("prd,kd->prk", held.astype(np.int64), pools) > 0
-        return (np.einsum("prk,r->pk", in_pool.astype(np.float64), np.asarray(nbytes, dtype=np.float64))
-                + self.reserve * (dev_on.astype(np.int64) @ pools.T))
+        nbytes = np.asarray(nbytes, dtype=np.float64)
+        held_bytes = np.stack([held[:, :, m].any(2) @ nbytes for m in self.pools], axis=1) if len(self.pools) else (
+            np.zeros((len(dev_on), 0)))
+        return held_bytes + self.reserve * (dev_on.astype(np.int64) @ self.pools.T.astype(np.int64))
 
     def pool_over(self, held: np.ndarray, nbytes: np.ndarray, dev_on: np.ndarray) -> np.ndarray:
         """``[P, K]`` bool: the pools whose budget the placements break (:meth:`pool_bytes`, same arguments)."""
