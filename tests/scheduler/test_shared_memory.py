@@ -25,7 +25,8 @@ def _setup(devices: str, weight_gb: float, n: int = 8):
     dag = random_dag(n, 0, weight_mb=int(weight_gb * 1000 / n))
     topo = build_topology(parse_devices(devices, assume_gpu="h200"))
     nodes = tuple(sorted(dag.graph.nodes))
-    costs = CostTable(topo.devices, nodes, np.random.default_rng(0).uniform(1e-4, 1e-3, (len(nodes), 2)))
+    seconds = np.random.default_rng(0).uniform(1e-4, 1e-3, (len(nodes), len(topo.devices)))
+    costs = CostTable(topo.devices, nodes, seconds * np.array([1.0, 1.0, 20.0][:len(topo.devices)]))
     return dag, costs, topo
 
 
@@ -58,6 +59,17 @@ def test_model_bigger_than_the_gpu_does_not_fit_its_partitions(policy):
     assert info.value.shortfalls[0][0] == "cuda:0"
     dag, costs, topo = _setup("cuda:0,cuda:1", 200)  # two whole GPUs hold it
     assert plan(dag, costs, topo, policy=policy, cache_dir=False).memory_bytes[0] <= H200
+
+
+@pytest.mark.parametrize("policy", ["throughput", "latency"])
+def test_the_planner_moves_what_one_gpu_cannot_hold_to_another(policy):
+    """The partitions are 20x faster than cuda:1, so without the shared memory they would take all 200 GB."""
+    dag, costs, topo = _setup(PARTS + ",cuda:1", 200)
+    p = plan(dag, costs, topo, policy=policy, cache_dir=False)
+    ((_, members, held, budget),) = p.memory_pools
+    assert members == (0, 1) and held <= budget == H200
+    assert p.memory_bytes[0] + p.memory_bytes[1] <= H200 and p.memory_bytes[2] >= 59 * GB
+    assert p.memory_bytes[0] + p.memory_bytes[1] >= 125 * GB  # as much as fits stays on the fast partitions
 
 
 def test_request_dist_copies_on_one_gpu_add_up_and_are_reported():
