@@ -42,8 +42,10 @@ def test_partitions_of_one_gpu_plan_within_its_memory_and_request_dist_does_not_
     for name, p in made.items():
         ((gpu, members, held, budget),) = p.memory_pools
         assert (gpu, members, budget) == ("cuda:0", (0, 1), H200) and held <= budget, name
-    assert "request-dist: request-dist (a full model copy on each of cuda:0@104sm, cuda:0@24sm) does not fit" in \
-        report(plans, "throughput")
+    text = report(plans, "throughput")
+    assert "request-dist: request-dist (a full model copy on each of cuda:0@104sm, cuda:0@24sm) does not fit" in text
+    assert re.search(r"GPU cuda:0 is shared by cuda:0@104sm, cuda:0@24sm: together they hold throughput [\d.]+ GB, "
+                     r".*\(buffers they share once; budget 141\.00 GB\)", text), text
 
 
 def test_two_whole_gpus_still_hold_a_replica_each():

@@ -111,4 +111,15 @@ def compare(plans: Mapping[str, Plan | Exception], reference: str | None = None)
         if ref is not None else []
     return "\n".join(_table(["plan", "cycle/step", "speed-up", "simulated", "sim. speed-up", "latency",
                              "memory per device", "cuts",
-                             "bytes/step", "gap", "solve"], rows) + why + legend)
+                             "bytes/step", "gap", "solve"], rows) + why + legend + _shared_lines(ok))
+
+
+def _shared_lines(plans: Mapping[str, Plan]) -> list[str]:
+    """Per GPU whose partitions share its memory: what each plan holds there (shared buffers once) and its budget."""
+    first = next(iter(plans.values()), None)
+    lines = []
+    for k, (name, members, _, budget) in enumerate(first.memory_pools if first is not None else ()):
+        held = ", ".join(f"{n} {fmt_bytes(p.memory_pools[k][2])}" for n, p in plans.items() if len(p.memory_pools) > k)
+        lines.append(f"GPU {name} is shared by {', '.join(first.devices[g] for g in members)}: together they hold "
+                     f"{held} (buffers they share once; budget {fmt_bytes(budget)})")
+    return lines
