@@ -55,7 +55,8 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
         topology: devices (same names as the cost tables), link bandwidth (bytes/s) and latency (seconds).
         policy: ``"throughput"``, ``"latency"`` or a baseline name (see module docstring).
         memory_budgets: bytes per device (sequence in topology order, or device name -> bytes; ``None`` entries are
-            unlimited); defaults to ``topology.memory``, else unlimited.
+            unlimited); defaults to ``topology.memory`` with ``topology.memory_pools`` (partitions of one GPU hold
+            its memory together, a buffer they share once), else unlimited. Given budgets replace both.
         pins: launch index (or ``(program, launch index)``) -> device index or name.
         time_limit: seconds for the solver; the best placement found by then is returned, with its gap.
         micro_batches: micro-batches in flight in the throughput pipeline; each pays the per-hop latency.
@@ -85,7 +86,8 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
         The :class:`Plan`; ``print(plan)`` shows its summary table.
 
     Raises:
-        InfeasiblePlanError: no placement fits the memory budgets and pins (names the short device and by how much).
+        InfeasiblePlanError: no placement fits the memory budgets and pins (names the short device, or the GPU whose
+            partitions lack memory together, and by how much).
         NotApplicableError: a baseline does not apply to this workload.
         ConfigError: bad arguments (unknown policy or score, cost tables that do not match the DAG or the devices).
     """
