@@ -48,6 +48,18 @@ def test_plan_that_does_not_fit_raises_infeasible_plan_error():
     assert e.value.shortfalls and "TORCHDYNAMO_VERBOSE" not in str(e.value)
 
 
+def test_missing_device_raises_device_unavailable_error():
+    with pytest.raises(torch_tessera.DeviceUnavailableError, match=r"^sim:a100 is simulated: it has costs but no "
+                       r"runtime; run on cuda:N or cpu:N$"):
+        _call({"devices": "cpu:0,sim:a100"})
+
+
+def test_policy_that_does_not_apply_names_the_option_and_the_fix():
+    with pytest.raises(torch_tessera.NotApplicableError, match=r"^option policy='af' does not apply to this graph: "
+                       r"af needs attention kernels.*Fix: use policy='throughput'"):
+        _call({"devices": "cpu:0,cpu:1", "policy": "af"})
+
+
 def test_fallback_raise_raises_inference_only_error():
     with pytest.raises(torch_tessera.InferenceOnlyError, match="tessera is inference-only"):
         _call({"fallback": "raise"}, grad=True)

@@ -31,9 +31,9 @@ def test_policy_defaults_to_the_planners_as_plan_does():
 
 def _record(**over) -> dict:
     rows = [{"rank": 0, "device": "cpu:0", "host": "vm", "launches": 3, "cut_edges_sent": 1, "cut_edges_received": 1,
-             "bytes_sent": 4096.0},
+             "cut_bytes_sent": 4096.0, "other_bytes_sent": 0.0},
             {"rank": 1, "device": "cpu:1", "host": "vm", "launches": 2, "cut_edges_sent": 1, "cut_edges_received": 1,
-             "bytes_sent": 16384.0}]
+             "cut_bytes_sent": 16384.0, "other_bytes_sent": 2048.0}]
     record = {"ok": True, "failures": [], "world_size": 2, "policy": "throughput", "total_launches": 5,
               "cut_edges": 2, "cut_edges_transferred": 2, "compile_s": 2.84, "seconds_per_call": [0.05, 0.0455],
               "max_abs_diff_eager": 2.38e-7, "equal_inprocess": True, "per_rank": rows}
@@ -44,10 +44,10 @@ def test_table_states_verdict_cuts_ranks_and_checks():
     text = format_result(_record(), "mlp", "tiny")
     assert text.splitlines() == [
         "tessera dist-run: mlp (tiny) on 2 ranks, policy throughput: OK",
-        "5 launches, 2 cut edges (2 transferred per call); compile 2.8 s; 2 call(s), the last 45.500 ms",
-        "rank  device  host  launches/call  cut edges sent  received  bytes sent",
-        "0     cpu:0   vm    3              1               1         4.10 KB",
-        "1     cpu:1   vm    2              1               1         16.38 KB",
+        "5 launches, 2 cut edges (2 transferred per call); compile 2.8 s; 2 call(s), the last 45.500 ms; bytes: all calls",
+        "rank  device  host  launches/call  cut edges sent  received  cut bytes sent  inputs/outputs sent",
+        "0     cpu:0   vm    3              1               1         4.10 KB         0 B",
+        "1     cpu:1   vm    2              1               1         16.38 KB        2.05 KB",
         "vs eager: max abs diff 2.38e-07; bitwise equal to the in-process runtime: yes",
     ]
     failed = format_result(_record(ok=False, failures=["x"], equal_inprocess=False), "mlp", "tiny")

@@ -17,16 +17,16 @@ from torch_tessera.backend.explain import (NO_PLAN_ONE_DEVICE, GraphRecord, aban
                                            close_record, explain, open_record)
 from torch_tessera.compat.dynamo import as_user_error
 from torch_tessera.errors import (ConfigError, DeviceUnavailableError, InfeasiblePlanError, LoweringError,
-                                  TesseraFallbackWarning, warn_user)
+                                  NotApplicableError, TesseraFallbackWarning, warn_user)
 
 log = logging.getLogger("torch_tessera.backend")
 
 __all__ = ["tessera_backend", "TesseraConfig", "register", "explain", "USER_ERRORS"]
 
-#: Errors the user's input causes (options, devices, a model that does not fit, ``fallback="raise"``): the backend
-#: raises them to the caller of the compiled model as themselves. Any other error is a tessera bug, left for Dynamo
-#: to report as ``BackendCompilerFailed``.
-USER_ERRORS = (ConfigError, DeviceUnavailableError, InfeasiblePlanError, LoweringError)
+#: Errors the user's input causes (options, devices, a policy that does not apply, a model that does not fit,
+#: ``fallback="raise"``): the backend raises them to the caller of the compiled model as themselves. Any other error
+#: is a tessera bug, left for Dynamo to report as ``BackendCompilerFailed``.
+USER_ERRORS = (ConfigError, DeviceUnavailableError, InfeasiblePlanError, LoweringError, NotApplicableError)
 
 
 def tessera_backend(
@@ -54,6 +54,8 @@ def tessera_backend(
         LoweringError: the graph could not be lowered (``InferenceOnlyError``: it needs a backward) and
             ``fallback="raise"``.
         DeviceUnavailableError: option ``devices`` names a device this machine does not have.
+        NotApplicableError: option ``policy`` names a baseline that does not apply to the graph (``af`` without
+            attention kernels).
 
     These errors (:data:`USER_ERRORS`) reach the caller of the compiled model as themselves, not wrapped in Dynamo's
     ``BackendCompilerFailed``, so ``except torch_tessera.ConfigError`` catches them.
@@ -163,6 +165,9 @@ def _placed_runner(captured: Any, config: TesseraConfig, graphs: bool | str, rec
                                 **({"dump_dir": config.dump_dir} if config.dump_dir else {}))
     except InfeasiblePlanError as e:
         raise in_user_terms(e, specs, config) from None
+    except NotApplicableError as e:
+        raise NotApplicableError(f"option policy={config.policy!r} does not apply to this graph: {e}. Fix: use "
+                                 "policy='throughput' (the planner's, the default)") from None
     if choice is not None:
         record.costs = choice.summary
         record.launches_timed = (record.launches_timed or 0) + choice.launches_timed

@@ -10,10 +10,12 @@ from torch_tessera.scheduler.report import fmt_bytes, fmt_seconds
 
 def rank_row(mine: dict, device: str) -> dict:
     """The part of one rank's record the table shows: its device (as ``--devices`` names it), host, launches per
-    call, cut edges and bytes sent."""
+    call, cut edges, and bytes sent over all calls: for cut edges, and the rest (inputs, outputs gathered on rank 0,
+    weights)."""
     return {"rank": mine["rank"], "device": device, "host": mine["host"], "launches": mine["launches"],
             "cut_edges_sent": len(mine["cut_edges_sent"]), "cut_edges_received": len(mine["cut_edges_received"]),
-            "bytes_sent": float(sum(mine["bytes_sent"].values()))}
+            "cut_bytes_sent": float(mine["bytes_sent"].get("cut", 0)),
+            "other_bytes_sent": float(sum(v for k, v in mine["bytes_sent"].items() if k != "cut"))}
 
 
 def format_result(result: dict, model: str, size: str) -> str:
@@ -30,10 +32,12 @@ def format_result(result: dict, model: str, size: str) -> str:
              f"{verdict}",
              f"{result['total_launches']} launches, {result['cut_edges']} cut edges "
              f"({result['cut_edges_transferred']} transferred per call); compile {result['compile_s']:.1f} s; "
-             f"{len(calls)} call(s), the last {fmt_seconds(calls[-1]) if calls else '-'}"]
+             f"{len(calls)} call(s), the last {fmt_seconds(calls[-1]) if calls else '-'}; bytes: all calls"]
     rows = [[str(r["rank"]), r["device"], r["host"], str(r["launches"]), str(r["cut_edges_sent"]),
-             str(r["cut_edges_received"]), fmt_bytes(r["bytes_sent"])] for r in result.get("per_rank", [])]
-    lines += _table(["rank", "device", "host", "launches/call", "cut edges sent", "received", "bytes sent"], rows)
+             str(r["cut_edges_received"]), fmt_bytes(r["cut_bytes_sent"]), fmt_bytes(r["other_bytes_sent"])]
+            for r in result.get("per_rank", [])]
+    lines += _table(["rank", "device", "host", "launches/call", "cut edges sent", "received", "cut bytes sent",
+                     "inputs/outputs sent"], rows)
     lines.append(f"vs eager: max abs diff {result['max_abs_diff_eager']:.3g}"
                  + _same(result, "equal_inprocess", "the in-process runtime"))
     piped = result.get("pipelined")
