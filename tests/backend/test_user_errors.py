@@ -35,6 +35,8 @@ def test_bad_option_raises_config_error_with_the_plain_message():
     assert type(e.value).__name__ == "ConfigError" and type(e.value).__module__ == "torch_tessera.errors"
     frames = [f.name for f in traceback.extract_tb(e.value.__traceback__)]
     assert "tessera_backend" in frames and "_call_user_compiler" not in frames, frames
+    back = pickle.loads(pickle.dumps(e.value))  # e.g. sent from a worker process
+    assert type(back) is ConfigError and str(back) == str(e.value)
 
 
 def test_unknown_option_is_caught_by_the_public_name():
