@@ -9,8 +9,8 @@ and ``_torchdynamo_orig_callable`` on what ``torch.compile`` returns, and the fr
 ``torch._dynamo.exc.ShortenTraceback`` instead of wrapping it in ``BackendCompilerFailed`` (the ``except (...,
 ShortenTraceback)`` around the compiler call in ``output_graph.py``, ``ShortenTraceback`` in the re-raised tuple of
 ``convert_frame.py``, and ``raise e.remove_dynamo_frames() from None`` in ``eval_frame.py``). Checked on torch 2.13.0
-(installed) and against pytorch/pytorch sources of the 2.1x line, which carry the same three clauses; never calls
-``ShortenTraceback.__init__``. Where the class is missing or cannot be combined, the error stays as it is (Dynamo wraps
+(installed, run) and read in several pytorch/pytorch snapshots of those files from before and after 2.11 (not a
+tagged 2.11 checkout), which all carry the three clauses; never calls ``ShortenTraceback.__init__``. Where the class is missing or cannot be combined, the error stays as it is (Dynamo wraps
 it, as before).
 """
 
