@@ -15,6 +15,7 @@ from torch_tessera.errors import (  # noqa: F401
     DeviceUnavailableError,
     InfeasiblePlanError,
     LoweringError,
+    NotApplicableError,
     PTXParseError,
     ScheduleError,
     TesseraCacheWarning,

@@ -3,6 +3,7 @@ it did with each graph."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from typing import Any, Callable, Sequence
@@ -14,11 +15,18 @@ from torch_tessera.backend.config import TesseraConfig
 from torch_tessera.backend.costs import choose_costs, plan_source, resolve_costs, with_costs_note
 from torch_tessera.backend.explain import (NO_PLAN_ONE_DEVICE, GraphRecord, abandon_record, add_executor,
                                            close_record, explain, open_record)
-from torch_tessera.errors import ConfigError, InfeasiblePlanError, LoweringError, TesseraFallbackWarning, warn_user
+from torch_tessera.compat.dynamo import as_user_error
+from torch_tessera.errors import (ConfigError, DeviceUnavailableError, InfeasiblePlanError, LoweringError,
+                                  NotApplicableError, TesseraFallbackWarning, warn_user)
 
 log = logging.getLogger("torch_tessera.backend")
 
-__all__ = ["tessera_backend", "TesseraConfig", "register", "explain"]
+__all__ = ["tessera_backend", "TesseraConfig", "register", "explain", "USER_ERRORS"]
+
+#: Errors the user's input causes (options, devices, a policy that does not apply, a model that does not fit,
+#: ``fallback="raise"``): the backend raises them to the caller of the compiled model as themselves. Any other error
+#: is a tessera bug, left for Dynamo to report as ``BackendCompilerFailed``.
+USER_ERRORS = (ConfigError, DeviceUnavailableError, InfeasiblePlanError, LoweringError, NotApplicableError)
 
 
 def tessera_backend(
@@ -45,8 +53,23 @@ def tessera_backend(
             needed and available, and the option that set the budget).
         LoweringError: the graph could not be lowered (``InferenceOnlyError``: it needs a backward) and
             ``fallback="raise"``.
+        DeviceUnavailableError: option ``devices`` names a device this machine does not have.
+        NotApplicableError: option ``policy`` names a baseline that does not apply to the graph (``af`` without
+            attention kernels).
+
+    These errors (:data:`USER_ERRORS`) reach the caller of the compiled model as themselves, not wrapped in Dynamo's
+    ``BackendCompilerFailed``, so ``except torch_tessera.ConfigError`` catches them.
     """
-    config = TesseraConfig.from_options(options, mode)
+    try:
+        return _compile_or_fall_back(gm, example_inputs, TesseraConfig.from_options(options, mode))
+    except USER_ERRORS as e:  # Dynamo would wrap it in BackendCompilerFailed: let it reach the user as itself
+        raise as_user_error(e, inspect.currentframe()) from e.__cause__
+
+
+def _compile_or_fall_back(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                          config: TesseraConfig) -> Callable:
+    """The graph compiled by tessera, or by Inductor after a warning when it cannot be lowered (unless
+    ``config.fallback == "raise"``), with its :class:`GraphRecord` for :func:`explain`."""
     record = open_record(gm, example_inputs)
     try:
         try:
@@ -142,6 +165,9 @@ def _placed_runner(captured: Any, config: TesseraConfig, graphs: bool | str, rec
                                 **({"dump_dir": config.dump_dir} if config.dump_dir else {}))
     except InfeasiblePlanError as e:
         raise in_user_terms(e, specs, config) from None
+    except NotApplicableError as e:
+        raise NotApplicableError(f"option policy={config.policy!r} does not apply to this graph: {e}. Fix: use "
+                                 "policy='throughput' (the planner's, the default)") from None
     if choice is not None:
         record.costs = choice.summary
         record.launches_timed = (record.launches_timed or 0) + choice.launches_timed

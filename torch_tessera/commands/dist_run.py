@@ -8,7 +8,10 @@ Launch with torchrun, one rank per device (rank r runs device r of ``--devices``
 Every rank builds the model with the same seed and lowers it on its own device; rank 0 chooses the placement and
 broadcasts it; every rank checks it holds the same program (:func:`agree_on_plan`). Rank 0 then compares the
 distributed outputs with eager PyTorch and with the in-process runtime on the same devices, and checks that the ranks
-together transferred exactly the placement's cut edges. Each rank prints one ``DIST-RUN {json}`` line.
+together transferred exactly the placement's cut edges. Rank 0 prints the verdict and a table of the ranks
+(:mod:`~torch_tessera.commands.dist_report`); ``--json`` makes every rank print its record as one JSON line instead,
+``--json PATH`` writes each rank's record to a file. The default placement is the planner's (``--policy
+throughput``, as ``tessera plan``).
 
 ``--micro-batches N --slots S`` then runs N micro-batches with other inputs (seeded, the same on every rank) through
 :meth:`DistributedExecutor.run_pipelined`: each group of S replays the placement's explicit pipelined schedule over S
@@ -31,12 +34,14 @@ import sys
 import time
 from typing import Any
 
+from torch_tessera.commands.dist_report import format_result, rank_row
 from torch_tessera.errors import ConfigError, TesseraError
 
 HELP = "run a model's plan with one process per device (launch with torchrun) and check it against eager"
 
-#: Policies: ours (``home``, ``random``, ``attention``: attention launches on device 1) and the scheduler's.
-POLICIES = ("random", "attention", "home", "throughput", "latency", "af", "layer", "homo-L", "homo-R")
+#: Policies: the scheduler's (the planner's ``throughput`` first: the default) and ours (``home``, ``random``,
+#: ``attention``: attention launches on device 1).
+POLICIES = ("throughput", "latency", "af", "layer", "homo-L", "homo-R", "random", "attention", "home")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's)")
     parser.add_argument("--devices", default=None,
                         help="one device per rank, comma-separated (default: cuda:0..N-1 with CUDA, else cpu:0..N-1)")
-    parser.add_argument("--policy", default="random", choices=POLICIES, help="placement policy (default: random)")
+    parser.add_argument("--policy", default="throughput", choices=POLICIES,
+                        help="placement policy (default: throughput, the planner's, as tessera plan)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random placement")
     parser.add_argument("--network", default="rdma400", help="link model for devices on different hosts")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds any wait on a peer may take")
@@ -58,7 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="then run this many micro-batches through run_pipelined (default: 0, none)")
     parser.add_argument("--slots", type=int, default=2, help="micro-batches in flight with --micro-batches (default: 2)")
     parser.add_argument("--no-inprocess", action="store_true", help="skip the comparison with the in-process runtime")
-    parser.add_argument("--json", default=None, help="write this rank's result here ({rank} is replaced)")
+    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                        help="for machines: every rank prints its record as one JSON line instead of rank 0's table; "
+                             "with PATH, each rank also writes its record there ({rank} is replaced)")
     parser.add_argument("--inject-failure", default=None, metavar="RANK:MODE",
                         help="testing: RANK exits (MODE exit) or stops answering (MODE hang) before its first send "
                              "(RANK:MODE:CALL: its first send of call CALL)")
@@ -200,6 +208,7 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
     result = {**mine, "compile_s": compile_s, "seconds_per_call": seconds, "policy": args.policy,
               "world_size": ctx.world_size, "total_launches": len(runner.program.launches)}
     if home:
+        result["per_rank"] = [rank_row(r, devices[r["rank"]]) for r in every]
         cuts = cut_edge_count(runner.dag, placement)
         result.update(_checks(got, want, inprocess, every, cuts, len(runner.program.launches)))
         if piped is not None:
@@ -353,9 +362,13 @@ def _checks(got: Any, want: Any, inprocess: list | None, every: list, cuts: int,
 
 
 def _report(args: argparse.Namespace, result: dict) -> None:
+    """Rank 0's table (or, with ``--json``, every rank's JSON line); ``--json PATH``: the record in a file too."""
     line = json.dumps(result, default=str)
-    print(f"DIST-RUN {line}", flush=True)
-    if args.json:
+    if args.json == "-":
+        print(line, flush=True)
+    elif result["rank"] == 0:
+        print(format_result(result, args.model, args.size), flush=True)
+    if args.json not in (None, "-"):
         path = args.json.replace("{rank}", str(result["rank"]))
         with open(path, "w") as f:
             f.write(line + "\n")

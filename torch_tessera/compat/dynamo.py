@@ -4,11 +4,20 @@ Checked on torch 2.13.0 (CPU) and written against torch 2.11 (the GPU machine's 
 (the code objects Dynamo traced for the graph being compiled, the root frame first), ``gm.meta["dynamo_compile_id"]``,
 ``CompileContext.attempt`` (the attempt of a compile whose analysis Dynamo restarted), ``OptimizedModule._orig_mod``
 and ``_torchdynamo_orig_callable`` on what ``torch.compile`` returns, and the free unbacked symbols of FX node values.
+
+:func:`as_user_error` relies on Dynamo re-raising a backend's exception that subclasses
+``torch._dynamo.exc.ShortenTraceback`` instead of wrapping it in ``BackendCompilerFailed`` (the ``except (...,
+ShortenTraceback)`` around the compiler call in ``output_graph.py``, ``ShortenTraceback`` in the re-raised tuple of
+``convert_frame.py``, and ``raise e.remove_dynamo_frames() from None`` in ``eval_frame.py``). Checked on torch 2.13.0
+(installed, run) and read in several pytorch/pytorch snapshots of those files from before and after 2.11 (not a
+tagged 2.11 checkout), which all carry the three clauses; never calls ``ShortenTraceback.__init__``. Where the class is missing or cannot be combined, the error stays as it is (Dynamo wraps
+it, as before).
 """
 
 from __future__ import annotations
 
-from types import CodeType
+import functools
+from types import CodeType, FrameType
 from typing import Any, Sequence
 
 import torch
@@ -109,3 +118,84 @@ def dynamic_shape_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
             return (f"{op} (node {node.name}) has a data-dependent output shape; keep such ops out of the compiled "
                     "region or leave torch._dynamo.config.capture_dynamic_output_shape_ops off")
     return None
+
+
+def as_user_error(error: Exception, border: FrameType | None) -> Exception:
+    """``error`` as an exception Dynamo lets reach the user as it is, rather than wrapped in ``BackendCompilerFailed``.
+
+    The result is an instance of a subclass of ``type(error)`` (same name, module, message, attributes, cause and
+    traceback) that also derives from Dynamo's ``ShortenTraceback``, so ``except type(error)`` catches it. When Dynamo
+    re-raises it, its traceback starts at ``border`` (the frame of the backend's entry function) and its message is
+    the one raised, without the notes Dynamo appends (unless ``TORCHDYNAMO_VERBOSE=1``).
+
+    Args:
+        error: an error the user caused (a bad option, a model that does not fit).
+        border: the frame that raises the result; Dynamo's frames above it are dropped from the traceback.
+
+    Returns:
+        The twin of ``error``, or ``error`` itself when this torch has no usable ``ShortenTraceback``.
+    """
+    cls = _passthrough_class(type(error), _shorten_traceback())
+    if cls is None:
+        return error
+    try:
+        twin = cls.__new__(cls, *error.args)
+    except TypeError:  # a ShortenTraceback with another instance layout
+        return error
+    twin.__dict__.update(error.__dict__)
+    twin._tessera_args = error.args
+    twin.first_useful_frame = border
+    twin.__cause__, twin.__suppress_context__ = error.__cause__, error.__suppress_context__
+    return twin.with_traceback(error.__traceback__)
+
+
+def _shorten_traceback() -> type | None:
+    try:
+        from torch._dynamo.exc import ShortenTraceback
+    except ImportError:
+        return None
+    return ShortenTraceback if isinstance(ShortenTraceback, type) and issubclass(ShortenTraceback, Exception) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _passthrough_class(cls: type, shorten: type | None) -> type | None:
+    """A subclass of ``cls`` and ``shorten`` named like ``cls``; ``None`` when there is no ``shorten`` or the two
+    cannot be combined (a layout or MRO conflict)."""
+    if shorten is None or issubclass(cls, shorten):
+        return None
+    body = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
+            # what ShortenTraceback's and TorchDynamoException's __init__ would set, which is never called
+            "first_useful_frame": None, "_torch_dynamo_tracer_output": None, "frame_exec_strategy": None,
+            "remove_dynamo_frames": _remove_dynamo_frames, "__reduce__": _reduce}
+    try:
+        return type(cls.__name__, (cls, shorten), body)
+    except TypeError:
+        return None
+
+
+def _remove_dynamo_frames(self: Exception) -> Exception:
+    """Dynamo's hook before it re-raises: the message as raised, the traceback from the border frame on (the whole
+    traceback when the frame is not in it, or with ``TORCHDYNAMO_VERBOSE=1``)."""
+    from torch._dynamo import config
+
+    if getattr(config, "verbose", False):
+        return self
+    self.args = getattr(self, "_tessera_args", self.args)
+    tb = self.__traceback__
+    while tb is not None and tb.tb_frame is not getattr(self, "first_useful_frame", None):
+        tb = tb.tb_next
+    return self if tb is None else self.with_traceback(tb)
+
+
+def _reduce(self: Exception) -> tuple:
+    """Pickle as the plain class (the twin's class is made at run time and cannot be found by name)."""
+    base = type(self).__mro__[1]
+    state = {k: v for k, v in self.__dict__.items()
+             if k not in ("first_useful_frame", "_torch_dynamo_tracer_output", "frame_exec_strategy")}
+    return (_plain_error, (base, getattr(self, "_tessera_args", self.args), state))
+
+
+def _plain_error(cls: type, args: tuple, state: dict) -> Exception:
+    error = cls.__new__(cls, *args)
+    error.__dict__.update({k: v for k, v in state.items() if k != "_tessera_args"})
+    return error

@@ -35,11 +35,36 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
 
 
+def programs_line(frequencies: Mapping[str, float]) -> str:
+    """Each program's runs per workload step, in words: ``"runs per step: prefill 1, decode 129"``.
+
+    A workload served as request streams (programs ``"<name>"`` and ``"<name>@<r>"``, each running its stream's share
+    of the requests) is shown as whole runs per program plus each stream's share of the requests, not as fractions.
+    """
+    streams: dict[str, dict[int, float]] = {}
+    for name, f in frequencies.items():
+        root, at, r = name.rpartition("@")
+        root, r = (root, int(r)) if at and r.isdigit() else (name, 0)
+        streams.setdefault(root, {})[r] = f
+    totals = {root: sum(by.values()) for root, by in streams.items()}
+    line = "runs per step: " + ", ".join(f"{root} {_count(t)}" for root, t in totals.items())
+    root, by = next(iter(streams.items()), ("", {}))
+    if len(by) < 2 or totals[root] <= 0:
+        return line
+    shares = ", ".join(f"stream {r} {100 * by[r] / totals[root]:.1f} %" for r in sorted(by))
+    return f"{line}; requests split over {len(by)} streams ({shares})"
+
+
+def _count(x: float) -> str:
+    """A run count: an integer when it is one, else 3 significant digits."""
+    return str(round(x)) if abs(x - round(x)) < 1e-6 else f"{x:.3g}"
+
+
 def plan_summary(plan: Plan) -> str:
     """The plan as a table: per device kernels, compute, memory (budget); per link transfers; totals and gap."""
     what = "cycle time / step" if plan.objective == "cycle" else "latency / request"
     out = [f"Plan {plan.policy!r} on {len(plan.devices)} device(s), {plan.micro_batches} micro-batch(es), "
-           f"programs {', '.join(f'{p} x{f:g}' for p, f in plan.frequencies.items())}",
+           + programs_line(plan.frequencies),
            f"predicted {what}: {fmt_seconds(plan.predicted_seconds)}   lower bound "
            f"{fmt_seconds(plan.lower_bound_seconds)}   gap {100 * plan.gap:.2f} %",
            f"cycle {fmt_seconds(plan.cycle_seconds)} ({plan.throughput_per_s:.1f} steps/s)   "
@@ -104,8 +129,8 @@ def compare(plans: Mapping[str, Plan | Exception], reference: str | None = None)
                      f"{sim_ref / sim:.2f}x" if sim and sim_ref else "-", fmt_seconds(p.latency_seconds),
                      " / ".join(fmt_bytes(m) for m in p.memory_bytes), str(len(p.cut_edges)),
                      fmt_bytes(p.bytes_per_step), f"{100 * p.gap:.1f} %", f"{p.solver.wall_seconds * 1e3:.0f} ms"])
-    legend = [f"speed-up: throughput over {next(k for k, v in ok.items() if v is ref)}'s (cycle/step ratio; "
-              "sim. speed-up: the same from the simulated step of the pipelined schedule); gap: "
+    legend = [f"speed-up: steps per second relative to {next(k for k, v in ok.items() if v is ref)} (its cycle/step "
+              "divided by the plan's; sim. speed-up: the same from the simulated step of the pipelined schedule); gap: "
               "from the lower bound of the plan's own objective (latency for a latency plan, cycle otherwise); "
               "memory: per device, weights included (a weight is held on every device whose kernels read it)"] \
         if ref is not None else []
