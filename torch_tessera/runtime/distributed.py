@@ -5,8 +5,8 @@ pipelined schedule (:class:`~torch_tessera.scheduler.pipeline_schedule.Pipelined
 rank; a single call is the schedule over one micro-batch): the plan's own schedule over that many micro-batches when
 the executor was given one (``schedules``: the schedule the simulator scored), else a schedule built from the placement
 with every launch costing the same (logged). Every rank issues its device's steps in the schedule's order through the
-runtime's one loop, a transfer is an ``isend`` of exactly the edge's bytes and the wait that
-consumes it an ``irecv`` (:mod:`torch_tessera.runtime.dist_replay`). The per-call copies around the steps (inputs
+runtime's one loop, a transfer is an ``isend`` of exactly the edge's bytes and the wait that consumes it an ``irecv``
+(:mod:`torch_tessera.runtime.dist_replay`). The per-call copies around the steps (inputs
 from the home rank, outputs and state gathered to it) and the setup copies (weights, static inputs) come from the same
 :class:`Schedule` the in-process :class:`~torch_tessera.runtime.placed.PlacedExecutor` builds (:func:`build_schedule`).
 Storages are flat ``uint8`` tensors, so a message moves a byte range whatever the dtype. On CUDA (NCCL) a wait makes
