@@ -74,6 +74,29 @@ def test_two_gloo_ranks_run_the_tiny_llama_plan_and_match_eager(tmp_path):
 
 
 @pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
+def test_two_gloo_ranks_replay_the_plans_own_schedule(tmp_path):
+    """``dist-run --policy af``: rank 0's plan carries the schedule its simulator scored (2 micro-batches); both ranks
+    replay exactly it for each group of 2 (``--slots`` defaults to the plan's), and only the single calls, over 1
+    micro-batch, which the plan has no schedule for, replay a unit-cost one. Every micro-batch equals eager, bitwise
+    the in-process replay of the same schedule and the in-process single call, and moves every cut edge once."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "-m", "torch_tessera.cli", "dist-run", "--model", "llama",
+           "--size", "tiny", "--devices", "cpu:0,cpu:1", "--policy", "af", "--timeout", "60", "--calls", "1",
+           "--micro-batches", "4", "--json", str(tmp_path / "rank{rank}.json")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["ok"], r0["failures"]
+    assert r0["schedule_sources"] == r1["schedule_sources"] == {"1": "unit-cost", "2": "plan"}
+    p0, p1 = r0["pipelined"], r1["pipelined"]
+    assert p0["slots"] == 2 and p0["failures"] == []
+    assert p0["schedule_order"] and p1["schedule_order"]  # each rank ran its stream of the plan's schedule, in order
+    assert p0["equal_inproc_pipelined"] and p0["equal_inproc_single"] and r0["equal_inprocess"]
+    assert p0["max_abs_diff_eager"] < 1e-4 and r0["max_abs_diff_eager"] < 1e-4
+    assert r0["cut_edges"] > 0 and p0["cut_edges_per_batch"] == [r0["cut_edges"]] * 4
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="gloo on CPU virtual devices")
 @pytest.mark.parametrize("model", ["mlp", "llama"])
 def test_two_gloo_ranks_replay_the_explicit_schedule(tmp_path, model):
     """Two gloo ranks (``tests/runtime/dist_schedule_rank.py``) replay the explicit pipelined schedule of 3 random
@@ -249,3 +272,47 @@ def test_each_rank_lowers_its_stream_of_the_schedule_and_refuses_a_schedule_miss
     for m in msgs:
         at = [sched.streams[m[0].src].index(t) for t in m]
         assert at == list(range(at[0], at[0] + len(m))) and len({(t.dst, t.micro_batch) for t in m}) == 1
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="CPU virtual devices")
+def test_the_executor_replays_the_plans_schedule_and_builds_unit_cost_ones_only_as_a_logged_fallback(caplog):
+    """No processes: with the plan's schedule over 3 micro-batches (costs that order it otherwise than unit costs),
+    a group of 3 replays exactly that schedule on each rank; a group of 2 gets a unit-cost schedule, logged and noted
+    in ``schedule_sources``. Schedules ranks cannot replay are refused at construction, naming the problem."""
+    import logging
+
+    import torch
+
+    from tests.runtime.test_replay import _mlp_runner
+    from torch_tessera.errors import ConfigError, TesseraError
+    from torch_tessera.runtime.dist_replay import DistReplay
+    from torch_tessera.runtime.distributed import DistContext, DistributedExecutor
+    from torch_tessera.runtime.runner import random_placement
+    from torch_tessera.scheduler.modulo import build_pipelined_schedule
+
+    _, _, runner, _ = _mlp_runner()
+    placement = random_placement(runner.dag, 2, 3)
+    cost = np.random.default_rng(3).uniform(1e-6, 1e-4, (max(runner.dag.graph.nodes) + 1, 2))
+    planned = build_pipelined_schedule(runner.dag, placement, 3, costs=cost, domains=(0, 1), devices=2)
+    unit = build_pipelined_schedule(runner.dag, placement, 3, domains=(0, 1), devices=2)
+    assert planned.streams != unit.streams  # otherwise the order checks below could not tell them apart
+    for rank in (0, 1):
+        ctx = DistContext(rank=rank, world_size=2, backend="gloo", device=torch.device("cpu"), timeout_s=1.0)
+        ex = DistributedExecutor(runner.program, runner.dag, placement, ctx, schedules=(planned,))
+        assert ex.schedule_for(3) is planned and ex.schedule_sources == {3: "plan"}
+        replay = DistReplay(ex, ex.schedule_for(3), (None, None))  # lowered without process groups
+        assert [it.step for it in replay.items if it.step is not None] == list(planned.streams[rank])
+        with caplog.at_level(logging.INFO, logger="torch_tessera.runtime.distributed"):
+            caplog.clear()
+            fallback = ex.schedule_for(2)
+        assert fallback.micro_batches == 2 and ex.schedule_sources == {3: "plan", 2: "unit-cost"}
+        assert any("unit-cost" in r.getMessage() and "2 micro-batches" in r.getMessage() for r in caplog.records)
+    ctx = DistContext(rank=0, world_size=2, backend="gloo", device=torch.device("cpu"), timeout_s=1.0)
+    shared = build_pipelined_schedule(runner.dag, placement, 2, domains=(0, 0), devices=2)
+    with pytest.raises(TesseraError, match="shared memory domains"):
+        DistributedExecutor(runner.program, runner.dag, placement, ctx, schedules=(shared,))
+    other = build_pipelined_schedule(runner.dag, random_placement(runner.dag, 2, 4), 2, domains=(0, 1), devices=2)
+    with pytest.raises(TesseraError, match="elsewhere than the executor"):
+        DistributedExecutor(runner.program, runner.dag, placement, ctx, schedules=(other,))
+    with pytest.raises(ConfigError, match="two plan schedules over 3"):
+        DistributedExecutor(runner.program, runner.dag, placement, ctx, schedules=(planned, planned))

@@ -13,11 +13,17 @@ together transferred exactly the placement's cut edges. Rank 0 prints the verdic
 ``--json PATH`` writes each rank's record to a file. The default placement is the planner's (``--policy
 throughput``, as ``tessera plan``).
 
+A scheduler policy's plan carries its pipelined schedule (the one its simulator scored,
+:func:`~torch_tessera.scheduler.gantt.simulated_schedule`): rank 0 broadcasts it and every rank replays it for a call
+or group of its micro-batch count (other counts, and the ``random``, ``attention`` and ``home`` placements, replay a
+unit-cost schedule of the placement, logged; each rank reports ``schedule_sources``).
+
 ``--micro-batches N --slots S`` then runs N micro-batches with other inputs (seeded, the same on every rank) through
-:meth:`DistributedExecutor.run_pipelined`: each group of S replays the placement's explicit pipelined schedule over S
-micro-batches (a last smaller group its own); rank 0 compares each with eager, with the in-process replay of the same
-schedules and with the in-process single call, and checks that every micro-batch transferred exactly the placement's
-cut edges and each rank ran its device's steps in the schedule's order.
+:meth:`DistributedExecutor.run_pipelined`: each group of S (default: the plan schedule's micro-batches, else 2)
+replays the placement's explicit pipelined schedule over S micro-batches (a last smaller group its own); rank 0
+compares each with eager, with the in-process replay of the same schedules and with the in-process single call, and
+checks that every micro-batch transferred exactly the placement's cut edges and each rank ran its device's steps in
+the schedule's order.
 
 ``--inject-failure RANK:exit[:CALL]`` (or ``:hang``) makes that rank exit (or stop answering) just before its first
 send of call CALL (default 0; the micro-batches of a pipelined run count as calls after the ``--calls`` ones): the
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -36,6 +43,8 @@ from typing import Any
 
 from torch_tessera.commands.dist_report import format_result, rank_row
 from torch_tessera.errors import ConfigError, TesseraError
+
+log = logging.getLogger(__name__)
 
 HELP = "run a model's plan with one process per device (launch with torchrun) and check it against eager"
 
@@ -62,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local: every rank uses its own copy of the weights; send: rank 0 sends them")
     parser.add_argument("--micro-batches", type=int, default=0,
                         help="then run this many micro-batches through run_pipelined (default: 0, none)")
-    parser.add_argument("--slots", type=int, default=2, help="micro-batches in flight with --micro-batches (default: 2)")
+    parser.add_argument("--slots", type=int, default=None,
+                        help="micro-batches in flight with --micro-batches (default: the plan schedule's, else 2)")
     parser.add_argument("--no-inprocess", action="store_true", help="skip the comparison with the in-process runtime")
     parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                         help="for machines: every rank prints its record as one JSON line instead of rank 0's table; "
@@ -94,19 +104,39 @@ def _fault_hook(spec: str | None, rank: int) -> Any:
     return hook
 
 
-def _placement(args: argparse.Namespace, runner: Any, specs: list, hosts: tuple[str, ...]) -> dict[int, int]:
+def _placement(args: argparse.Namespace, runner: Any, specs: list,
+               hosts: tuple[str, ...]) -> tuple[dict[int, int], tuple]:
+    """The placement of ``args.policy`` and the plan's pipelined schedules (empty for our policies and for plans
+    the simulator did not score)."""
     from torch_tessera.backend.pipeline import estimate, place
 
     program, dag = runner.program, runner.dag
     if args.policy == "attention":
         attn = {k.index for k in dag.nodes() if k.op_class == "attention"}
-        return {launch.index: int(launch.index in attn) for launch in program.launches}
+        return {launch.index: int(launch.index in attn) for launch in program.launches}, ()
     if args.policy in ("home", "random"):
         placement, _ = place(program, dag, specs, args.policy, seed=args.seed)
-        return dict(placement)
+        return dict(placement), ()
     costs, topology = estimate(program, specs, hosts=hosts)
-    placement, _ = place(program, dag, specs, args.policy, costs=costs, topology=topology)
-    return dict(placement)
+    placement, plan = place(program, dag, specs, args.policy, costs=costs, topology=topology)
+    return dict(placement), _plan_schedules(plan, dag, costs, topology, len(specs))
+
+
+def _plan_schedules(plan: Any, dag: Any, costs: Any, topology: Any, ranks: int) -> tuple:
+    """The plan's pipelined schedule, as one tuple, when the simulator scored it and ranks can replay it."""
+    from torch_tessera.runtime.dist_replay import check_replayable
+    from torch_tessera.scheduler.gantt import simulated_schedule
+
+    if plan.simulated_seconds is None:
+        log.warning("the %s plan was not simulated: it carries no schedule; replaying unit-cost schedules", plan.policy)
+        return ()
+    schedule = simulated_schedule(plan, dag, costs, topology).schedule
+    try:
+        check_replayable(schedule, plan.placement, ranks)
+    except TesseraError as e:
+        log.warning("ranks cannot replay the %s plan's schedule (%s): replaying unit-cost schedules", plan.policy, e)
+        return ()
+    return (schedule,)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,7 +178,7 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
     from torch_tessera.backend.recording import RecordingBackend
     from torch_tessera.models import build_module, get_model
     from torch_tessera.target.devices import parse_device
-    from torch_tessera.runtime.distributed import DistributedExecutor, agree_on_plan
+    from torch_tessera.runtime.distributed import DistributedExecutor, agree_on_plan, agree_on_schedules
     from torch_tessera.runtime.schedule import cut_edge_count
 
     model = build_module(args.model, args.size).to(ctx.device)
@@ -168,8 +198,12 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
         if len(backend.executors) != 1:
             raise TesseraError(f"{args.model} lowered to {len(backend.executors)} programs; dist-run handles one")
         runner = backend.executors[0]
-        placement = _placement(args, runner, [parse_device(d) for d in devices], ctx.hosts) if home else None
+        placement, schedules = (_placement(args, runner, [parse_device(d) for d in devices], ctx.hosts) if home
+                                else (None, None))
         placement = agree_on_plan(ctx, runner.program, placement)
+        schedules = agree_on_schedules(ctx, schedules)
+        if args.slots is None:
+            args.slots = schedules[0].micro_batches if schedules else 2
         inprocess = None
         if home and not args.no_inprocess:
             runner.set_placement(placement)
@@ -178,7 +212,8 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
 
         dist.barrier(group=ctx.control)  # start together: a peer's wait should not count rank 0's reference run
         executor = DistributedExecutor(runner.program, runner.dag, placement, ctx, runner.kernel_objects,
-                                       weights=args.weights, step_hook=_fault_hook(args.inject_failure, ctx.rank))
+                                       weights=args.weights, step_hook=_fault_hook(args.inject_failure, ctx.rank),
+                                       schedules=schedules)
         inproc_executor = runner.executor if inprocess is not None else None
         runner.executor = executor  # the compiled model now runs this rank's part of the plan
         seen: list = []
@@ -198,7 +233,7 @@ def _run_rank(args: argparse.Namespace, ctx: Any, devices: list[str]) -> dict:
             "launches": executor.launches_executed // max(1, executor.calls),
             "cut_edges_sent": sorted(stats.cut_edges_sent), "cut_edges_received": sorted(stats.cut_edges_received),
             "ranges": single["ranges"], "messages": single["messages"], "bytes_sent": dict(stats.bytes_sent),
-            "batches": stats.batches}
+            "batches": stats.batches, "schedule_sources": {str(m): w for m, w in executor.schedule_sources.items()}}
     if piped is not None:
         mine["pipelined"] = {**piped["rank"], "batch_cut_edges_sent": [sorted(e) for e in stats.batch_cut_edges_sent],
                              "batch_cut_edges_received": [sorted(e) for e in stats.batch_cut_edges_received],

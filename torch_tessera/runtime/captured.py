@@ -45,7 +45,7 @@ from torch_tessera.runtime.executor import BufferPool, borrow_pools
 from torch_tessera.runtime.realize import CallContext, ExecItem, Runner, report_transfers, run_schedule, \
     wait_replay
 from torch_tessera.runtime.replay import RecordRunner, ReplayContext, RunRunner, ScheduleReplay, TransferRunner, \
-    WaitRunner
+    WaitRunner, note_cut_edges
 from torch_tessera.runtime.schedule import CopyStep
 from torch_tessera.runtime.streams import greatest_priority, single_priority, stream_ctx
 from torch_tessera.scheduler.pipeline_schedule import RecordStep, RunStep, TransferStep, WaitStep
@@ -164,8 +164,11 @@ class CapturedReplay:
         batches = self.replay.check_batches(batches)
         M = self.schedule.micro_batches
         outputs: list[list] = []
+        per_batch: list[int] = []
         for g in range(0, len(batches), M):
             outputs += self._call(batches[g:g + M], g, pools)
+            per_batch += self.executor.cut_edges_per_batch
+        note_cut_edges(self.executor, per_batch)
         self.executor.calls += len(batches)
         return outputs
 

@@ -1,6 +1,6 @@
 """Joining and leaving a multi-process run: this rank's :class:`DistContext` (``torchrun`` rendezvous, process
-groups), the plan every rank agrees on (:func:`agree_on_plan`), and :func:`shutdown`. The executor that runs a plan's
-share on each rank is :class:`~torch_tessera.runtime.distributed.DistributedExecutor`.
+groups), the plan every rank agrees on (:func:`agree_on_plan`, :func:`agree_on_schedules`), and :func:`shutdown`.
+The executor that runs a plan's share on each rank is :class:`~torch_tessera.runtime.distributed.DistributedExecutor`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -21,6 +21,7 @@ from torch_tessera.errors import ConfigError, RendezvousError
 from torch_tessera.lowering.program import KernelProgram
 from torch_tessera.runtime.dist_replay import probe_group
 from torch_tessera.runtime.executor import launch_buffers
+from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,29 @@ def agree_on_plan(ctx: DistContext, program: KernelProgram, placement: Mapping[i
             f"same model with the same seed, input shapes and torch version"
         )
     return chosen
+
+
+def agree_on_schedules(ctx: DistContext,
+                       schedules: Sequence[PipelinedSchedule] | None) -> tuple[PipelinedSchedule, ...]:
+    """Rank 0's pipelined schedules (the plan's, for :class:`~torch_tessera.runtime.distributed.DistributedExecutor`'s
+    ``schedules``), broadcast to every rank, so that every rank replays the same ones.
+
+    Args:
+        ctx: this rank's context.
+        schedules: the schedules; only rank 0's are used (others may pass ``None``); ``None`` or empty on rank 0: none.
+
+    Returns:
+        Rank 0's schedules (empty when it had none).
+
+    Raises:
+        RendezvousError: the broadcast failed.
+    """
+    box = [tuple(schedules or ()) if ctx.rank == 0 else None]
+    try:
+        dist.broadcast_object_list(box, src=0, group=ctx.control)
+    except RuntimeError as e:
+        raise RendezvousError(f"rank {ctx.rank}: could not receive rank 0's schedules ({e}); check rank 0's log") from e
+    return tuple(box[0] or ())
 
 
 def shutdown(ctx: DistContext | None, failed: bool = False) -> None:

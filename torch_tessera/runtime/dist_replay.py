@@ -202,6 +202,33 @@ def receive(replay: "DistReplay", transfers: Sequence[TransferStep], ctx: RankRe
         ctx.waited += message
 
 
+def check_replayable(schedule: PipelinedSchedule, placement: Mapping[int, int], world_size: int) -> None:
+    """Refuse a schedule that ranks of separate memories cannot replay for ``placement``.
+
+    Args:
+        schedule: the schedule.
+        placement: launch index -> device (= rank) of the executor.
+        world_size: number of ranks.
+
+    Raises:
+        TesseraError: the schedule is for more devices than there are ranks, places a launch elsewhere than
+            ``placement``, or puts two devices in one memory domain (its cuts between them then move no bytes, and
+            separate processes share no memory).
+    """
+    if schedule.devices > world_size:
+        raise TesseraError(f"the schedule is for {schedule.devices} devices, {world_size} ranks run: launch one rank "
+                           "per device")
+    differ = sorted(n for n, d in placement.items() if schedule.placement.get(n) != d)
+    if differ:
+        raise TesseraError(f"the schedule places launches {differ[:8]} elsewhere than the executor; build it from the "
+                           "executor's placement")
+    domains = [schedule.domain(d) for d in range(schedule.devices)]
+    if len(set(domains)) < len(domains):
+        raise TesseraError(f"the schedule puts devices in shared memory domains {tuple(domains)}: its cuts between "
+                           "them move no bytes, and ranks share no memory; build it with one domain per rank "
+                           f"(domains={tuple(range(schedule.devices))})")
+
+
 class DistReplay:
     """A :class:`~torch_tessera.runtime.distributed.DistributedExecutor`'s replay of one explicit schedule (its
     public interface: ``program``, ``dag``, ``placement``, ``ctx``, ``rank``, ``home``, ``schedule``, ``stats``,
@@ -216,19 +243,13 @@ class DistReplay:
 
     Raises:
         ScheduleError: ``check`` found an uncovered edge (named, with its micro-batch), or the waits deadlock.
-        TesseraError: the schedule is for another placement, or for more devices than there are ranks.
+        TesseraError: what :func:`check_replayable` refuses.
     """
 
     def __init__(self, executor: Any, schedule: PipelinedSchedule, groups: Sequence[Any], check: bool = True) -> None:
         self.executor, self.schedule, self.groups = executor, schedule, tuple(groups)
         ex = executor
-        if schedule.devices > ex.ctx.world_size:
-            raise TesseraError(f"the schedule is for {schedule.devices} devices, {ex.ctx.world_size} ranks run: "
-                               f"launch one rank per device")
-        differ = sorted(n for n, d in ex.placement.items() if schedule.placement.get(n) != d)
-        if differ:
-            raise TesseraError(f"the schedule places launches {differ[:8]} elsewhere than the executor; build it "
-                               "from the executor's placement")
+        check_replayable(schedule, ex.placement, ex.ctx.world_size)
         if check:
             check_schedule(schedule, ex.dag)
         self.items = self.lower()

@@ -2,9 +2,11 @@
 
 Rank ``r`` runs device ``r`` of a placement. A call, or a group of micro-batches, replays the placement's explicit
 pipelined schedule (:class:`~torch_tessera.scheduler.pipeline_schedule.PipelinedSchedule`, one memory domain per
-rank; a single call is the schedule over one micro-batch): every rank issues its device's steps in the schedule's
-order through the runtime's one loop, a transfer is an ``isend`` of exactly the edge's bytes and the wait that
-consumes it an ``irecv`` (:mod:`torch_tessera.runtime.dist_replay`). The per-call copies around the steps (inputs
+rank; a single call is the schedule over one micro-batch): the plan's own schedule over that many micro-batches when
+the executor was given one (``schedules``: the schedule the simulator scored), else a schedule built from the placement
+with every launch costing the same (logged). Every rank issues its device's steps in the schedule's order through the
+runtime's one loop, a transfer is an ``isend`` of exactly the edge's bytes and the wait that consumes it an ``irecv``
+(:mod:`torch_tessera.runtime.dist_replay`). The per-call copies around the steps (inputs
 from the home rank, outputs and state gathered to it) and the setup copies (weights, static inputs) come from the same
 :class:`Schedule` the in-process :class:`~torch_tessera.runtime.placed.PlacedExecutor` builds (:func:`build_schedule`).
 Storages are flat ``uint8`` tensors, so a message moves a byte range whatever the dtype. On CUDA (NCCL) a wait makes
@@ -45,11 +47,12 @@ from torch_tessera.runtime.executor import (
 from torch_tessera.runtime.dist_context import (  # noqa: F401 - part of this module's interface
     DistContext,
     agree_on_plan,
+    agree_on_schedules,
     init_distributed,
     plan_fingerprint,
     shutdown,
 )
-from torch_tessera.runtime.dist_replay import DistReplay, direction_groups
+from torch_tessera.runtime.dist_replay import DistReplay, check_replayable, direction_groups
 from torch_tessera.runtime.inputs import input_positions, static_input_keys
 from torch_tessera.runtime.pipelining import check_disjoint_state, check_shared_weights
 from torch_tessera.runtime.realize import POISON
@@ -171,6 +174,9 @@ class DistributedExecutor:
             ``weights="local"`` the other ranks then bind only their parameters).
         step_hook: called as ``step_hook(call, step)`` before each step this rank takes part in (fault injection in
             tests, tracing).
+        schedules: the plan's pipelined schedules of this placement (at most one per micro-batch count; one memory
+            domain per device), the same on every rank: a call or group of that many micro-batches replays it. For
+            other counts a schedule with every launch costing the same is built (:meth:`schedule_for`, logged).
 
     Attributes:
         schedule: the global step list of a single call (same on every rank).
@@ -179,10 +185,14 @@ class DistributedExecutor:
         stats: this rank's :class:`TransferStats`.
         launches_executed: launches run on this rank since construction.
         calls: completed calls.
+        schedule_sources: micro-batch count -> ``"plan"`` or ``"unit-cost"``: where the schedule replayed for that
+            many micro-batches came from.
 
     Raises:
-        ConfigError: the placement uses more devices than there are ranks, or ``weights`` or ``static_inputs`` is
-            unknown.
+        ConfigError: the placement uses more devices than there are ranks, ``weights`` or ``static_inputs`` is
+            unknown, or ``schedules`` holds two schedules over one micro-batch count.
+        TesseraError: a schedule of ``schedules`` is for another placement, more devices than ranks, or devices
+            sharing memory (:func:`~torch_tessera.runtime.dist_replay.check_replayable`).
     """
 
     def __init__(
@@ -196,6 +206,7 @@ class DistributedExecutor:
         weights: str = "local",
         step_hook: Callable[[int, Step], None] | None = None,
         static_inputs: str = "place",
+        schedules: Sequence[PipelinedSchedule] = (),
     ) -> None:
         n_dev = max(list(placement.values()) + [home]) + 1
         if n_dev > ctx.world_size:
@@ -214,7 +225,8 @@ class DistributedExecutor:
         self.dag, self.placement = dag, dict(placement)
         self.trace: list | None = None
         self._replays: dict[int, DistReplay] = {}  # id(pipelined schedule) -> its replay on this rank
-        self._built: dict[int, PipelinedSchedule] = {}  # micro-batches -> the schedule run_pipelined built
+        self._built: dict[int, PipelinedSchedule] = plan_schedules(schedules, self.placement, ctx.world_size)
+        self.schedule_sources: dict[int, str] = {m: "plan" for m in self._built}
         self._directions: tuple | None = None
         self._names = {k.index: k.name for k in dag.nodes()}
         self._writes = {k.index: set(k.writes) for k in dag.nodes()}
@@ -293,9 +305,9 @@ class DistributedExecutor:
                 ``static_inputs="place"``, static INPUTs must be the same tensors in every micro-batch; micro-batches
                 of one replay must not share a state storage). Ranks other than home need only the parameters and
                 static INPUTs (``weights="local"``, as for :meth:`run`) and may pass ``None`` with ``weights="send"``.
-            slots: without ``schedule``, the micro-batches of each replay: the placement's schedule over ``slots``
-                micro-batches (:func:`~torch_tessera.scheduler.modulo.build_pipelined_schedule`, one memory per
-                rank) is replayed for each group of ``slots``, a last smaller group over its own schedule.
+            slots: without ``schedule``, the micro-batches of each replay: the schedule over ``slots`` micro-batches
+                (:meth:`schedule_for`: the plan's, else a unit-cost one) is replayed for each group of ``slots``, a
+                last smaller group over its own schedule.
             schedule: the schedule to replay (of this placement; ``len(batches)`` a multiple of its
                 micro-batches), checked before its first replay.
 
@@ -348,11 +360,17 @@ class DistributedExecutor:
         return cached
 
     def schedule_for(self, micro_batches: int) -> PipelinedSchedule:
-        """The placement's schedule over ``micro_batches`` (built once; one memory domain per rank)."""
+        """The schedule a call or group of ``micro_batches`` replays: the plan's (``schedules``) when it has one over
+        that many, else one built once from the placement with every launch costing the same (one memory domain per
+        rank; logged, and noted in :attr:`schedule_sources`)."""
         if micro_batches not in self._built:
             world = self.ctx.world_size
+            log.info("rank %d: no plan schedule over %d micro-batches (the plan's: %s); replaying a unit-cost schedule "
+                     "of the placement", self.rank, micro_batches,
+                     sorted(m for m, w in self.schedule_sources.items() if w == "plan") or "none")
             self._built[micro_batches] = build_pipelined_schedule(self.dag, self.placement, micro_batches,
                                                                   domains=tuple(range(world)), devices=world)
+            self.schedule_sources[micro_batches] = "unit-cost"
         return self._built[micro_batches]
 
     def _agree(self, batches: list | None, size: int, fixed: bool) -> int:
@@ -667,6 +685,24 @@ class DistributedExecutor:
             f"(timeout_s / --timeout, now {self.timeout_s:g} s)",
             rank=self.rank, peer=peer, edge=step.edge, buffer=step.buffer, batch=call.batch,
         )
+
+
+def plan_schedules(schedules: Sequence[PipelinedSchedule], placement: Mapping[int, int],
+                   world_size: int) -> dict[int, PipelinedSchedule]:
+    """The plan's schedules by micro-batch count, each checked as replayable by the ranks
+    (:func:`~torch_tessera.runtime.dist_replay.check_replayable`).
+
+    Raises:
+        ConfigError: two schedules over one micro-batch count.
+        TesseraError: a schedule ``check_replayable`` refuses.
+    """
+    out: dict[int, PipelinedSchedule] = {}
+    for s in schedules:
+        if s.micro_batches in out:
+            raise ConfigError(f"two plan schedules over {s.micro_batches} micro-batches; give one per count")
+        check_replayable(s, placement, world_size)
+        out[s.micro_batches] = s
+    return out
 
 
 def _device_ctx(device: torch.device) -> Any:

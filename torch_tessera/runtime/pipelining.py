@@ -1,8 +1,8 @@
 """Micro-batch pipelining: several independent micro-batches in flight through one placed program.
 
 With one call in flight, each device idles while its peer computes and while activations cross the link.
-:func:`run_pipelined` keeps ``slots`` micro-batches in flight through the in-process executor
-(:class:`InProcessPipeline`), in waves, when no explicit schedule is given. (With one, the executor replays it:
+:meth:`InProcessPipeline.run` keeps ``slots`` micro-batches in flight through the in-process executor, in waves,
+when no explicit schedule is given. (With one, the executor replays it:
 :mod:`torch_tessera.runtime.replay`; the process-per-device runtime always does: :mod:`torch_tessera.runtime.
 dist_replay`.)
 
@@ -139,39 +139,6 @@ def issue_round_robin(chunks: Sequence[Any], flights: Sequence[Any], issue: Call
             issue(flight, chunk)
 
 
-def run_pipelined(engine: Any, batches: Sequence[Sequence[Any]] | None, slots: int) -> list[list] | None:
-    """Run each micro-batch of ``batches`` through ``engine``, ``slots`` in flight (the module docstring).
-
-    ``engine`` is an :class:`InProcessPipeline` (or an object with its interface): ``check(batches)`` validates and
-    returns the micro-batches, ``waves(batches, slots)`` plans them, ``lanes(slots)`` gives the slots,
-    ``begin(batches, lanes)`` places what the micro-batches share, ``issue_wave(wave, batches, lanes)`` issues one wave and returns its
-    flights, ``drain(flights, lanes)`` waits for them and ``finish(flights, n)`` returns the outputs.
-
-    Raises:
-        TesseraError: ``slots < 1`` or what ``engine.check`` refuses.
-        TransferTimeout: a transfer did not complete in time (``engine``'s timeout).
-    """
-    if slots < 1:
-        raise TesseraError(f"slots must be at least 1, got {slots}")
-    batches = engine.check(batches)
-    n, waves = engine.waves(batches, slots)
-    if n == 0:
-        return engine.finish([], 0)
-    lanes = engine.lanes(slots)
-    engine.begin(batches, lanes)
-    done: list = []
-    pending: list = []  # flights issued since the last drain
-    for wave in waves:
-        if wave.barrier:
-            engine.drain(pending, lanes)
-            pending = []
-        flights = engine.issue_wave(wave, batches, lanes)
-        done += flights
-        pending += flights
-    engine.drain(pending, lanes)
-    return engine.finish(done, n)
-
-
 def domain_last_uses(executor: Any) -> dict[int, list[tuple[int, str]]]:
     """Step index after which each temporary of a memory domain is no longer needed by any device of the domain.
 
@@ -227,7 +194,7 @@ def check_shared_weights(program: Any, batches: Sequence[Sequence[Any]], static:
 
 
 class InProcessPipeline:
-    """The in-process executor's side of :func:`run_pipelined` (a
+    """The in-process executor's micro-batch waves (:meth:`run`; a
     :class:`~torch_tessera.runtime.placed.PlacedExecutor`'s public interface only).
 
     After a run, ``executor.cut_edges_per_batch`` holds the distinct cut edges copied for each micro-batch,
@@ -240,6 +207,41 @@ class InProcessPipeline:
         steps = executor.schedule.steps
         self.chunks = [executor.items[s:e] for s, e in schedule_chunks(steps)]
         self.free_after = domain_last_uses(executor)
+
+    def run(self, batches: Sequence[Sequence[Any]], slots: int) -> list[list]:
+        """Run each micro-batch of ``batches``, ``slots`` in flight, in waves (the module docstring).
+
+        Args:
+            batches: one input list per micro-batch (see
+                :meth:`~torch_tessera.runtime.placed.PlacedExecutor.run_pipelined`).
+            slots: micro-batches in flight at once, ``>= 1``.
+
+        Returns:
+            the outputs of each micro-batch, in order.
+
+        Raises:
+            TesseraError: ``slots < 1`` or what :meth:`check` refuses.
+            TransferTimeout: a transfer did not complete within the executor's ``timeout_s``.
+        """
+        if slots < 1:
+            raise TesseraError(f"slots must be at least 1, got {slots}")
+        batches = self.check(batches)
+        n, waves = self.waves(batches, slots)
+        if n == 0:
+            return self.finish([], 0)
+        lanes = self.lanes(slots)
+        self.begin(batches, lanes)
+        done: list = []
+        pending: list = []  # flights issued since the last drain
+        for wave in waves:
+            if wave.barrier:
+                self.drain(pending, lanes)
+                pending = []
+            flights = self.issue_wave(wave, batches, lanes)
+            done += flights
+            pending += flights
+        self.drain(pending, lanes)
+        return self.finish(done, n)
 
     def lanes(self, slots: int) -> list[Lane]:
         """The ``slots`` lanes of this executor's priority class (made once per slot count)."""

@@ -376,7 +376,7 @@ class PlacedExecutor:
         """
         if schedule is not None:
             return self.replay(schedule).run(batches)
-        return pipelining.run_pipelined(self.pipeline, batches, slots)
+        return self.pipeline.run(batches, slots)
 
     def replay(self, schedule: Any, check: bool = True, host_order: str = "round-robin",
                move_bytes: bool = True, captured: bool | None = None) -> ScheduleReplay | CapturedReplay:

@@ -183,6 +183,13 @@ class _HostEvent:
         return True
 
 
+def note_cut_edges(executor: Any, per_batch: Sequence[int]) -> None:
+    """Set the executor's ``cut_edges_per_batch`` (distinct cut edges copied for each micro-batch of the whole run,
+    every replayed group) and ``cut_edges_transferred`` (their sum)."""
+    executor.cut_edges_per_batch = list(per_batch)
+    executor.cut_edges_transferred = sum(per_batch)
+
+
 class ScheduleReplay:
     """Runs micro-batches through a placed executor exactly as an explicit pipelined schedule says.
 
@@ -256,8 +263,11 @@ class ScheduleReplay:
         """
         batches = self.check_batches(batches)
         outputs: list[list] = []
+        per_batch: list[int] = []
         for g in range(0, len(batches), self.schedule.micro_batches):
             outputs += self.replay_group(batches[g:g + self.schedule.micro_batches], g, pools)
+            per_batch += self.executor.cut_edges_per_batch
+        note_cut_edges(self.executor, per_batch)
         self.executor.calls += len(batches)
         return outputs
 
