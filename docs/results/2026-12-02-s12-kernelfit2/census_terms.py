@@ -1,6 +1,6 @@
 """Which launches carry a census's time share, and which kernel-model term decides each (analysis, not a tool).
 
-    PYTHONPATH=$PWD python docs/results/2026-12-02-s12-kernelfit2/census_terms.py MODEL [sim:a100,sim:l40s]
+    PYTHONPATH=$PWD python docs/results/2026-12-02-s12-kernelfit2/census_terms.py MODEL [sim:a100,sim:l40s [PREFILL_TOKENS]]
 
 Per program: launches grouped by (op class, the term that is largest on each device: tensor / cuda / memory / fixed),
 with the A100 time they take and the share of it faster on the L40S; then the launches with the most A100 time.
@@ -35,7 +35,7 @@ def terms(f, d):
     return total, t
 
 
-mw = model_workload(model, specs)
+mw = model_workload(model, specs, prefill_tokens=int(sys.argv[3]) if len(sys.argv) > 3 else 1024)
 for wp, prog in zip(mw.workload.programs, mw.programs):
     feats = program_features(prog)
     groups = defaultdict(lambda: [0, 0.0, 0.0, 0])
