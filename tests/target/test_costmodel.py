@@ -231,3 +231,14 @@ def test_two_partitions_of_one_gpu_copy_device_to_device():
     b = parse_device("cuda:1@72sm", assume_gpu="h200")
     t = build_topology([a, b])
     assert t.bandwidth[0, 1] == pytest.approx(min(a.mem_bandwidth, b.mem_bandwidth) / 2)
+
+
+def test_grouped_mm_is_a_tensor_core_gemm_over_the_stacked_rows():
+    # MoE experts: 128 routed rows over 8 experts of (4096 x 1024) weights, int32 group offsets
+    a, w = view("a", (128, 4096)), view("w", (8, 4096, 1024))
+    offs, out = view("o", (8,), torch.int32), view("c", (128, 1024))
+    f = launch_features(ExternLaunch(0, "aten::_grouped_mm.default", (a, w, offs), {}, (), (out,)))
+    assert f.kernel_class is KernelClass.GEMM
+    assert f.tensor_core and f.dtype == "bf16"  # the int32 offsets do not decide the dtype
+    assert f.flops == 2 * 128 * 1024 * 4096
+    assert f.blocks == 8 * 1 * 8  # per expert: ceil(16 rows / 128) x ceil(1024 / 128) tiles

@@ -44,7 +44,7 @@ OP_CLASSES = tuple(c.value for c in OpClass)
 
 #: ATen op names (without namespace and overload) per class. Convolutions count as gemm: they are tensor-core bound.
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "_scaled_mm", "addmv", "mv",
-                      "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "_int_mm"})
+                      "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "_int_mm", "_grouped_mm"})
 BATCHED_GEMM_OPS = frozenset({"bmm", "baddbmm"})
 NORM_OPS = frozenset({"layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "group_norm",
                       "native_group_norm", "batch_norm", "native_batch_norm", "_native_batch_norm_legit",

@@ -8,7 +8,8 @@ Per launch we count FLOPs and bytes moved (:func:`launch_features`):
   scatter of one token into a KV cache moves one token, not the cache); FLOPs = elements processed
   (``xnumel * ynumel * r0_numel`` from the numel arguments, else the largest view) times the number of ATen ops fused
   in (at least 1).
-* Extern launches: GEMMs ``2*M*N*K`` (``+ M*N`` for the bias of addmm/baddbmm, batched for bmm), attention
+* Extern launches: GEMMs ``2*M*N*K`` (``+ M*N`` for the bias of addmm/baddbmm, batched for bmm, the groups' rows
+  stacked in M for a grouped GEMM), attention
   ``2*B*H*L*S*(E + Ev)`` over ``B*H*L*S`` softmax scores (halved when causal with L == S), convolution ``2 * out elements * C_in/groups * kernel``;
   anything else moves bytes only. Bytes = every distinct tensor view among arguments and outputs.
 
@@ -174,6 +175,9 @@ def _gemm_flops(name: str, launch: ExternLaunch) -> float:
     if name == "addmm" and len(a) >= 3:
         (m, k), (_, n) = a[1].size, a[2].size
         return 2.0 * m * n * k + m * n
+    if name == "_grouped_mm" and len(a) >= 2 and len(a[0].size) == 2 and len(a[1].size) == 3:
+        (m, k), (_, _, n) = a[0].size, a[1].size  # rows of every group stacked, one (K, N) weight per group
+        return 2.0 * m * n * k
     if name == "bmm" and len(a) >= 2:
         (b, m, k), (_, _, n) = a[0].size, a[1].size
         return 2.0 * b * m * n * k
@@ -213,7 +217,7 @@ def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping
         flops, scores = _attention_flops(name, launch)
     else:
         flops = 0.0
-    inputs = [t for t in _tensors(launch.args) if isinstance(t, TensorArg)]
+    inputs = [t for t in _tensors(launch.args) if isinstance(t, TensorArg) and t.dtype.is_floating_point]
     tensor_core = flops > 0 and kclass in (KernelClass.GEMM, KernelClass.ATTENTION) and bool(
         inputs and inputs[-1].dtype in (torch.bfloat16, torch.float16))
     out = launch.outputs[0] if launch.outputs else (inputs[-1] if inputs else None)
@@ -232,6 +236,9 @@ def _extern_blocks(name: str, out: TensorArg | None, inputs: Sequence[TensorArg]
     if name.startswith(("_scaled_dot_product", "scaled_dot_product", "_flash", "_efficient")) and inputs:
         q = inputs[0]  # (B, H, L, E): one CTA per 128 query rows per head
         return int(math.prod(q.size[:-2]) * math.ceil(q.size[-2] / TILE)) if len(q.size) >= 3 else 0
+    if name == "_grouped_mm" and len(inputs) >= 2 and len(inputs[1].size) == 3:
+        groups = inputs[1].size[0]  # the rows split evenly over the groups (the split is data, unknown here)
+        return int(groups * math.ceil(rows / groups / TILE) * math.ceil(cols / TILE))
     batch = math.prod(out.size[:-2]) if len(out.size) > 2 else 1
     return int(batch * math.ceil(rows / TILE) * math.ceil(cols / TILE))
 

@@ -191,8 +191,8 @@ def _tensor_peak(e: catalog.CatalogEntry, dtype: str) -> float:
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
-CALIBRATED = KernelModel(eta_tensor=0.8762, eta_cuda=0.3655, eta_memory=0.8055, dram_bytes_per_clock_per_sm=29.82,
-                         l2_bytes_per_clock_per_sm=86.96, latency_cycles=4013.0, tile_cycles=721.0,
-                         tensor_power=1.102, softmax_ops=1.132, floor_s=3.253e-06,
+CALIBRATED = KernelModel(eta_tensor=0.8707, eta_cuda=0.3656, eta_memory=0.8097, dram_bytes_per_clock_per_sm=30.01,
+                         l2_bytes_per_clock_per_sm=86.55, latency_cycles=4609.0, tile_cycles=720.4,
+                         tensor_power=1.119, softmax_ops=4.083, floor_s=2.954e-06,
                          source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 685 launches of llama, "
                                 "dit, mamba and moe timed back to back")
