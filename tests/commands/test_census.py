@@ -63,3 +63,13 @@ def test_png_panels_count_launches_as_the_table_does():
         assert panel_share(w, sec) == pytest.approx(rows[name, "all"].faster_on_second)
         assert w.sum() == pytest.approx(rows[name, "all"].launches)
     assert panel_share(*panels["all"]) == pytest.approx(80.0)
+
+
+def test_a_full_size_ssm_census_names_its_long_lowering_and_the_quick_option():
+    from torch_tessera.commands.census import scan_unroll_notice
+
+    note = scan_unroll_notice("ssm", "full", 1024)
+    assert note is not None and "1024 tokens" in note and "--prefill-tokens 32" in note
+    assert scan_unroll_notice("ssm", "full", 32) is None
+    assert scan_unroll_notice("ssm", "tiny", 1024) is None
+    assert scan_unroll_notice("llm", "full", 1024) is None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -226,6 +227,20 @@ def paper_figures(model: str, specs) -> dict:
     return fig
 
 
+def scan_unroll_notice(family: str, size: str, prefill_tokens: int) -> str | None:
+    """A notice for a predicted census whose lowering is long with empty caches, or ``None``.
+
+    The registry's SSM runs Hugging Face's torch scan path, a Python loop over the prompt's tokens, so the full-size
+    prefill program unrolls ``prefill_tokens`` scan steps per layer in the lowering: 32 tokens took about 9 minutes
+    cold on a 2-core CPU (docs/BENCHMARKS.md, issue 21's census), and the time grows with the tokens.
+    """
+    if family != "ssm" or size != "full" or prefill_tokens <= 32:
+        return None
+    return (f"note: the full-size SSM's prefill unrolls its scan over {prefill_tokens} tokens in every layer; with "
+            "empty lowering caches this takes far longer than the 9 minutes that --prefill-tokens 32 takes on a "
+            "2-core CPU (later runs reuse the cache). For a quick census pass --prefill-tokens 32.")
+
+
 def run(args: argparse.Namespace) -> int:
     from torch_tessera.errors import ConfigError
     from torch_tessera.models import get_model
@@ -238,6 +253,9 @@ def run(args: argparse.Namespace) -> int:
     if args.measure:
         tables = measured_tables(args.model, args.devices, args.size, args.layers)
     else:
+        notice = scan_unroll_notice(get_model(args.model).family, args.size, args.prefill_tokens)
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
         tables = predicted_tables(args.model, specs, args.size, args.prefill_tokens)
     names = [s.name for s in specs]
     rows = census_rows(tables, paper_figures(args.model, specs))
