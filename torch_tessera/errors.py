@@ -29,11 +29,15 @@ class InfeasiblePlanError(TesseraError):
     Attributes:
         shortfalls: ``(device, bytes needed, bytes available)`` for each short device, where known (empty when the
             constraint that failed is not a memory budget), so a caller can restate the error in its own terms.
+        lower_bound: ``True`` when the bytes needed are only the activation reserve (no device could hold even
+            that), so the whole plan needs more: a restated message must say "at least".
     """
 
-    def __init__(self, message: str, shortfalls: tuple[tuple[str, float, float], ...] = ()) -> None:
+    def __init__(self, message: str, shortfalls: tuple[tuple[str, float, float], ...] = (),
+                 lower_bound: bool = False) -> None:
         super().__init__(message)
         self.shortfalls = tuple(shortfalls)
+        self.lower_bound = lower_bound
 
 
 class TesseraFallbackWarning(UserWarning):

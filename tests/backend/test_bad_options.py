@@ -59,7 +59,9 @@ def test_memory_budget_syntax_compiles_and_equals_eager():
 
 
 @pytest.mark.parametrize("policy, devices, needed", [
-    ("throughput", ["cpu:0,mem=1KB", "cpu:1,mem=1KB"], "cpu:0,mem=1KB needs 2.05 KB, has 1.00 KB"),
+    # no device holds even the activation reserve: the bytes named are a lower bound, and the message says so
+    ("throughput", ["cpu:0,mem=1KB", "cpu:1,mem=1KB"],
+     "cpu:0,mem=1KB needs at least 2.05 KB for activations alone (the weights and buffers come on top), has 1.00 KB"),
     ("homo-R", "cpu:0,cpu:1,mem=1KB", "cpu:1,mem=1KB needs 36.35 KB, has 1.00 KB"),
 ])
 def test_plan_that_does_not_fit_names_device_bytes_and_option(policy, devices, needed):
@@ -72,6 +74,7 @@ def test_plan_that_does_not_fit_names_device_bytes_and_option(policy, devices, n
     # the fix names another policy only when the user's policy is not already the one that spreads the weights
     assert ("policy='throughput')" in msg.split("Fix:")[1]) == (policy != "throughput"), msg
     assert e.value.shortfalls and all(need > have for _, need, have in e.value.shortfalls)
+    assert e.value.lower_bound == (policy == "throughput")
 
 
 def test_split_devices_keeps_pieces_with_their_device():

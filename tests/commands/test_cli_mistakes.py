@@ -59,3 +59,11 @@ def test_devices_help_names_the_synthetic_devices():
     sub = next(a for a in build_parser()._actions if a.dest == "command")  # noqa: SLF001 - argparse's subparsers
     text = " ".join(sub.choices["plan"].format_help().split())
     assert "with --synthetic-layers the synthetic devices big, mid, small, e.g. big,small" in text, text
+
+
+def test_memory_budgets_take_the_units_of_a_device_string():
+    from torch_tessera.commands.plan import _gigabytes
+
+    assert _gigabytes("40GB,512MB") == [40.0, 0.512]
+    assert _gigabytes("80,48") == [80.0, 48.0]
+    assert abs(_gigabytes("1GiB")[0] - 1.073741824) < 1e-12

@@ -55,3 +55,34 @@ def test_fit_recovers_known_constants_from_synthetic_launches():
     m = fit(samples, specs, start=start)
     assert abs(_errors(m, samples, specs)).max() < 0.05
     assert abs(_errors(start, samples, specs)).max() > 0.2
+
+
+def test_a_model_that_cannot_be_lowered_costs_only_its_own_rows(monkeypatch, tmp_path, capsys):
+    import argparse
+    import json
+
+    from torch_tessera.commands import pairs
+    from torch_tessera.errors import LoweringError
+
+    def fake_rows(model, pair):
+        if model == "qwen2-vl":
+            raise LoweringError("torch.export failed on the fake model: GuardOnDataDependentSymNode: Eq(u3, 0)\nmore")
+        return {"model": model, "pair": list(pair), "unit": "tok/s", "note": "", "plans": []}
+
+    monkeypatch.setattr(pairs, "pair_rows", fake_rows)
+    args = argparse.Namespace(models="llama,qwen2-vl", pairs="a100+l40s", out=str(tmp_path))
+    assert pairs.run(args) == 1
+    out, err = capsys.readouterr()
+    assert "SIMULATED llama on a100 + l40s" in out
+    assert "qwen2-vl on a100+l40s: not planned: torch.export failed on the fake model: GuardOnDataDependentSymNode" in err
+    assert "1 of 2 rows not planned (qwen2-vl" in err
+    saved = json.loads((tmp_path / "pairs.json").read_text())["results"]
+    assert [r["model"] for r in saved] == ["llama", "qwen2-vl"] and "error" in saved[1]
+
+
+def test_export_errors_drop_the_printed_graph():
+    from torch_tessera.lowering.fake import _readable
+
+    graph = "def forward(self, " + ", ".join(f'arg{i}_1: "bf16[1280]"' for i in range(100)) + "):\n    x = 1\n\n"
+    text = _readable(RuntimeError(graph + "GuardOnDataDependentSymNode: Could not guard\n  File m.py, line 3\n"))
+    assert text == "GuardOnDataDependentSymNode: Could not guard\n  File m.py, line 3"

@@ -57,7 +57,8 @@ def in_user_terms(error: InfeasiblePlanError, specs: Sequence[Any], config: Any)
     from torch_tessera.target.devices import format_bytes
 
     if not error.shortfalls:
-        return InfeasiblePlanError(f"policy={config.policy!r} found no placement: {error}", error.shortfalls)
+        return InfeasiblePlanError(f"policy={config.policy!r} found no placement: {error}", error.shortfalls,
+                                   error.lower_bound)
     by_name = {s.name: s for s in specs}
     parts = []
     for device, needed, have in error.shortfalls:
@@ -72,10 +73,12 @@ def in_user_terms(error: InfeasiblePlanError, specs: Sequence[Any], config: Any)
             what = f"its budget, set by mem= in option devices={','.join(config.devices)!r}"
         else:
             what = "its memory"
-        parts.append(f"device {device} needs {format_bytes(needed)}, has {format_bytes(have, needed)} ({what})")
+        needs = (f"needs at least {format_bytes(needed)} for activations alone (the weights and buffers come on "
+                 "top)" if error.lower_bound else f"needs {format_bytes(needed)}")
+        parts.append(f"device {device} {needs}, has {format_bytes(have, needed)} ({what})")
     spread = ("" if config.policy == "throughput"
               else ", or use a policy that spreads the weights (policy='throughput')")
     return InfeasiblePlanError(
         f"the model does not fit the devices under policy={config.policy!r}: " + "; ".join(parts)
         + ". Fix: raise or drop mem= in option devices, or add a device to option devices" + spread,
-        error.shortfalls)
+        error.shortfalls, error.lower_bound)

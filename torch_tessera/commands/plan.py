@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "prefill + decode) (default: throughput)")
     parser.add_argument("--micro-batches", type=int, default=2, help="micro-batches in flight (throughput)")
     parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
-    parser.add_argument("--memory", default=None, help="per-device budgets in GB, comma-separated (default: "
+    parser.add_argument("--memory", default=None, help="per-device budgets, comma-separated: GB (80,48) or sizes (40GB,512MB) (default: "
                                                        "the devices' memory)")
     parser.add_argument("--output-tokens", type=float, default=129.0,
                         help="mean output tokens per request: decode runs per prefill (default: 129, as tessera bench: "
@@ -231,11 +231,21 @@ def _registry_name(model: str) -> str:
 
 
 def _gigabytes(text: str) -> list[float]:
-    """``--memory``'s per-device budgets in GB (positive numbers, comma-separated)."""
+    """``--memory``'s per-device budgets in GB (comma-separated positive numbers of GB, or sizes with a unit as in a
+    device string's ``mem=``: ``40GB``, ``40GiB``, ``512MB``)."""
+    from torch_tessera.target.devices import parse_size
+
+    def one(x: str) -> float:
+        try:
+            return float(x)
+        except ValueError:
+            return parse_size(x) / 1e9
+
     try:
-        values = [float(x) for x in text.split(",")]
+        values = [one(x) for x in text.split(",")]
     except ValueError:
-        raise ConfigError(f"option --memory={text!r} must be budgets in GB separated by commas, e.g. 80,48") from None
+        raise ConfigError(f"option --memory={text!r} must be budgets in GB separated by commas, e.g. 80,48 "
+                          "(or sizes with a unit: 40GB,512MB)") from None
     if any(not v > 0 for v in values):
         raise ConfigError(f"option --memory={text!r}: every budget must be a positive number of GB")
     return values
@@ -260,7 +270,7 @@ def _in_cli_terms(error: TesseraError, memory: str | None) -> TesseraError:
     budget = (f"raise --memory (now {memory} GB)" if memory else
               "pass larger budgets with --memory (now the devices' memory)")
     return InfeasiblePlanError(f"{head} Fix: {budget}, add a device to --devices, or use a plan that spreads the "
-                               "weights", error.shortfalls)
+                               "weights", error.shortfalls, error.lower_bound)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -63,7 +63,7 @@ def lower_without_weights(
         with fake_mode:
             ep = torch.export.export(model, fake_inputs, strict=False)
     except Exception as e:  # noqa: BLE001 - the border with torch.export
-        raise LoweringError(f"torch.export failed on the fake model: {type(e).__name__}: {e}") from e
+        raise LoweringError(f"torch.export failed on the fake model: {type(e).__name__}: {_readable(e)}") from e
     t_export = time.perf_counter() - t0
     gm = ep.graph_module
     state = {**ep.state_dict, **ep.constants}
@@ -85,3 +85,19 @@ def lower_without_weights(
     log.info("lowered without weights in %.1f s (export %.1f s): %d launches", time.perf_counter() - t0, t_export,
              len(captured[0].program.launches))
     return captured[0]
+
+
+def _readable(error: Exception, max_lines: int = 12) -> str:
+    """``error``'s message without the printed FX graphs torch.export puts in it (``def forward(...)`` and its body:
+    hundreds of lines of buffer annotations), at most ``max_lines`` lines: what failed and where, not the graph."""
+    lines, in_graph = [], False
+    for line in str(error).splitlines():
+        if line.lstrip().startswith(("def forward(", "class GraphModule(")):
+            in_graph = True
+            continue
+        if in_graph and (not line.strip() or line.startswith((" ", "\t"))):
+            continue
+        in_graph = False
+        if line.strip() and len(line) <= 400:
+            lines.append(line)
+    return "\n".join(lines[:max_lines]) + ("\n..." if len(lines) > max_lines else "")

@@ -160,7 +160,7 @@ def raise_infeasible(pb: Problem, groups: Blocks, reason: str = "") -> None:
            " Fix: raise memory_budgets, add a device, or lower the batch / context so state and activations shrink.")
     raise InfeasiblePlanError(
         "no feasible placement: " + "; ".join(lines) + f" (activation reserve {_gb(pb.reserve)} per device counted)."
-        + fix, tuple(shortfalls))
+        + fix, tuple(shortfalls), lower_bound=short is None and bool(shortfalls))
 
 
 def solve_throughput(pb: Problem, time_limit: float, use_ties: bool = True, mip_gap: float = 5e-3,
