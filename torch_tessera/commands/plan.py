@@ -51,8 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "prefill + decode) (default: throughput)")
     parser.add_argument("--micro-batches", type=int, default=2, help="micro-batches in flight (throughput)")
     parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
-    parser.add_argument("--memory", default=None, help="per-device budgets, comma-separated: GB (80,48) or sizes (40GB,512MB) (default: "
-                                                       "the devices' memory)")
+    parser.add_argument("--memory", default=None,
+                        help="per-device budgets, comma-separated: GB (80,48) or sizes (40GB,512MB) (default: the "
+                             "devices' memory)")
     parser.add_argument("--output-tokens", type=float, default=129.0,
                         help="mean output tokens per request: decode runs per prefill (default: 129, as tessera bench: "
                              "the conversation workload's mean)")
