@@ -74,7 +74,8 @@ def test_a_model_that_cannot_be_lowered_costs_only_its_own_rows(monkeypatch, tmp
     assert pairs.run(args) == 1
     out, err = capsys.readouterr()
     assert "SIMULATED llama on a100 + l40s" in out
-    assert "qwen2-vl on a100+l40s: not planned: torch.export failed on the fake model: GuardOnDataDependentSymNode" in err
+    assert ("qwen2-vl on a100+l40s: not planned: torch.export failed on the fake model: "
+            "GuardOnDataDependentSymNode") in err
     assert "1 of 2 rows not planned (qwen2-vl" in err
     saved = json.loads((tmp_path / "pairs.json").read_text())["results"]
     assert [r["model"] for r in saved] == ["llama", "qwen2-vl"] and "error" in saved[1]
