@@ -85,7 +85,7 @@ def _child(cache: Path) -> dict:
 def test_a_new_process_reuses_the_profiles_and_the_plan(tmp_path):
     first = _child(tmp_path)
     assert first["backend"] == "tessera" and first["launches_timed"] >= 1
-    assert not first["plan_source"].startswith("reused from the plan cache")
+    assert first["plan_source"].startswith("solved now by ")
     entries = {p: p.stat().st_mtime_ns for p in (tmp_path / "profiles").glob("*.json")}
     plans = list((tmp_path / "plans").glob("*.json"))
     assert entries and len(plans) == 1

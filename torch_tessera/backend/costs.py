@@ -149,7 +149,7 @@ def plan_source(plan: Any) -> str:
     solver = plan.solver
     if solver.method.startswith("cache:"):
         return f"reused from the plan cache ({solver.method[len('cache:'):]}, no solve)"
-    return f"{solver.method} now, {solver.status}, {solver.wall_seconds:.2f} s"
+    return f"solved now by {solver.method} ({solver.status}, {solver.wall_seconds:.2f} s)"
 
 
 def with_costs_note(plan: Any, summary: str) -> Any:
