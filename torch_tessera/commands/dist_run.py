@@ -14,7 +14,7 @@ together transferred exactly the placement's cut edges. Rank 0 prints the verdic
 throughput``, as ``tessera plan``).
 
 A scheduler policy's plan carries its pipelined schedule (the one its simulator scored,
-:func:`~torch_tessera.scheduler.gantt.simulated_schedule`): rank 0 broadcasts it and every rank replays it for a call
+:attr:`~torch_tessera.scheduler.Plan.schedules`): rank 0 broadcasts it and every rank replays it for a call
 or group of its micro-batch count (other counts, and the ``random``, ``attention`` and ``home`` placements, replay a
 unit-cost schedule of the placement, logged; each rank reports ``schedule_sources``).
 
@@ -123,14 +123,19 @@ def _placement(args: argparse.Namespace, runner: Any, specs: list,
 
 
 def _plan_schedules(plan: Any, dag: Any, costs: Any, topology: Any, ranks: int) -> tuple:
-    """The plan's pipelined schedule, as one tuple, when the simulator scored it and ranks can replay it."""
+    """The plan's pipelined schedule (:meth:`~torch_tessera.scheduler.Plan.schedule_of`), as one tuple, when the
+    simulator scored it and ranks can replay it; a simulated plan that carries none (read from a file written before
+    plans carried schedules) has it built again from its placement (logged)."""
     from torch_tessera.runtime.dist_replay import check_replayable
     from torch_tessera.scheduler.gantt import simulated_schedule
 
     if plan.simulated_seconds is None:
         log.warning("the %s plan was not simulated: it carries no schedule; replaying unit-cost schedules", plan.policy)
         return ()
-    schedule = simulated_schedule(plan, dag, costs, topology).schedule
+    schedule = plan.schedule_of()
+    if schedule is None:
+        log.info("the %s plan carries no schedule: building it again from its placement", plan.policy)
+        schedule = simulated_schedule(plan, dag, costs, topology).schedule
     try:
         check_replayable(schedule, plan.placement, ranks)
     except TesseraError as e:

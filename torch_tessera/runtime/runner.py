@@ -66,6 +66,31 @@ class TesseraRunner:
     def __call__(self, args: list) -> list:
         return self.executor(args)
 
+    def schedule_for(self, micro_batches: int) -> Any:
+        """The pipelined schedule a group of ``micro_batches`` replays (``executor.run_pipelined(batches,
+        schedule=...)``): the plan's own (:meth:`~torch_tessera.scheduler.Plan.schedule_of`, the schedule its
+        simulator scored) when the plan carries one over that many micro-batches for this placement and the
+        executor's memory domains, else one built
+        from the placement with every launch costing the same (logged), as the distributed executor does.
+
+        Raises:
+            ConfigError: ``micro_batches < 1``.
+        """
+        from torch_tessera.scheduler.modulo import build_pipelined_schedule
+
+        own = None
+        if self.plan is not None and getattr(self.plan, "schedules", ()) and len(self.plan.placements) == 1:
+            own = self.plan.schedule_of()
+        ex = self.executor
+        if (own is not None and own.micro_batches == micro_batches and dict(own.placement) == dict(self.placement)
+                and tuple(own.domains) == tuple(ex.domains)):
+            return own
+        log.info("no plan schedule over %d micro-batches for this placement and its memory domains (the plan's: %s); "
+                 "replaying a unit-cost schedule of the placement", micro_batches,
+                 f"{own.micro_batches} micro-batches, domains {own.domains}" if own is not None else "none")
+        return build_pipelined_schedule(self.dag, self.placement, micro_batches, domains=ex.domains,
+                                        devices=len(ex.devices))
+
     @property
     def kernel_objects(self) -> Mapping[str, Any]:
         """The live kernel objects from lowering (usable on the home device)."""

@@ -27,8 +27,8 @@ from torch_tessera.scheduler import baselines, cache
 from torch_tessera.scheduler.blocks import aggregate
 from torch_tessera.scheduler.build import make_plan
 from torch_tessera.scheduler.heuristics import latency_bound, zero_comm_bound
-from torch_tessera.scheduler.pipeline_plan import (SCORES, PipelineModel, simulated_seconds, step_lower_bound,
-                                                   surrogate_topology)
+from torch_tessera.scheduler.pipeline_plan import (SCORES, PipelineModel, simulated_schedules, simulated_seconds,
+                                                   step_lower_bound, surrogate_topology)
 from torch_tessera.scheduler.problem import as_workload, compile_problem
 from torch_tessera.scheduler.solve import LP_PLAN_GAP, TRANSFER_TOLERANCE, solve_latency, solve_throughput
 from torch_tessera.scheduler.types import (CutEdge, NotApplicableError, Plan, SolverInfo, Workload,  # noqa: F401
@@ -165,7 +165,8 @@ def _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_l
         result = _baseline(pb, policy, objective or "cycle", t0)
     if sim is not None and not result.replicas:
         place = np.array([result.placements[pb.programs[p]][k] for p, k in zip(pb.prog.tolist(), pb.launch.tolist())])
-        result = replace(result, simulated_seconds=sim(pb, place, exact=True))
+        seconds, schedules = sim.exact(pb, place)
+        result = replace(result, simulated_seconds=seconds, schedules=schedules)
         if policy == "throughput" and micro_batches == MICRO_BATCH_CHOICES[0]:
             result = _more_micro_batches(pb, place, result, sim)
     if key is not None:
@@ -193,12 +194,12 @@ def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:
 class _Simulated:
     """Simulated seconds per workload step of placements (``score="simulate"``), cached per placement and
     micro-batch count: the cheap surrogate while comparing candidates (:func:`pipeline_plan.simulated_seconds`),
-    ``exact`` for the plan's own; and the lower bound no simulated step of a placement is below
+    ``exact`` for the plan's own (:meth:`exact`, with the schedules it scored); and the lower bound no simulated step of a placement is below
     (:func:`pipeline_plan.step_lower_bound`), which skips candidates that cannot win."""
 
     def __init__(self, wl, topology, model, micro_batches):
         self.wl, self.topology, self.model, self.M = wl, topology, model, micro_batches
-        self.seen: dict[tuple, float] = {}
+        self.seen: dict[tuple, Any] = {}  # seconds, or (seconds, schedules) for exact()
         self.cache: dict = {}  # DAG indexes and list-scheduler timelines (pipeline_plan.timeline_of)
 
     def __call__(self, pb, place, exact: bool = False, micro_batches: int | None = None) -> float:
@@ -207,6 +208,15 @@ class _Simulated:
         if key not in self.seen:
             self.seen[key] = simulated_seconds(pb, self.wl, place, self.topology, self.model, M, exact,
                                                cache=self.cache)
+        return self.seen[key]
+
+    def exact(self, pb, place, micro_batches: int | None = None) -> tuple[float, tuple]:
+        """``(simulated seconds, the schedules scored)`` of ``place``: :func:`pipeline_plan.simulated_schedules`,
+        the value :attr:`Plan.simulated_seconds` and :attr:`Plan.schedules` take."""
+        M = micro_batches or self.M
+        key = (np.asarray(place, dtype=np.int64).tobytes(), "schedules", M)
+        if key not in self.seen:
+            self.seen[key] = simulated_schedules(pb, self.wl, place, self.topology, self.model, M, cache=self.cache)
         return self.seen[key]
 
     def lower_bound(self, pb, place) -> float:
@@ -239,13 +249,13 @@ def _more_micro_batches(pb, place: np.ndarray, result: Plan, sim: _Simulated) ->
             best_m, cheap = m, s
     if best_m == result.micro_batches:
         return result
-    best_s = sim(pb, place, exact=True, micro_batches=best_m)
+    best_s, schedules = sim.exact(pb, place, best_m)
     if best_s >= result.simulated_seconds * (1 - MICRO_BATCH_GAIN):
         return result
     note = (f"{best_m} micro-batches: simulated {best_s * 1e3:.4g} ms per step vs {result.simulated_seconds * 1e3:.4g} "
             f"ms with {result.micro_batches}")
     log.info("throughput: %s", note)
-    return replace(result, micro_batches=best_m, simulated_seconds=best_s,
+    return replace(result, micro_batches=best_m, simulated_seconds=best_s, schedules=schedules,
                    solver=replace(result.solver, notes=result.solver.notes + (note,)))
 
 

@@ -3,7 +3,8 @@
 The key hashes the compiled problem (kernel names, op classes, layers, unsure flags, every edge with its bytes, the
 cost table, resident buffers, groups and pins, program frequencies), the devices, links (bandwidth, latency, per-hop
 overhead and copy exposure) and budgets, and the policy with its options. A changed program, cost, device set or option gives a new key, so a stale plan is never returned.
-Files are JSON (:meth:`Plan.to_json`), written atomically; an unreadable file counts as a miss.
+Files are JSON (:meth:`Plan.to_json`, with the plan's schedules), written atomically; an unreadable file, or one
+written before plans carried their schedules (no ``schedules`` field), counts as a miss.
 
 Location: ``cache_dir`` if given, else ``$TESSERA_CACHE_DIR/plans``, else ``~/.cache/torch_tessera/plans``.
 """
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 #: Version of the cached plans: bump when the plan format or the solver's meaning of a key changes (a cached plan of
 #: another version is never read).
-SCHEMA = 4
+SCHEMA = 5
 
 
 def default_dir() -> Path:
@@ -71,6 +72,9 @@ def load(directory: Path, key: str) -> Plan | None:
     try:
         data = json.loads(path.read_text())
         if data.get("key") != key:
+            return None
+        if '"schedules":' not in data["plan"]:
+            log.info("plan cache file %s predates plans carrying their schedules; solving again", path)
             return None
         return Plan.from_json(data["plan"])
     except (OSError, ValueError, KeyError, TypeError) as e:

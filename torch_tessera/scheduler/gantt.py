@@ -15,6 +15,7 @@ micro-batch 0 leaves, as separate CUDA streams per micro-batch do.
 from __future__ import annotations
 
 import bisect
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
@@ -28,6 +29,8 @@ from torch_tessera.scheduler.types import Plan, Workload
 
 if TYPE_CHECKING:
     from torch_tessera.scheduler.pipeline_plan import PipelineModel, ProgramSim
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,10 @@ def simulated_schedule(plan: Plan, dag_or_workload: DependencyGraph | Workload,
                        costs: CostTable | Mapping[str, CostTable] | None, topology: Topology, *,
                        program: str | None = None, pipeline: "PipelineModel | None" = None) -> "ProgramSim":
     """The pipelined schedule of one program of ``plan`` (default: the one with the most time per workload step)
-    and its simulation."""
-    from torch_tessera.scheduler.pipeline_plan import PipelineModel, program_simulations
+    and its simulation: the plan's own schedule (:meth:`Plan.schedule_of`), simulated on ``costs`` and
+    ``topology``; for a plan that carries none for the program (``score="cycle"``, a plan file written before plans
+    carried schedules), one built again from the placement (logged)."""
+    from torch_tessera.scheduler.pipeline_plan import PipelineModel, program_simulations, simulate_program
 
     wl = as_workload(dag_or_workload, costs)
     pb = compile_problem(wl, topology, micro_batches=plan.micro_batches)
@@ -180,6 +185,11 @@ def simulated_schedule(plan: Plan, dag_or_workload: DependencyGraph | Workload,
     else:
         p = pb.programs.index(program)
     model = pipeline if pipeline is not None else PipelineModel.from_names(topology.devices)
+    own = plan.schedule_of(pb.programs[p])
+    if own is not None and own.micro_batches == plan.micro_batches:
+        return simulate_program(pb, p, wl.programs[p], own, topology, model)
+    log.info("plan %s carries no schedule of program %s over %d micro-batches: building one from its placement",
+             plan.policy, pb.programs[p], plan.micro_batches)
     sub = Workload((wl.programs[p],))
     return program_simulations(pb, sub, place, topology, model, plan.micro_batches, programs=[p])[0]
 
@@ -188,8 +198,9 @@ def write_gantt(plan: Plan, dag_or_workload: DependencyGraph | Workload,
                 costs: CostTable | Mapping[str, CostTable] | None, topology: Topology, path: str | Path, *,
                 program: str | None = None, micro_batches: int | None = None,
                 pipeline: "PipelineModel | None" = None) -> Path:
-    """Timeline of ``plan`` drawn to ``path`` (PNG): its simulated pipelined schedule when the plan was simulated
-    (``plan.simulated_seconds`` set), else the approximate timeline. Returns the path."""
+    """Timeline of ``plan`` drawn to ``path`` (PNG): the plan's own pipelined schedule as the simulator runs it
+    (:func:`simulated_schedule`) when the plan was simulated (``plan.simulated_seconds`` set), else the approximate
+    timeline. Returns the path."""
     if plan.simulated_seconds is not None and micro_batches is None:
         sim = simulated_schedule(plan, dag_or_workload, costs, topology, program=program, pipeline=pipeline)
         ivs = schedule_intervals(sim, plan.devices)

@@ -149,6 +149,35 @@ def build_pipelined_schedule(dag: DependencyGraph, placement: Mapping[int, int] 
     return PipelinedSchedule(D, micro_batches, streams, place, dom, cut, source=f"modulo:{priority}")
 
 
+def serial_schedule(launches: Sequence[int], device: int, micro_batches: int, devices: int,
+                    domains: Sequence[int] = ()) -> PipelinedSchedule:
+    """The schedule of a program wholly on ``device``: its launches in program order, micro-batch after micro-batch,
+    no transfers or waits. It is the schedule :func:`build_pipelined_schedule` builds for such a placement (with
+    ``"micro-batch"`` priority every launch of a lower micro-batch is ready before the device is free, and launch
+    indices follow the program order, which every DAG edge follows), without running the list scheduler.
+
+    Args:
+        launches: the program's launch indices.
+        device: the device they all run on.
+        micro_batches: micro-batches per step, ``>= 1``.
+        devices: number of devices (streams).
+        domains: memory domain of each device (default: each its own).
+
+    Raises:
+        ConfigError: ``micro_batches < 1`` or ``device`` not below ``devices``.
+    """
+    if micro_batches < 1:
+        raise ConfigError(f"micro_batches must be >= 1, got {micro_batches}")
+    if not 0 <= device < devices:
+        raise ConfigError(f"device {device} is not one of the {devices} devices")
+    order = sorted(int(v) for v in launches)
+    run = tuple(RunStep(device, m, v) for m in range(micro_batches) for v in order)
+    streams = tuple(run if d == device else () for d in range(devices))
+    dom = tuple(domains) if len(domains) else tuple(range(devices))
+    return PipelinedSchedule(devices, micro_batches, streams, dict.fromkeys(order, device), dom, (),
+                             source="modulo:micro-batch")
+
+
 def _prepare(dag, placement, topology, domains, devices, index, adj=None):
     """``(index, launch -> device, D, domains, adjacency)`` of a placement (shared by the entry functions); ``adj``
     (a timeline's) is reused when it was built from the same ``index``, devices and domains."""

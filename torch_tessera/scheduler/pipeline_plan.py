@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from torch_tessera.scheduler.modulo import (WAIT_SECONDS, DagIndex, Timeline, build_pipelined_schedule, dag_index,
-                                           list_timeline)
+                                           list_timeline, serial_schedule)
 from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule
 from torch_tessera.scheduler.problem import Problem
 from torch_tessera.scheduler.simulate import MemoryShare, SimResult, simulate
@@ -164,9 +164,19 @@ def program_simulations(pb: Problem, wl: Workload, place: np.ndarray, topology: 
         s = build_pipelined_schedule(prog.dag, placement, micro_batches, costs=cost, topology=topology,
                                      domains=_domains(pb, model), wait_seconds=model.wait_seconds, devices=pb.D,
                                      index=program_index(pb, p, prog.dag, cache), timeline=tl)
-        mem = model.memory_share(prog.dag)
-        out.append(ProgramSim(prog.name, s, simulate(s, cost, topology, wait_seconds=model.wait_seconds, memory=mem)))
+        out.append(simulate_program(pb, p, prog, s, topology, model, cache))
     return out
+
+
+def simulate_program(pb: Problem, p: int, prog, schedule: PipelinedSchedule, topology: Topology,
+                     model: PipelineModel, cache: dict | None = None) -> ProgramSim:
+    """Simulate ``schedule``, a schedule of program ``p`` (``prog``, the problem's ``p``-th program), as
+    :func:`program_simulations` does: the problem's costs, ``topology``'s links, ``model``'s wait cost and memory
+    sharing. ``cache`` as for :func:`timeline_of`."""
+    ks = pb.program_slice(p)
+    cost = _once(pb, cache, ("dense_cost", p), lambda: _dense_cost(pb, ks))
+    result = simulate(schedule, cost, topology, wait_seconds=model.wait_seconds, memory=model.memory_share(prog.dag))
+    return ProgramSim(prog.name, schedule, result)
 
 
 def timeline_of(pb: Problem, p: int, dag, place: np.ndarray, topology: Topology, model: PipelineModel,
@@ -192,12 +202,16 @@ def _program_inputs(pb: Problem, p: int, place: np.ndarray, cache: dict | None) 
     """Program ``p``'s placement (launch -> device) and its ``[launches, D]`` costs indexed by launch."""
     ks = pb.program_slice(p)
     launch = pb.launch[ks]
+    return (dict(zip(launch.tolist(), np.asarray(place)[ks].tolist())),
+            _once(pb, cache, ("dense_cost", p), lambda: _dense_cost(pb, ks)))
 
-    def dense():
-        cost = np.zeros((int(launch.max()) + 1, pb.D))
-        cost[launch] = pb.cost[ks]
-        return cost
-    return dict(zip(launch.tolist(), np.asarray(place)[ks].tolist())), _once(pb, cache, ("dense_cost", p), dense)
+
+def _dense_cost(pb: Problem, ks: np.ndarray) -> np.ndarray:
+    """``[launches, D]`` seconds of the problem's kernels ``ks`` (one program's), indexed by launch."""
+    launch = pb.launch[ks]
+    cost = np.zeros((int(launch.max()) + 1, pb.D))
+    cost[launch] = pb.cost[ks]
+    return cost
 
 
 def _domains(pb: Problem, model: PipelineModel) -> list[int]:
@@ -237,7 +251,8 @@ def _predicted_share(pb, prog, p, place, topology, model, M, cache=None) -> np.n
 
 
 def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: Topology, model: PipelineModel,
-                      micro_batches: int, exact: bool = False, cache: dict | None = None) -> float:
+                      micro_batches: int, exact: bool = False, cache: dict | None = None,
+                      sims: dict | None = None) -> float:
     """Simulated seconds per workload step of placement ``place`` (``[pb.n]``). A program wholly on one device is
     not simulated: its schedule is its launches back to back, ``occupied = M x its load`` and nothing lost. Without
     bandwidth figures (``model.device_bandwidth`` empty: nothing shared to model) a split program is scored by the
@@ -245,7 +260,9 @@ def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: To
     step on the test DAGs) unless ``exact``; with them, or ``exact``, by :func:`~.simulate.simulate` of its
     schedule. Programs wholly on devices of one memory domain run side by side at ``model.corun_rate``
     (:func:`corun_bound`). ``cache``: a dict the caller keeps across calls for one workload, ``topology`` and
-    ``model``, so the list scheduler runs once per program, placement and micro-batch count (:func:`timeline_of`)."""
+    ``model``, so the list scheduler runs once per program, placement and micro-batch count (:func:`timeline_of`).
+    ``sims``: a dict that receives ``program index -> ProgramSim`` of every program simulated (split programs, with
+    ``exact`` or bandwidth figures)."""
     place = np.asarray(place)
     T = np.zeros(pb.D)
     split = []
@@ -263,11 +280,37 @@ def simulated_seconds(pb: Problem, wl: Workload, place: np.ndarray, topology: To
                                                cache)
     elif split:
         sub = Workload(tuple(wl.programs[p] for p in split), tie_state=wl.tie_state)
-        sims = program_simulations(pb, sub, place, topology, model, micro_batches, programs=split,
+        done = program_simulations(pb, sub, place, topology, model, micro_batches, programs=split,
                                    cache=cache)
-        for p, sim in zip(split, sims):
+        for p, sim in zip(split, done):
             T += pb.freq[p] * device_share(sim)
+            if sims is not None:
+                sims[p] = sim
     return max(float(T.max()), whole, domain_bound(pb, wl, place, model))
+
+
+def simulated_schedules(pb: Problem, wl: Workload, place: np.ndarray, topology: Topology, model: PipelineModel,
+                        micro_batches: int, cache: dict | None = None
+                        ) -> tuple[float, tuple[tuple[str, PipelinedSchedule], ...]]:
+    """:func:`simulated_seconds` with ``exact`` and the schedules it scored, one per program of ``wl`` in order:
+    a split program's is the schedule simulated (:func:`program_simulations`), a program wholly on one device's its
+    launches back to back (:func:`~.modulo.serial_schedule`, the schedule the simulated step assumes for it).
+
+    Returns:
+        ``(seconds per workload step, ((program name, schedule over micro_batches), ...))``.
+    """
+    sims: dict = {}
+    seconds = simulated_seconds(pb, wl, place, topology, model, micro_batches, True, cache, sims)
+    place = np.asarray(place)
+    out = []
+    for p, prog in enumerate(wl.programs):
+        if p in sims:
+            out.append((prog.name, sims[p].schedule))
+            continue
+        ks = pb.program_slice(p)
+        out.append((prog.name, serial_schedule(pb.launch[ks].tolist(), int(place[ks[0]]), micro_batches, pb.D,
+                                               _domains(pb, model))))
+    return seconds, tuple(out)
 
 
 def corun_bound(busy: np.ndarray, model: PipelineModel) -> float:

@@ -73,6 +73,10 @@ def plan_summary(plan: Plan) -> str:
         out.append(f"simulated step (pipelined schedule, {plan.micro_batches} micro-batches): "
                    f"{fmt_seconds(plan.simulated_seconds)} per workload step "
                    f"({1.0 / plan.simulated_seconds if plan.simulated_seconds > 0 else float('inf'):.1f} steps/s)")
+    if plan.schedules:
+        out.append("its schedule per pipeline step: " + "; ".join(
+            f"{name} {sum(len(st) for st in s.streams)} steps, {s.num_waits} waits, "
+            f"{s.transfer_bytes / 1e6:.3g} MB moved" for name, s in plan.schedules))
     if plan.replicas:
         out.append(f"full replica on devices {', '.join(plan.devices[d] for d in plan.replicas)}")
     rows = []

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 from torch_tessera.errors import NotApplicableError  # noqa: F401  (re-exported)
 from torch_tessera.graph.types import DependencyGraph
+from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, schedule_from_data, schedule_to_data
 from torch_tessera.target.costs import CostTable
 
 #: Objective names: ``cycle`` is the steady-state pipeline cycle time per workload step (throughput policies),
@@ -184,6 +185,13 @@ class Plan:
         simulated_seconds: seconds per workload step the simulator predicts for the plan's pipelined schedules
             (:func:`torch_tessera.scheduler.pipeline_plan.simulated_seconds`, over ``micro_batches``); ``None`` when
             not simulated (``score="cycle"``, or request-dist's replicas).
+        schedules: ``((program name, schedule), ...)`` in the workload's program order: the explicit pipelined
+            schedule over ``micro_batches`` that ``simulated_seconds`` scored for each program
+            (:func:`torch_tessera.scheduler.pipeline_plan.simulated_schedules`): per device, the issue order of
+            (micro-batch, launch), each transfer, record and wait. A program split over devices has the schedule the
+            simulator ran; a program wholly on one device its launches back to back, micro-batch after micro-batch.
+            Empty exactly when ``simulated_seconds`` is ``None`` (``score="cycle"``, request-dist's replicas), and
+            for plans read from a dump or cache file written before plans carried schedules.
     """
 
     policy: str
@@ -211,6 +219,22 @@ class Plan:
     hop_seconds: tuple[float, ...] = ()
     simulated_seconds: float | None = None
     memory_pools: tuple[tuple[str, tuple[int, ...], int, int], ...] = ()
+    schedules: tuple[tuple[str, PipelinedSchedule], ...] = ()
+
+    def schedule_of(self, program: str | None = None) -> PipelinedSchedule | None:
+        """The schedule :attr:`schedules` holds for ``program`` (default: the only program), ``None`` when it holds
+        none.
+
+        Raises:
+            ValueError: ``program`` is not one of the plan's programs, or is ``None`` for a plan of several.
+        """
+        if program is None:
+            if len(self.placements) != 1:
+                raise ValueError(f"plan covers programs {list(self.placements)}; use plan.schedule_of(name)")
+            program = next(iter(self.placements))
+        if program not in self.placements:
+            raise ValueError(f"program {program!r} is not one of the plan's programs {list(self.placements)}")
+        return next((s for name, s in self.schedules if name == program), None)
 
     @property
     def gap(self) -> float:
@@ -252,13 +276,22 @@ class Plan:
     # -- JSON round trip (plan cache, dumps) -------------------------------------------------------------------
 
     def to_json(self) -> str:
-        d = asdict(self)
+        """The plan as JSON text (:meth:`from_json` reads it back equal)."""
+        d = asdict(replace(self, schedules=()))
+        d["schedules"] = [[name, schedule_to_data(s)] for name, s in self.schedules]
         d["placements"] = {p: {str(k): v for k, v in pl.items()} for p, pl in self.placements.items()}
         return json.dumps(d)
 
     @staticmethod
     def from_json(text: str) -> "Plan":
+        """The plan :meth:`to_json` wrote; text of a plan written before plans carried schedules reads with
+        :attr:`schedules` empty.
+
+        Raises:
+            ValueError / KeyError / TypeError: text that is not a written plan.
+        """
         d: dict[str, Any] = json.loads(text)
+        d["schedules"] = tuple((name, schedule_from_data(s)) for name, s in d.get("schedules", ()))
         d["placements"] = {p: {int(k): v for k, v in pl.items()} for p, pl in d["placements"].items()}
         d["cut_edges"] = tuple(CutEdge(**{**e, "ranges": tuple(tuple(r) for r in e["ranges"])})
                                for e in d["cut_edges"])
