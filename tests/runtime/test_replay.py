@@ -74,6 +74,53 @@ def test_executed_order_equals_the_schedule(host_order):
                                       for m in range(3)]
 
 
+def _planned(runner, micro_batches):
+    """The throughput plan of the runner's DAG on two CPU virtual devices (random costs; the first launch pinned to
+    device 0, the last to device 1, so it cuts), installed on the runner."""
+    import numpy as np
+
+    from torch_tessera.scheduler import plan
+    from torch_tessera.target.costs import CostTable, Topology
+
+    nodes = sorted(runner.dag.graph.nodes)
+    devs = ("cpu:0", "cpu:1")
+    costs = CostTable(devs, tuple(nodes), np.random.default_rng(3).uniform(1e-6, 1e-4, (len(nodes), 2)), "random")
+    p = plan(runner.dag, costs, Topology.uniform(devs, 50e9, 5e-6), pins={nodes[0]: 0, nodes[-1]: 1},
+             micro_batches=micro_batches, cache_dir=False)
+    runner.set_placement(dict(p.placement), plan=p)
+    return p
+
+
+@pytest.mark.parametrize("host_order", ["round-robin", "lazy:1"])
+def test_executed_order_equals_the_plans_schedule(host_order, caplog):
+    """The runner replays the schedule its plan carries (the one the simulator scored), step for step in the order
+    it lists, and computes what eager computes; a micro-batch count the plan has no schedule for gets a unit-cost
+    schedule of the placement, logged."""
+    import logging
+
+    model, inputs, runner, template = _mlp_runner()
+    p = _planned(runner, 3)
+    sched = runner.schedule_for(3)
+    assert sched is p.schedule_of() and sched.num_waits > 0
+    ex = runner.executor
+    xs, batches = _batches(template, inputs, 3, seed=7)
+    ex.trace = []
+    with torch.no_grad():
+        got = ex.run_pipelined(batches, schedule=sched) if host_order == "round-robin" else \
+            ex.replay(sched, host_order=host_order).run(batches)
+    kinds = {"run", "transfer", "record", "wait"}
+    executed = [step for kind, step, _ in ex.trace if kind in kinds]
+    assert executed == issue_order(sched, host_order)
+    for d in range(sched.devices):
+        assert [s for s in executed if s.device == d] == list(sched.streams[d])
+    for x, g in zip(xs, got):
+        torch.testing.assert_close(g[0], model(*x))
+    with caplog.at_level(logging.INFO, logger="torch_tessera.runtime.runner"):
+        other = runner.schedule_for(2)
+    assert other.micro_batches == 2 and "unit-cost" in caplog.text
+    assert other == _schedule(runner, dict(p.placement), 2)
+
+
 def _copy(t: torch.Tensor) -> torch.Tensor:
     """``t`` over a copy of its whole storage: same sizes, strides and storage offset (a view the program was
     lowered for keeps its layout)."""
