@@ -24,13 +24,15 @@ import numpy as np
 from torch_tessera.errors import ConfigError
 from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.scheduler.pipeline_schedule import (PipelinedSchedule, RecordStep, RunStep, TransferStep,
-                                                       WaitStep)
+                                                       WaitStep, step_maker)
 from torch_tessera.target.costs import CostTable, Topology
 
 #: Seconds one cross-device wait adds to the waiting stream (an event wait resolved on the GPU): one
 #: cross-partition event wait inside one CUDA graph on an H200 split 104 + 24 SMs. Source: docs/BENCHMARKS.md, cut
 #: diagnosis.
 WAIT_SECONDS = 0.63e-6
+
+_RUN, _TRANSFER, _RECORD, _WAIT = map(step_maker, (RunStep, TransferStep, RecordStep, WaitStep))
 
 #: orders among ready launches of one device: ``"micro-batch"`` (lowest micro-batch first, then program order) or
 #: ``"critical-path"`` (longest remaining path first, then micro-batch)
@@ -171,7 +173,7 @@ def serial_schedule(launches: Sequence[int], device: int, micro_batches: int, de
     if not 0 <= device < devices:
         raise ConfigError(f"device {device} is not one of the {devices} devices")
     order = sorted(int(v) for v in launches)
-    run = tuple(RunStep(device, m, v) for m in range(micro_batches) for v in order)
+    run = tuple(_RUN(device, m, v) for m in range(micro_batches) for v in order)
     streams = tuple(run if d == device else () for d in range(devices))
     dom = tuple(domains) if len(domains) else tuple(range(devices))
     return PipelinedSchedule(devices, micro_batches, streams, dict.fromkeys(order, device), dom, (),
@@ -429,6 +431,7 @@ def _emit(adj: _Adjacency, order: Sequence[int], D: int, M: int) -> tuple[tuple,
     wait_at: list[list[tuple[int, int, int]]] = [[] for _ in range(D)]  # [d] -> (position, micro-batch, event)
     record_at: list[list[tuple[int, int]]] = [[] for _ in range(D)]  # [d] -> (position, event)
     record: dict[int, tuple[int, int, list[int]]] = {}  # op -> (event, position, clock)
+    run_step, transfer_step, record_step = _RUN, _TRANSFER, _RECORD
     for op in order:
         m, i = divmod(op, n)
         d = dev[i]
@@ -453,23 +456,32 @@ def _emit(adj: _Adjacency, order: Sequence[int], D: int, M: int) -> tuple[tuple,
             kd = know[d] = [a if a > b else b for a, b in zip(kd, clock)]
             kd[d] = len(st) - 1
             wait_refs[d].append((m, edges, others))
-            for e in range(D):
-                wait_know[d][e].append(kd[e])
-        st.append(RunStep(d, m, v))
+            for known, x in zip(wait_know[d], kd):
+                known.append(x)
+        st.append(run_step(d, m, v))
         kd[d] = len(st) - 1
         if not has_cross[i]:
             continue
         for j, ranges, nb in moves[i]:
-            st.append(TransferStep(d, dev[j], m, (v, nodes[j]), ranges, nb))
+            st.append(transfer_step(d, dev[j], m, (v, nodes[j]), ranges, nb, "cut"))
         record_at[d].append((len(st), op))
-        st.append(RecordStep(d, m, op))
+        st.append(record_step(d, m, op))
         kd[d] = len(st) - 1
         record[op] = (op, len(st) - 1, list(kd))
     used = {ev for at in wait_at for _, _, ev in at}
     out = []
     for d, st in enumerate(streams):
         for (k, m, ev), (_, edges, others) in zip(wait_at[d], wait_refs[d]):
-            st[k] = WaitStep(d, m, ev, tuple(edges), tuple(others))
-        drop = {k for k, ev in record_at[d] if ev not in used}
-        out.append(tuple(x for k, x in enumerate(st) if k not in drop) if drop else tuple(st))
+            st[k] = _WAIT(d, m, ev, tuple(edges), tuple(others))
+        drop = [k for k, ev in record_at[d] if ev not in used]  # ascending
+        if not drop:
+            out.append(tuple(st))
+            continue
+        kept: list = []
+        at = 0
+        for k in drop:
+            kept += st[at:k]
+            at = k + 1
+        kept += st[at:]
+        out.append(tuple(kept))
     return tuple(out)

@@ -114,26 +114,40 @@ def step_durations(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, t
     """Solo duration (seconds) of every step, per device; records take 0.
 
     ``costs`` is a cost table (columns in device order) or an array ``[launches, D]`` indexed by launch index."""
-    out = []
+    return _durations_and_kinds(schedule, costs, topology, wait_seconds)[0]
+
+
+def _durations_and_kinds(schedule: PipelinedSchedule, costs, topology, wait_seconds: float):
+    """``(step_durations(...), step_kinds(schedule))`` in one pass over the steps."""
+    out, kinds_out = [], []
     dense = not isinstance(costs, CostTable)
+    link: dict = {}  # (src, dst, bytes) -> seconds, each computed once
+    code = {RunStep: RUN, TransferStep: TRANSFER, RecordStep: RECORD, WaitStep: WAIT}
     for d, st in enumerate(schedule.streams):
         dur = np.zeros(len(st))
+        kinds = [code[type(s)] for s in st]
         runs, launches = [], []
-        for i, s in enumerate(st):
-            t = type(s)
-            if t is RunStep:
+        for i, k in enumerate(kinds):
+            if k == RUN:
                 runs.append(i)
-                launches.append(s.launch)
-            elif t is TransferStep:
-                same = schedule.domain(s.src) == schedule.domain(s.dst)
-                dur[i] = 0.0 if same or topology is None else topology.transfer_seconds(s.src, s.dst, s.nbytes)
-            elif t is WaitStep:
+                launches.append(st[i].launch)
+            elif k == TRANSFER:
+                s = st[i]
+                key = (s.src, s.dst, s.nbytes)
+                secs = link.get(key)
+                if secs is None:
+                    same = schedule.domain(s.src) == schedule.domain(s.dst)
+                    secs = link[key] = (0.0 if same or topology is None
+                                        else topology.transfer_seconds(s.src, s.dst, s.nbytes))
+                dur[i] = secs
+            elif k == WAIT:
                 dur[i] = wait_seconds
         if runs:
             dur[runs] = (costs[np.asarray(launches, dtype=np.int64), d] if dense
                          else [costs.row(v)[d] for v in launches])
         out.append(dur)
-    return out
+        kinds_out.append(np.array(kinds, dtype=np.int8))
+    return out, kinds_out
 
 
 def water_fill(demand: np.ndarray, capacity: float, weights: np.ndarray | None = None) -> np.ndarray:
@@ -187,12 +201,12 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
     if memory is not None and not 0.0 < memory.corun_rate <= 1.0:
         raise ConfigError(f"MemoryShare.corun_rate={memory.corun_rate}: give a rate in (0, 1] (1: no co-run "
                           "slowdown)")
-    dur = step_durations(schedule, costs, topology, wait_seconds)
+    dur, kinds = _durations_and_kinds(schedule, costs, topology, wait_seconds)
     issued = issue_times(schedule, host) if host is not None else None
     t_begin = 0.0 if host is not None else None
     if memory is None:  # nothing shared: every step takes its solo time, one pass in dependency order
         start, end, t = _longest_path(schedule, dur, issued)
-        return _result(schedule, dur, start, end, t, t_begin)
+        return _result(schedule, dur, start, end, t, t_begin, kinds)
     streams = schedule.streams
     demand = _demands(schedule, dur, memory)
     rec_time: dict[int, float] = {}
@@ -242,7 +256,7 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
                 end[d][pos[d]] = t
                 active[d] = False
                 pos[d] += 1
-    return _result(schedule, dur, start, end, t, t_begin)
+    return _result(schedule, dur, start, end, t, t_begin, kinds)
 
 
 def _longest_path(schedule: PipelinedSchedule, dur: list[np.ndarray], issued: list[np.ndarray] | None = None):
@@ -251,8 +265,10 @@ def _longest_path(schedule: PipelinedSchedule, dur: list[np.ndarray], issued: li
     on a wait not yet recorded."""
     streams = schedule.streams
     D = len(streams)
-    start = [np.empty(len(st)) for st in streams]
-    end = [np.empty(len(st)) for st in streams]
+    start: list[list[float]] = [[] for _ in streams]  # Python floats while walking, arrays at the end
+    end: list[list[float]] = [[] for _ in streams]
+    durs = [du.tolist() for du in dur]
+    iss = [x.tolist() for x in issued] if issued is not None else None
     rec: dict[int, float] = {}
     pos = [0] * D
     last = [0.0] * D
@@ -260,7 +276,8 @@ def _longest_path(schedule: PipelinedSchedule, dur: list[np.ndarray], issued: li
     while left:
         moved = False
         for d in range(D):
-            st, du, sd, ed = streams[d], dur[d], start[d], end[d]
+            st, du, sd, ed = streams[d], durs[d], start[d], end[d]
+            isd = iss[d] if iss is not None else None
             i, t = pos[d], last[d]
             n = len(st)
             while i < n:
@@ -272,11 +289,11 @@ def _longest_path(schedule: PipelinedSchedule, dur: list[np.ndarray], issued: li
                         break
                     if r > t:
                         t = r
-                if issued is not None and issued[d][i] > t:
-                    t = issued[d][i]
-                sd[i] = t
+                if isd is not None and isd[i] > t:
+                    t = isd[i]
+                sd.append(t)
                 t += du[i]
-                ed[i] = t
+                ed.append(t)
                 if kind is RecordStep:
                     rec[s.event_id] = t
                 i += 1
@@ -287,7 +304,8 @@ def _longest_path(schedule: PipelinedSchedule, dur: list[np.ndarray], issued: li
         if not moved:
             blocked = [d for d in range(D) if pos[d] < len(streams[d])]
             raise ScheduleError(f"simulation deadlock: streams {blocked} wait for events never recorded")
-    return start, end, max(last, default=0.0)
+    return ([np.array(x, dtype=np.float64) for x in start], [np.array(x, dtype=np.float64) for x in end],
+            max(last, default=0.0))
 
 
 def _demands(schedule: PipelinedSchedule, dur: list[np.ndarray], memory: MemoryShare | None) -> list[np.ndarray]:
@@ -334,10 +352,10 @@ def _rates(schedule, run, pos, demand, memory) -> dict[int, float]:
     return rate
 
 
-def _result(schedule, dur, start, end, t_end, t_begin: float | None = None) -> SimResult:
+def _result(schedule, dur, start, end, t_end, t_begin: float | None = None, kinds=None) -> SimResult:
     D = schedule.devices
     busy, transfer, waiting, stretch = (np.zeros(D) for _ in range(4))
-    for d, kinds in enumerate(step_kinds(schedule)):
+    for d, kinds in enumerate(step_kinds(schedule) if kinds is None else kinds):
         took = end[d] - start[d]
         busy[d] = took[kinds == RUN].sum()
         stretch[d] = busy[d] - dur[d][kinds == RUN].sum()
