@@ -147,7 +147,7 @@ def build_pipelined_schedule(dag: DependencyGraph, placement: Mapping[int, int] 
         order = timeline.order
     streams = _emit(adj, order, D, micro_batches)
     nodes = index.nodes
-    cut = tuple(sorted((nodes[i], nodes[j]) for i, j, _, _ in index.edges if adj.dev[i] != adj.dev[j]))
+    cut = tuple(sorted((nodes[i], nodes[j]) for j, into in enumerate(adj.pred) for i in into))  # across devices
     return PipelinedSchedule(D, micro_batches, streams, place, dom, cut, source=f"modulo:{priority}")
 
 
