@@ -1,7 +1,9 @@
 """Planning's fast paths give the results of the plain code they replaced, kept here as references.
 
-* :func:`modulo.dag_index`, :func:`blocks.block_loads_many`, :func:`simulate.step_durations` and
-  :func:`counts.layer_split` equal their references (bit for bit) on transformer, random and registry-model DAGs.
+* :func:`modulo.dag_index`, :func:`blocks.block_loads_many`, :func:`simulate.step_durations`,
+  :func:`counts.layer_split`, the schedule's emission (``modulo._emit``) and the simulation (``simulate.simulate``
+  over its durations and longest path) equal their references (bit for bit) on transformer, random and
+  registry-model DAGs.
 * A schedule built from a timeline that carries its adjacency equals one built without it.
 * ``plan(score="simulate")`` with every reference patched in chooses the same placements, micro-batch count and
   simulated step as with the fast paths, on the planning-speed bench's transformer DAGs (2-4 devices, whose solver
@@ -21,7 +23,7 @@ from torch_tessera.scheduler.blocks import aggregate, block_cycle_many, block_me
 from torch_tessera.scheduler.counts import tied_classes
 from torch_tessera.scheduler.modulo import DagIndex
 from torch_tessera.scheduler.pipeline_plan import PipelineModel, program_simulations
-from torch_tessera.scheduler.pipeline_schedule import RunStep, TransferStep, WaitStep
+from torch_tessera.scheduler.pipeline_schedule import RecordStep, RunStep, TransferStep, WaitStep
 from torch_tessera.scheduler.problem import as_workload, compile_problem
 from torch_tessera.scheduler.synthetic import layered_dag, nvlink_topology, roofline_costs, transformer_dag
 from torch_tessera.target.costs import CostTable
@@ -75,6 +77,109 @@ def ref_step_durations(schedule, costs, topology, wait_seconds):
                 dur[i] = wait_seconds
         out.append(dur)
     return out
+
+
+def ref_emit(adj, order, D, M):
+    """:func:`modulo._emit` as it was: steps built by their classes' ``__init__``, unused records dropped by a
+    filter over every step."""
+    import bisect
+
+    n = len(adj.nodes)
+    nodes, dev, pred, moves, has_cross = adj.nodes, adj.dev, adj.pred, adj.moves, adj.cross
+    streams = [[] for _ in range(D)]
+    know = [[-1] * D for _ in range(D)]
+    wait_know = [[[] for _ in range(D)] for _ in range(D)]
+    wait_refs = [[] for _ in range(D)]
+    wait_at = [[] for _ in range(D)]
+    record_at = [[] for _ in range(D)]
+    record = {}
+    for op in order:
+        m, i = divmod(op, n)
+        d = dev[i]
+        st = streams[d]
+        v = nodes[i]
+        kd = know[d]
+        for j in pred[i]:
+            du = dev[j]
+            ev, pos, clock = record[m * n + j]
+            u = nodes[j]
+            if kd[du] >= pos:
+                k = bisect.bisect_left(wait_know[d][du], pos)
+                wm, edges, others = wait_refs[d][k]
+                if wm == m:
+                    edges.append((u, v))
+                else:
+                    others.append((u, v, m))
+                continue
+            edges, others = [(u, v)], []
+            wait_at[d].append((len(st), m, ev))
+            st.append(None)
+            kd = know[d] = [a if a > b else b for a, b in zip(kd, clock)]
+            kd[d] = len(st) - 1
+            wait_refs[d].append((m, edges, others))
+            for e in range(D):
+                wait_know[d][e].append(kd[e])
+        st.append(RunStep(d, m, v))
+        kd[d] = len(st) - 1
+        if not has_cross[i]:
+            continue
+        for j, ranges, nb in moves[i]:
+            st.append(TransferStep(d, dev[j], m, (v, nodes[j]), ranges, nb))
+        record_at[d].append((len(st), op))
+        st.append(RecordStep(d, m, op))
+        kd[d] = len(st) - 1
+        record[op] = (op, len(st) - 1, list(kd))
+    used = {ev for at in wait_at for _, _, ev in at}
+    out = []
+    for d, st in enumerate(streams):
+        for (k, m, ev), (_, edges, others) in zip(wait_at[d], wait_refs[d]):
+            st[k] = WaitStep(d, m, ev, tuple(edges), tuple(others))
+        drop = {k for k, ev in record_at[d] if ev not in used}
+        out.append(tuple(x for k, x in enumerate(st) if k not in drop) if drop else tuple(st))
+    return tuple(out)
+
+
+def ref_longest_path(schedule, dur, issued=None):
+    """:func:`simulate._longest_path` as it was: over numpy arrays, element by element."""
+    streams = schedule.streams
+    D = len(streams)
+    start = [np.empty(len(st)) for st in streams]
+    end = [np.empty(len(st)) for st in streams]
+    rec = {}
+    pos = [0] * D
+    last = [0.0] * D
+    left = sum(len(st) for st in streams)
+    while left:
+        moved = False
+        for d in range(D):
+            st, du, sd, ed = streams[d], dur[d], start[d], end[d]
+            i, t = pos[d], last[d]
+            while i < len(st):
+                s = st[i]
+                if type(s) is WaitStep:
+                    r = rec.get(s.event_id)
+                    if r is None:
+                        break
+                    if r > t:
+                        t = r
+                if issued is not None and issued[d][i] > t:
+                    t = issued[d][i]
+                sd[i] = t
+                t += du[i]
+                ed[i] = t
+                if type(s) is RecordStep:
+                    rec[s.event_id] = t
+                i += 1
+            if i != pos[d]:
+                moved, left = True, left - (i - pos[d])
+                pos[d], last[d] = i, t
+        assert moved, "deadlock"
+    return start, end, max(last, default=0.0)
+
+
+def ref_durations_and_kinds(schedule, costs, topology, wait_seconds):
+    """``simulate._durations_and_kinds`` as it was: :func:`ref_step_durations`, then :func:`simulate.step_kinds`."""
+    return ref_step_durations(schedule, costs, topology, wait_seconds), simulate.step_kinds(schedule)
 
 
 def ref_layer_split(pb, groups, cls, frac, base, top=2):
@@ -173,6 +278,9 @@ def _use_references(m):
     for mod in (blocks, chains, counts, transfers):
         m.setattr(mod, "block_loads_many", ref_block_loads_many)
     m.setattr(simulate, "step_durations", ref_step_durations)
+    m.setattr(simulate, "_durations_and_kinds", ref_durations_and_kinds)
+    m.setattr(simulate, "_longest_path", ref_longest_path)
+    m.setattr(modulo, "_emit", ref_emit)
     m.setattr(solve, "layer_split", ref_layer_split)
 
 
@@ -239,6 +347,50 @@ def test_step_durations_equal_the_reference():
             for c in (costs, dense):
                 for got, want in zip(simulate.step_durations(s, c, tp, 1e-6), ref_step_durations(s, c, tp, 1e-6)):
                     assert np.array_equal(got, want)
+
+
+def _random_schedules():
+    """Schedules of random placements (2-3 devices, 1-3 micro-batches, own or shared memory domains) of the test
+    DAGs, with their costs and topology."""
+    rng = np.random.default_rng(4)
+    for dag in _dags():
+        nodes = sorted(dag.graph.nodes)
+        for D, M, shared in ((2, 2, False), (3, 3, False), (2, 1, True)):
+            costs = roofline_costs(dag, DEVS[:D], noise=0.3)
+            tp = nvlink_topology(DEVS[:D])
+            yield dag, modulo.build_pipelined_schedule(dag, rng.integers(0, D, len(nodes)), M, costs=costs,
+                                                       topology=tp, domains=(0,) * D if shared else None), costs, tp
+
+
+def test_emit_equals_the_reference():
+    rng = np.random.default_rng(5)
+    seen = 0
+    for dag in _dags():
+        index = modulo.dag_index(dag)
+        for D, M in ((2, 2), (3, 3), (4, 1)):
+            costs = roofline_costs(dag, DEVS[:D], noise=0.3)
+            place = dict(zip(index.nodes, rng.integers(0, D, len(index.nodes)).tolist()))
+            _, pl, _, dom, adj = modulo._prepare(dag, place, None, None, D, index)
+            order = modulo._list_schedule(adj, M, modulo._durations(adj, pl, costs), nvlink_topology(DEVS[:D]),
+                                          modulo.WAIT_SECONDS, "micro-batch", D)
+            got, want = modulo._emit(adj, order, D, M), ref_emit(adj, order, D, M)
+            assert got == want and [list(map(type, st)) for st in got] == [list(map(type, st)) for st in want]
+            assert all(s.__dict__ == w.__dict__ for st, wt in zip(got, want) for s, w in zip(st, wt))
+            seen += sum(isinstance(x, WaitStep) for st in got for x in st)
+    assert seen > 0
+
+
+def test_simulation_equals_the_reference(monkeypatch):
+    for dag, s, costs, tp in _random_schedules():
+        fast = simulate.simulate(s, costs, tp)
+        with monkeypatch.context() as m:
+            m.setattr(simulate, "_durations_and_kinds", ref_durations_and_kinds)
+            m.setattr(simulate, "_longest_path", ref_longest_path)
+            ref = simulate.simulate(s, costs, tp)
+        assert fast.step_seconds == ref.step_seconds
+        for a, b in zip((fast.busy, fast.transfer, fast.waiting, fast.idle, fast.stretch, *fast.start, *fast.end),
+                        (ref.busy, ref.transfer, ref.waiting, ref.idle, ref.stretch, *ref.start, *ref.end)):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
 def test_layer_split_equals_the_reference():
