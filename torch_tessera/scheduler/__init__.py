@@ -157,6 +157,7 @@ def _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_l
             st = surrogate_topology(topology, model)
             search = replace(pb, hop=st.hop_overhead, expose=st.copy_exposure)
         sol = _best_of_baselines(search, solve_throughput(search, time_limit, tie_layers, mip_gap), sim)
+        pb.adopt_memos(search, _CHARGE_FREE_MEMOS)
         result = _from_solution(pb, sol, policy, "cycle", t0)  # cycle_seconds: the cycle model, comparable
     elif policy == "latency":
         sol = solve_latency(pb, time_limit, tie_layers)
@@ -173,6 +174,12 @@ def _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_l
         cache.store(directory, key, result)
     log.info("plan %s: %s", policy, f"{result.predicted_seconds:.6g} s, gap {100 * result.gap:.2f} %")
     return result
+
+
+#: Problem memos that do not read the per-cut charges (``Problem.hop`` / ``expose``), which are all the search
+#: problem of ``score="simulate"`` changes: the plan's problem takes them from the search's instead of computing
+#: them again (``device_coef`` and ``lists`` read the charges).
+_CHARGE_FREE_MEMOS = ("holder_entries", "link_coef", "preds", "state_edges", "layer_units", "heaviest")
 
 
 def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:

@@ -43,6 +43,14 @@ class Memo:
             store[key] = compute()
         return store[key]
 
+    def adopt_memos(self, other: "Memo", keys: Sequence[str]) -> None:
+        """Take ``other``'s memos of ``keys`` that this object has not computed: for derived data both compute
+        alike (the caller's promise: ``other`` differs only in fields those memos do not read)."""
+        mine = self.__dict__.setdefault("_memo", {})
+        for k, v in other.__dict__.get("_memo", {}).items():
+            if k in keys and k not in mine:
+                mine[k] = v
+
 
 @dataclass
 class Problem(Memo):
