@@ -47,3 +47,33 @@ def test_plan_command_prints_the_chosen_throughput_plan(tmp_path, capsys):
     cycle = {v[0]: float(v[1]) for v in (line.split() for line in table) if len(v) > 2 and v[2] == "ms"}
     assert cycle["throughput"] <= cycle["request-dist"] + 1e-3 and PLANNER in cycle
     assert "throughput plan:" in out and (tmp_path / "g.png").exists()
+
+
+def test_plan_command_prints_the_simulated_step_and_draws_the_plans_own_schedule(tmp_path, capsys, monkeypatch):
+    """``tessera plan`` prints the chosen plan's simulated step and its schedule, and the Gantt chart simulates the
+    schedule the plan carries (the very object), not one built again."""
+    import torch_tessera.commands.plan as plan_cmd
+    from torch_tessera.scheduler import pipeline_plan
+
+    drawn, given = [], []
+    real_sim, real_gantt = pipeline_plan.simulate_program, plan_cmd.write_gantt
+
+    def spy_sim(pb, p, prog, schedule, *args, **kwargs):
+        drawn.append(schedule)
+        return real_sim(pb, p, prog, schedule, *args, **kwargs)
+
+    def spy_gantt(chosen, *args, **kwargs):
+        given.append(chosen)
+        drawn.clear()
+        return real_gantt(chosen, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline_plan, "simulate_program", spy_sim)
+    monkeypatch.setattr(plan_cmd, "write_gantt", spy_gantt)
+    assert main(["plan", "--synthetic-layers", "2", "--devices", "big,small", "--no-cache",
+                 "--gantt", str(tmp_path / "g.png")]) == 0
+    out = capsys.readouterr().out
+    assert "simulated step (pipelined schedule" in out and "its schedule per pipeline step:" in out
+    (chosen,) = given
+    assert chosen.schedules and len(drawn) == 1
+    assert any(drawn[0] is s for _, s in chosen.schedules)
+    assert (tmp_path / "g.png").stat().st_size > 1000

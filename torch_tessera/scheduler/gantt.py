@@ -172,7 +172,8 @@ def simulated_schedule(plan: Plan, dag_or_workload: DependencyGraph | Workload,
     """The pipelined schedule of one program of ``plan`` (default: the one with the most time per workload step)
     and its simulation: the plan's own schedule (:meth:`Plan.schedule_of`), simulated on ``costs`` and
     ``topology``; for a plan that carries none for the program (``score="cycle"``, a plan file written before plans
-    carried schedules), one built again from the placement (logged)."""
+    carried schedules) or one over other memory domains than ``pipeline``'s, one built again from the placement
+    (logged)."""
     from torch_tessera.scheduler.pipeline_plan import PipelineModel, program_simulations, simulate_program
 
     wl = as_workload(dag_or_workload, costs)
@@ -186,10 +187,11 @@ def simulated_schedule(plan: Plan, dag_or_workload: DependencyGraph | Workload,
         p = pb.programs.index(program)
     model = pipeline if pipeline is not None else PipelineModel.from_names(topology.devices)
     own = plan.schedule_of(pb.programs[p])
-    if own is not None and own.micro_batches == plan.micro_batches:
+    domains = tuple(model.domain_of(d) for d in range(pb.D))
+    if own is not None and own.micro_batches == plan.micro_batches and tuple(own.domains) == domains:
         return simulate_program(pb, p, wl.programs[p], own, topology, model)
-    log.info("plan %s carries no schedule of program %s over %d micro-batches: building one from its placement",
-             plan.policy, pb.programs[p], plan.micro_batches)
+    log.info("plan %s carries no schedule of program %s over %d micro-batches and memory domains %s: building one "
+             "from its placement", plan.policy, pb.programs[p], plan.micro_batches, domains)
     sub = Workload((wl.programs[p],))
     return program_simulations(pb, sub, place, topology, model, plan.micro_batches, programs=[p])[0]
 
