@@ -199,7 +199,8 @@ def launch_costs(runner, batch: list, repeats: int = 3):
 
 
 def plans(runner, costs, topo, names) -> dict[str, dict]:
-    """Placement of each plan (``request-dist`` runs on homo-L's placement with its own schedule)."""
+    """Placement of each plan, and for the planner's policies the plan (``request-dist`` runs on homo-L's placement
+    with its own schedule)."""
     from torch_tessera.backend.pipeline import place
     from torch_tessera.runtime.runner import random_placement
 
@@ -209,8 +210,10 @@ def plans(runner, costs, topo, names) -> dict[str, dict]:
     for name in names:
         try:
             if name in ("tessera", "af"):
-                placement, _ = place(runner.program, runner.dag, specs, "throughput" if name == "tessera" else "af",
-                                     costs=costs, topology=topo, cache_dir=False, micro_batches=2)
+                placement, made = place(runner.program, runner.dag, specs, "throughput" if name == "tessera" else "af",
+                                        costs=costs, topology=topo, cache_dir=False, micro_batches=2)
+                out[name] = {"placement": dict(placement), "plan": made}
+                continue
             elif name == "random":
                 placement = random_placement(runner.dag, len(specs), 0)
             else:
@@ -376,7 +379,8 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
             out["plans"][plan_name] = p
             continue
         try:
-            out["plans"][plan_name] = run_plan(plan_name, p["placement"], runner, batches, want, costs, topo, args,
+            out["plans"][plan_name] = run_plan(plan_name, p["placement"], p.get("plan"), runner, batches, want, costs,
+                                               topo, args,
                                                on_gpu, f"{name}/{plan_name}")
         except Exception as e:  # noqa: BLE001 - one plan failing is reported, the others still run
             log.exception("plan %s of %s failed", plan_name, name)
@@ -392,7 +396,10 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
     out["seconds"] = time.perf_counter() - t0
 
 
-def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_gpu, where) -> dict:
+def run_plan(plan_name, placement, made, runner, batches, want, costs, topo, args, on_gpu, where) -> dict:
+    """Replay ``placement``'s schedule over ``--micro-batches``: the plan's own (``made.schedule_of()``, the one its
+    simulator scored) when it is over that many micro-batches and the executor's memory domains, else one built from
+    the placement (row ``schedule_source`` says which)."""
     from torch_tessera.scheduler.modulo import build_pipelined_schedule
 
     runner.set_placement(placement)
@@ -402,15 +409,23 @@ def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_
         if len(set(ex.domains)) != 1:
             return {"error": "request-dist here needs one memory domain (the replicas share the weights)"}
         sched, checked = request_dist_schedule(runner.dag, placement, M, max(1, M // 2), ex.domains), False
+        source = "request-dist (micro-batches split between the devices)"
     else:
-        sched, checked = build_pipelined_schedule(runner.dag, placement, M, costs=costs, topology=topo,
-                                                  domains=ex.domains, devices=len(ex.devices)), True
+        own = made.schedule_of() if made is not None and made.schedules else None
+        if own is not None and own.micro_batches == M and tuple(own.domains) == tuple(ex.domains):
+            sched, checked, source = own, True, "plan"
+        else:
+            sched, checked = build_pipelined_schedule(runner.dag, placement, M, costs=costs, topology=topo,
+                                                      domains=ex.domains, devices=len(ex.devices)), True
+            source = f"built from the placement ({M} micro-batches; the plan's: " + (
+                f"{own.micro_batches}, domains {own.domains})" if own is not None else "none)")
     say(f"{where}: schedule of {M} micro-batches: {len(sched.cut_edges)} cut edges, {sched.num_waits} waits")
     med, got = time_modes(ex, sched, batches, args, checked, on_gpu, where)
     err = max(rel_error(g, w) for g, w in zip(got, want))
     ok = err <= (TOLERANCE if args.size == "full" else 1e-4)
     cuts = len(sched.cut_edges)
-    row = {"cut_edges": cuts, "waits": sched.num_waits, "transfer_bytes": sched.transfer_bytes,
+    row = {"schedule_source": source, "cut_edges": cuts, "waits": sched.num_waits,
+           "transfer_bytes": sched.transfer_bytes,
            "launches_per_device": [sum(1 for st in sched.streams[d] if type(st).__name__ == "RunStep") // M
                                    for d in range(len(ex.devices))],
            "correct": ok, "rel_error": err, "seconds": med, "split": split(med, len(ex.devices), cuts, M)}

@@ -201,8 +201,8 @@ def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:
 class _Simulated:
     """Simulated seconds per workload step of placements (``score="simulate"``), cached per placement and
     micro-batch count: the cheap surrogate while comparing candidates (:func:`pipeline_plan.simulated_seconds`),
-    ``exact`` for the plan's own (:meth:`exact`, with the schedules it scored); and the lower bound no simulated step of a placement is below
-    (:func:`pipeline_plan.step_lower_bound`), which skips candidates that cannot win."""
+    ``exact`` for the plan's own (:meth:`exact`, with the schedules it scored); and the lower bound no simulated
+    step of a placement is below (:func:`pipeline_plan.step_lower_bound`), which skips candidates that cannot win."""
 
     def __init__(self, wl, topology, model, micro_batches):
         self.wl, self.topology, self.model, self.M = wl, topology, model, micro_batches
