@@ -53,9 +53,12 @@ def _placement_of(nodes: Sequence[int], placement) -> dict[int, int]:
     if isinstance(placement, Mapping):
         out = {int(k): int(v) for k, v in placement.items()}
     else:
-        seq = np.asarray(placement).tolist()
+        arr = np.asarray(placement)
+        seq = arr.tolist()
         if len(seq) != len(nodes):
             raise ConfigError(f"placement has {len(seq)} devices for {len(nodes)} launches")
+        if arr.dtype.kind in "iu" and arr.ndim == 1:  # Python ints already, one per launch: nothing is missing
+            return dict(zip(nodes, seq))
         out = dict(zip(nodes, (int(x) for x in seq)))
     missing = [n for n in nodes if n not in out]
     if missing:

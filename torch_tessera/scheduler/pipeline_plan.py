@@ -198,12 +198,15 @@ def timeline_of(pb: Problem, p: int, dag, place: np.ndarray, topology: Topology,
     return tl
 
 
-def _program_inputs(pb: Problem, p: int, place: np.ndarray, cache: dict | None) -> tuple[dict[int, int], np.ndarray]:
-    """Program ``p``'s placement (launch -> device) and its ``[launches, D]`` costs indexed by launch."""
+def _program_inputs(pb: Problem, p: int, place: np.ndarray, cache: dict | None) -> tuple:
+    """Program ``p``'s placement (its devices in sorted launch order, as the problem lists a program's launches:
+    what :func:`~.modulo.placement_map` takes; launch -> device should they not be sorted) and its
+    ``[launches, D]`` costs indexed by launch."""
     ks = pb.program_slice(p)
-    launch = pb.launch[ks]
-    return (dict(zip(launch.tolist(), np.asarray(place)[ks].tolist())),
-            _once(pb, cache, ("dense_cost", p), lambda: _dense_cost(pb, ks)))
+    where = np.asarray(place, dtype=np.int64)[ks]
+    if not _once(pb, cache, ("launches_sorted", p), lambda: bool((np.diff(pb.launch[ks]) > 0).all())):
+        where = dict(zip(pb.launch[ks].tolist(), where.tolist()))  # (compile_problem lists them sorted)
+    return where, _once(pb, cache, ("dense_cost", p), lambda: _dense_cost(pb, ks))
 
 
 def _dense_cost(pb: Problem, ks: np.ndarray) -> np.ndarray:
