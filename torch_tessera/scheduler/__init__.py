@@ -9,7 +9,6 @@ a budget nothing fits raises :class:`~torch_tessera.errors.InfeasiblePlanError` 
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import logging
 import os
@@ -106,24 +105,17 @@ def plan(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Mapping
             DUMP_DIR.reset(token)
         _dump_plan(result, policy, os.fspath(dump_dir))
         return result
-    with _gc_paused():
-        return _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_limit, micro_batches,
-                     cache_dir, objective, tie_layers, mip_gap, score, pipeline)
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """Python's cyclic garbage collector off while a plan is made, as it was before afterwards.
-
-    Planning allocates many short-lived containers (the problem's per-kernel lists and sets, the plan's cut edges),
-    which trigger collections that each walk the whole young heap; in the process that lowered the model that heap is
-    the lowering's (about 1.5 million tracked objects after lowering Mixtral-8x7B). Reference cycles made while
-    planning, if any, are freed by the first collection after it.
-    """
+    # Python's cyclic garbage collector is off while a plan is made (as it was before afterwards). Planning
+    # allocates many short-lived containers (the problem's per-kernel lists and sets, the plan's cut edges), which
+    # trigger collections that each walk the whole young heap; in the process that lowered the model that heap is the
+    # lowering's (about 1.5 million tracked objects after lowering Mixtral-8x7B). It is turned off before anything
+    # is allocated here (a context manager's own generator object could start a collection first). Reference cycles
+    # made while planning, if any, are freed by the first collection after it.
     was = gc.isenabled()
     gc.disable()
     try:
-        yield
+        return _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_limit, micro_batches,
+                     cache_dir, objective, tie_layers, mip_gap, score, pipeline)
     finally:
         if was:
             gc.enable()
