@@ -450,19 +450,21 @@ def _buffers(wl: Workload, touch, writes, prog, uf: _UnionFind, edges: tuple[lis
     res = np.flatnonzero(~tmp)
     res = res[np.argsort(cod[res], kind="stable")]  # by resident buffer, each one's holders in kernel order
     cuts = np.r_[0, np.cumsum(np.bincount(cod[res], minlength=len(names)))].tolist()
-    held_by = ker[res].tolist()
-    held_arrays = np.split(ker[res], cuts[1:-1])
+    held = ker[res]
+    held_by = held.tolist()
+    held_arrays = [held[a:b] for a, b in zip(cuts[:-1], cuts[1:])]  # np.split's pieces, without its per-piece calls
     holders: dict[str, list[int]] = {}
     kinds: dict[str, tuple[str, int]] = {}
     state_writers: dict[tuple[int, str], list[int]] = {}
     state_access: dict[tuple[int, str], list[int]] = {}
     state_progs: dict[str, set[int]] = {}
+    single = len(wl.programs) == 1
     for r, name in enumerate(names):
         ks = held_by[cuts[r]:cuts[r + 1]]
         if not ks:
             continue
         holders[name] = ks
-        progs = sorted({prog[k] for k in ks})
+        progs = [0] if single else sorted({prog[k] for k in ks})
         # the kind where it is first touched, the largest size among the programs touching it
         kinds[name] = (info[prog[ks[0]]][name][0], max(info[q][name][1] for q in progs))
         if any(info[q][name][2] for q in progs):
