@@ -112,8 +112,25 @@ def test_schedule_data_round_trip_keeps_every_step():
     back = schedule_from_data(json.loads(json.dumps(schedule_to_data(s))))
     assert back == s and back.streams == s.streams
     assert {type(x) for x in back.steps()} == {type(x) for x in s.steps()} >= {RunStep, WaitStep}
-    with pytest.raises(ValueError, match="tagged"):
-        schedule_from_data({**schedule_to_data(s), "streams": [[["X", 0, 0, 0]]]})
+    for bad in (["X", 0, 0, 0], ["T", 0, 1, 0, None, []], ["W", 0, 0, 1], ["R", 0, 0]):
+        with pytest.raises(ValueError, match="not a step"):
+            schedule_from_data({**schedule_to_data(s), "streams": [[bad]]})
+
+
+def test_plan_json_writes_every_field_as_before():
+    """``Plan.to_json`` (fields one level deep) writes what ``dataclasses.asdict`` of the plan wrote, plus the
+    schedules."""
+    from dataclasses import asdict, replace
+
+    dag, costs, tp = _case()
+    for p in (plan(dag, costs, tp, policy="af", cache_dir=False), plan(dag, costs, tp, cache_dir=False)):
+        old = asdict(replace(p, schedules=()))
+        old["placements"] = {q: {str(k): v for k, v in pl.items()} for q, pl in p.placements.items()}
+        new = json.loads(p.to_json())
+        assert [name for name, _ in new.pop("schedules")] == [name for name, _ in p.schedules]
+        del old["schedules"]
+        assert new == json.loads(json.dumps(old)) and list(new) == list(old)
+        assert p.cut_edges and Plan.from_json(p.to_json()) == p
 
 
 def test_plan_cache_round_trip_and_a_file_without_schedules_is_a_miss(tmp_path, caplog):

@@ -380,49 +380,74 @@ _TAGS = {RunStep: "R", TransferStep: "T", RecordStep: "C", WaitStep: "W"}
 def schedule_to_data(schedule: PipelinedSchedule) -> dict:
     """``schedule`` as JSON-ready lists and dicts (:func:`schedule_from_data` reads it back equal).
 
-    Each step is one short list, tagged ``"R"`` (run: device, micro-batch, launch), ``"T"`` (transfer: src, dst,
-    micro-batch, edge or ``None``, ranges, bytes, purpose), ``"C"`` (record: device, micro-batch, event) or ``"W"``
-    (wait: device, micro-batch, event, edges, other edges)."""
-    def row(s: Step) -> list:
-        tag = _TAGS[type(s)]
-        if tag == "R":
-            return [tag, s.device, s.micro_batch, s.launch]
-        if tag == "C":
-            return [tag, s.device, s.micro_batch, s.event_id]
-        if tag == "T":
-            return [tag, s.src, s.dst, s.micro_batch, None if s.edge is None else list(s.edge),
-                    [list(r) for r in s.ranges], s.nbytes, s.purpose]
-        return [tag, s.device, s.micro_batch, s.event_id, [list(e) for e in s.edges],
-                [list(e) for e in s.other_edges]]
+    Each step is one short list, tagged ``"R"`` (runs: device, micro-batch, then the launches of consecutive runs of
+    that device and micro-batch), ``"T"`` (transfer: src, dst, micro-batch, edge or ``None``, ranges, bytes,
+    purpose), ``"C"`` (record: device, micro-batch, event) or ``"W"`` (wait: device, micro-batch, event, edges, other
+    edges). ``placement`` is flat: launch, device, launch, device..."""
+    def rows(st) -> list:
+        out: list = []
+        last = None  # the open "R" row
+        for s in st:
+            tag = _TAGS[type(s)]
+            if tag == "R":
+                if last is not None and last[1] == s.device and last[2] == s.micro_batch:
+                    last.append(s.launch)
+                else:
+                    last = [tag, s.device, s.micro_batch, s.launch]
+                    out.append(last)
+                continue
+            last = None
+            if tag == "C":
+                out.append([tag, s.device, s.micro_batch, s.event_id])
+            elif tag == "T":
+                out.append([tag, s.src, s.dst, s.micro_batch, None if s.edge is None else list(s.edge),
+                            [list(r) for r in s.ranges], s.nbytes, s.purpose])
+            else:
+                out.append([tag, s.device, s.micro_batch, s.event_id, [list(e) for e in s.edges],
+                            [list(e) for e in s.other_edges]])
+        return out
 
     return {"devices": schedule.devices, "micro_batches": schedule.micro_batches,
-            "streams": [[row(s) for s in st] for st in schedule.streams],
-            "placement": [[int(k), int(v)] for k, v in schedule.placement.items()],
+            "streams": [rows(st) for st in schedule.streams],
+            "placement": [int(x) for kv in schedule.placement.items() for x in kv],
             "domains": list(schedule.domains), "cut_edges": [list(e) for e in schedule.cut_edges],
             "source": schedule.source, "notes": list(schedule.notes)}
+
+
+_MAKERS = tuple(step_maker(c) for c in (RunStep, RecordStep, TransferStep, WaitStep))
 
 
 def schedule_from_data(data: Mapping) -> PipelinedSchedule:
     """The schedule :func:`schedule_to_data` wrote.
 
     Raises:
-        ValueError: a step with an unknown tag.
+        ValueError: a step with an unknown tag or a wrong number of entries.
         KeyError / TypeError: a field missing or of the wrong shape.
     """
-    def step(r: Sequence) -> Step:
-        tag = r[0]
-        if tag == "R":
-            return RunStep(r[1], r[2], r[3])
-        if tag == "C":
-            return RecordStep(r[1], r[2], r[3])
-        if tag == "T":
-            return TransferStep(r[1], r[2], r[3], None if r[4] is None else (r[4][0], r[4][1]),
-                                tuple((b, s, e) for b, s, e in r[5]), r[6], r[7])
-        if tag == "W":
-            return WaitStep(r[1], r[2], r[3], tuple((u, v) for u, v in r[4]), tuple((u, v, m) for u, v, m in r[5]))
-        raise ValueError(f"schedule step tagged {tag!r}: not one of R, T, C, W")
+    run, record, transfer, wait = _MAKERS
 
+    def steps(st: Sequence) -> tuple:
+        out: list = []
+        for r in st:
+            tag = r[0]
+            if tag == "R" and len(r) >= 4:
+                d, m = r[1], r[2]
+                out += [run(d, m, v) for v in r[3:]]
+            elif tag == "C" and len(r) == 4:
+                out.append(record(r[1], r[2], r[3]))
+            elif tag == "T" and len(r) == 8:
+                out.append(transfer(r[1], r[2], r[3], None if r[4] is None else (r[4][0], r[4][1]),
+                                    tuple((b, s, e) for b, s, e in r[5]), r[6], r[7]))
+            elif tag == "W" and len(r) == 6:
+                out.append(wait(r[1], r[2], r[3], tuple((u, v) for u, v in r[4]),
+                                tuple((u, v, m) for u, v, m in r[5])))
+            else:
+                raise ValueError(f"schedule step {list(r)[:8]!r}: not a step (tags R: 4 entries or more, C: 4, "
+                                 "T: 8, W: 6)")
+        return tuple(out)
+
+    flat = data["placement"]
     return PipelinedSchedule(int(data["devices"]), int(data["micro_batches"]),
-                             tuple(tuple(step(r) for r in st) for st in data["streams"]),
-                             {int(k): int(v) for k, v in data["placement"]}, tuple(data["domains"]),
+                             tuple(steps(st) for st in data["streams"]),
+                             dict(zip(flat[0::2], flat[1::2])), tuple(data["domains"]),
                              tuple((u, v) for u, v in data["cut_edges"]), data["source"], tuple(data["notes"]))

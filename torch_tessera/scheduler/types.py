@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from torch_tessera.errors import NotApplicableError  # noqa: F401  (re-exported)
@@ -277,7 +277,11 @@ class Plan:
 
     def to_json(self) -> str:
         """The plan as JSON text (:meth:`from_json` reads it back equal)."""
-        d = asdict(replace(self, schedules=()))
+        # fields one level deep (json writes tuples as lists): dataclasses.asdict's deep copy of every tuple was most
+        # of the time, and gives the same text
+        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["cut_edges"] = [{f.name: getattr(e, f.name) for f in fields(CutEdge)} for e in self.cut_edges]
+        d["solver"] = {f.name: getattr(self.solver, f.name) for f in fields(SolverInfo)}
         d["schedules"] = [[name, schedule_to_data(s)] for name, s in self.schedules]
         d["placements"] = {p: {str(k): v for k, v in pl.items()} for p, pl in self.placements.items()}
         return json.dumps(d)
