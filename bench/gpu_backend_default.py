@@ -211,9 +211,10 @@ def _record_decode_step(model, ids, kw: dict, orig) -> tuple:
 
 def _time_step_loop(fwd, step: tuple, n: int, sync, room: int) -> dict:
     """``fwd(*args, **kwargs)`` of one recorded decode step, ``n`` times each way: with a host sync after every call
-    (``wall_ms``: the step as ``generate`` sees it), the host time of the call alone (``host_ms``), and up to ``room`` calls
-    (the cache's free slots after the recorded step) back to back with one sync (``pipelined_ms`` per call); plus the 22 functions of largest cumulative time and the 14 of largest own time in a
-    ``cProfile`` of 20 synced calls. Before each timed call (outside the timing) the static cache's write position
+    (``wall_ms``: the step as ``generate`` sees it), the host time of the call alone (``host_ms``), and up to
+    ``room`` calls (the cache's free slots after the recorded step) back to back with one sync (``pipelined_ms`` per
+    call); plus the 22 functions of largest cumulative time and the 14 of largest own time in a ``cProfile`` of 20
+    synced calls. Before each timed call (outside the timing) the static cache's write position
     (``StaticLayer.cumulative_length``, advanced by every call) is put back, so every call writes the same slot."""
     import cProfile
     import io
