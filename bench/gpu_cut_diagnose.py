@@ -404,7 +404,7 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
             continue
         try:
             out["plans"][plan_name] = run_plan(plan_name, p["placement"], runner, batches, want, costs, topo, args,
-                                               on_gpu, f"{name}/{plan_name}", out["sim_inputs"])
+                                               on_gpu, f"{name}/{plan_name}")
         except Exception as e:  # noqa: BLE001 - one plan failing is reported, the others still run
             log.exception("plan %s of %s failed", plan_name, name)
             out["plans"][plan_name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
@@ -419,7 +419,7 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
     out["seconds"] = time.perf_counter() - t0
 
 
-def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_gpu, where, inputs) -> dict:
+def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_gpu, where) -> dict:
     from torch_tessera.scheduler.modulo import build_pipelined_schedule
     from torch_tessera.scheduler.simrecord import schedule_to_json
 
@@ -444,7 +444,7 @@ def run_plan(plan_name, placement, runner, batches, want, costs, topo, args, on_
            "correct": ok, "rel_error": err, "seconds": med, "split": split(med, len(ex.devices), cuts, M),
            "schedule": schedule_to_json(sched)}
     try:
-        row.update(simulations(row["schedule"], inputs))
+        row.update(simulations(row["schedule"], sim_inputs(runner, costs, topo)))
     except Exception as e:  # noqa: BLE001 - the prediction is context, not the measurement
         row["simulated_s_error"] = str(e)[:200]
     if "simulated_s" in row and "executed" in med:

@@ -210,6 +210,9 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
         ConfigError: ``memory.weights`` not one per device, ``memory.corun_rate`` not in (0, 1], or both ``host``
             and ``graph`` given.
     """
+    if host is not None and graph is not None:
+        raise ConfigError("simulate: host= (an eager replay issued from the host) and graph= (one captured CUDA graph) "
+                          "describe different replays: give one of them")
     D = schedule.devices
     if memory is not None and len(memory.weights) not in (0, D):
         raise ConfigError(f"MemoryShare.weights has {len(memory.weights)} entries for {D} devices: give one per "
@@ -217,9 +220,6 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
     if memory is not None and not 0.0 < memory.corun_rate <= 1.0:
         raise ConfigError(f"MemoryShare.corun_rate={memory.corun_rate}: give a rate in (0, 1] (1: no co-run "
                           "slowdown)")
-    if host is not None and graph is not None:
-        raise ConfigError("simulate: host= (an eager replay issued from the host) and graph= (one captured CUDA graph) "
-                          "describe different replays: give one of them")
     dur = step_durations(schedule, costs, topology, wait_seconds)
     issued = issue_times(schedule, host) if host is not None else None
     if graph is not None:
