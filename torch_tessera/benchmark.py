@@ -9,6 +9,9 @@ Two parts:
   on the device pair (roofline costs, modelled links), throughput per dollar from the dated price table, and the
   zero-communication bound (the best cycle any placement reaches when transfers are free). Predictions, not
   measurements: the output says so.
+
+Every bench, predicted or measured, chooses ``tessera`` by one rule (:func:`choose_tessera`): the best-scoring plan of
+a space holding the planner's single placement, one request stream per device and every baseline's placement.
 """
 
 from __future__ import annotations

@@ -307,3 +307,46 @@ def test_request_dist_row_falls_back_to_the_homo_sum_when_its_streams_did_not_ru
     assert row["how"].startswith("derived: sum of homo-* replicas (the streams did not run: does not fit")
     failed = {**rows, "homo-R": {"plan": "homo-R", "applies": False, "how": "does not fit (at run time)"}}
     assert _with_homo_sum(oom, base, failed, homo, s) == oom  # a homo-* run failed: no sum to fall back to
+
+
+def test_tessera_taking_pds_placement_is_derived_as_pds_row(monkeypatch):
+    """When pd's placement wins tessera's space in the measured bench, tessera's row is pd's derivation (prefill and
+    decode from their homo-* runs, the state hand-over measured), not an execution that would skip the hand-over;
+    with another winner it is not derived."""
+    from types import SimpleNamespace
+
+    from torch_tessera.benchmark import choose_tessera
+    from torch_tessera.measure import rows as rows_mod
+    from torch_tessera.measure.settings import MeasureSettings
+    from torch_tessera.scheduler import Workload, plan
+    from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag
+
+    devs = ("big", "small")
+    pre, dec = transformer_dag(layers=2, tokens=64, context=256), transformer_dag(layers=2, tokens=8, context=256)
+    wl = Workload.llm(pre, roofline_costs(pre, devs), dec, roofline_costs(dec, devs, seed=1), 4.0)
+    topo = nvlink_topology(devs)
+    plans = {n: plan(wl, None, topo, policy=n, cache_dir=False) for n in ("homo-L", "homo-R", "pd")}
+    plans["tessera"] = plan(wl, None, topo, policy="homo-R", cache_dir=False)  # a planner's placement pd beats
+    s = MeasureSettings(model="llama", size="tiny", repeats=1)
+    freq = s.composition.frequencies
+    score = {"pd": 1.0, "homo-L": 3.0, "homo-R": 4.0}
+    choice = choose_tessera(plans, streams=False, score=lambda p: score.get(p.policy, 2.0))
+    assert choice.chosen == "pd" and choice.plans["tessera"].placements == plans["pd"].placements
+    monkeypatch.setattr(rows_mod, "handover_seconds", lambda prog, a, b, repeats: 0.004)
+    spec = SimpleNamespace(name="d", price_per_hour=1.0)
+    progs = [SimpleNamespace(name="prefill", runner=SimpleNamespace(devices=[SimpleNamespace(spec=spec)] * 2))]
+    run = {"seconds": {"prefill": 0.01, "decode": 0.002}, "pipelined_seconds": {}, "equal": True,
+           "max_abs_error": 0.0, "cut_edges": 0}
+    runs = {"homo-L": run, "homo-R": dict(run, seconds={"prefill": 0.02, "decode": 0.003}),
+            "tessera-single": run}
+    out, _ = rows_mod.compose_rows(progs, choice.plans, runs, 0.001, s, tessera_from=choice.chosen)
+    by = {r.plan: r for r in out}
+    assert by["tessera"].how == by["pd"].how and by["tessera"].how.startswith("derived: prefill")
+    assert by["tessera"].output_per_s == by["pd"].output_per_s
+    a = next(iter(plans["pd"].placements["prefill"].values()))
+    b = next(iter(plans["pd"].placements["decode"].values()))
+    seconds = [runs[["homo-L", "homo-R"][d]]["seconds"] for d in (a, b)]
+    cycle = max(freq["prefill"] * seconds[0]["prefill"], freq["decode"] * seconds[1]["decode"], 0.004)
+    assert by["tessera"].output_per_s == pytest.approx(s.composition.output_per_step / cycle)
+    other, _ = rows_mod.compose_rows(progs, {**choice.plans, "tessera": plans["homo-L"]}, runs, 0.001, s)
+    assert {r.plan: r for r in other}["tessera"].how == "n/a: not run"  # not derived unless it took pd's placement

@@ -54,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the planner's single placement stays as tessera-single when another plan wins)")
     parser.add_argument("--no-streams", dest="streams", action="store_false",
                         help="leave one request stream per device out of tessera's space (single placements and "
-                             "the baselines' placements only; request-dist stays a baseline). Executed on two H200s, streams "
-                             "plans ran below their model: docs/BENCHMARKS.md, request streams")
+                             "the baselines' placements only; request-dist stays a baseline). Executed on two H200s, "
+                             "streams plans ran below their model: docs/BENCHMARKS.md, request streams")
 
 
 def _fmt(x: float, unit: str = "") -> str:
