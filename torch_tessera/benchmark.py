@@ -60,6 +60,11 @@ class SpaceChoice:
     note: str
 
 
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 1000 else f"{ms:.4g}"
+
+
 def _label(name: str) -> str:
     return {"tessera": "the planner's single placement", STREAMS: "one request stream per device"}.get(
         name, f"{name}'s placement")
@@ -110,9 +115,9 @@ def choose_tessera(plans: dict[str, Any], workload: Any = None, topology: Any = 
     scores = {n: float(score(p)) for n, p in cands.items()}
     rank = {n: i for i, n in enumerate(cands)}  # the planner's first, then the streams plan, then the baselines
     best = min(scores, key=lambda n: (scores[n] * (1 - 1e-9 * (n in ("tessera", STREAMS))), rank[n]))
-    others = ", ".join(f"{_label(n)} {scores[n] * 1e3:.4g}" for n in scores if n != best)
+    others = ", ".join(f"{_label(n)} {_ms(scores[n])}" for n in scores if n != best)
     others = f"{others} ms/step" if others else "no other candidate"
-    note = (f"tessera = {_label(best)}: the best {scored} of tessera's space, {scores[best] * 1e3:.4g} ms/step "
+    note = (f"tessera = {_label(best)}: the best {scored} of tessera's space, {_ms(scores[best])} ms/step "
             f"({others}{missing})")
     if best == "tessera":
         return SpaceChoice(dict(plans), best, scores, note)

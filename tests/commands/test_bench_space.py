@@ -64,7 +64,7 @@ def test_takeover_limits_the_baselines_and_ties_go_to_the_planner(synthetic):
     assert tie.chosen == "tessera" and SINGLE not in tie.plans and tie.plans["tessera"] is plans["homo-L"]
     slower = choose_tessera({"tessera": plans["af"], "homo-L": plans["homo-L"]}, streams=False,
                             score=lambda p: 1.0 if p is plans["af"] else 2.0)
-    assert slower.chosen == "tessera" and "homo-L's placement 2000" in slower.note
+    assert slower.chosen == "tessera" and "homo-L's placement 2,000 ms/step" in slower.note
 
 
 @pytest.mark.parametrize("model", ["mlp", "llama"])
