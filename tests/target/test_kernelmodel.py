@@ -104,6 +104,16 @@ def test_small_gemms_split_k_over_idle_sms():
     assert split < m.predict(shallow, H200)
 
 
+def test_a_kernels_latency_overlaps_its_streaming():
+    m = dataclasses.replace(BARE, latency_cycles=5000.0, dram_bytes_per_clock_per_sm=30.0)
+    p16 = parse_device("sim:h200@16sm")
+    small, large = feats(nbytes=1e6, blocks=10**4), feats(nbytes=1e9, blocks=10**4)
+    # 1 MB on 16 SMs streams in about 1 us, under the 2.5 us latency: the launch lasts its latency
+    assert m.predict(small, p16) == pytest.approx(5000 / 1980e6, rel=1e-6)
+    # 1 GB streams for about 1 ms: the latency is hidden in it
+    assert m.predict(large, p16) == pytest.approx(1e9 / m.dram_bandwidth(4800e9, 16, 1980e6), rel=1e-6)
+
+
 def test_a_small_library_gemm_runs_its_whole_gpu_grid_in_waves_on_a_partition():
     # 8 x 4096 x 1024 by cuBLAS: 8 output tiles, K = 4096: 8 x min(132 // 8, 4096 // 512) = 64 split-K CTAs, sized
     # for the 132 SMs the device reports also inside a green context; 4 waves on 16 SMs, 1 on the whole GPU

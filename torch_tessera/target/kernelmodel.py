@@ -2,7 +2,7 @@
 
 For one launch (:class:`~torch_tessera.target.costmodel.LaunchFeatures`) on one device, seconds are::
 
-    t = floor + latency_cycles / clock + max(t_tensor, t_cuda, t_memory, t_waves)
+    t = floor + max(latency_cycles / clock, t_tensor, t_cuda, t_memory, t_waves)
 
     t_tensor = tensor-core FLOPs x power / (tensor peak of the dtype x SM share x eta_tensor x wave efficiency)
                + waves x tile_cycles / clock
@@ -18,6 +18,9 @@ For one launch (:class:`~torch_tessera.target.costmodel.LaunchFeatures`) on one 
 where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, each figure with its source):
 
 * ``clock``: the boost clock, so latency-bound and small kernels run faster on a higher-clocked GPU;
+* the kernel's dependent latency (ramp-up, DRAM round trips, tail) overlaps its work: a launch lasts at least that
+  latency, and a launch whose work takes longer is bound by the work alone (small launches of 1-3 MB were measured
+  to cost about the same on a 16-SM partition of an H200 as on the whole GPU, which draws about 4x the bandwidth);
 * the tensor-core peak per dtype and generation (bf16/fp16, fp8); CUDA-core work at the fp32 peak (Inductor's
   Triton kernels compute in fp32; fp32 GEMMs run on CUDA cores); the special-function rate per SM
   (:data:`~torch_tessera.target.catalog.SFU_PER_CLOCK_PER_SM`) for a fused attention's softmax;
@@ -81,7 +84,8 @@ class KernelModel:
         dram_bytes_per_clock_per_sm: DRAM bytes per clock one SM can keep moving (its loads in flight over the DRAM
             latency, Little's law): a grid on few SMs cannot draw the GPU's bandwidth.
         l2_bytes_per_clock_per_sm: L2 bytes served per clock per occupied SM.
-        latency_cycles: cycles of a kernel's dependent latency (ramp-up, DRAM round trips, tail), at the boost clock.
+        latency_cycles: cycles of a kernel's dependent latency (ramp-up, DRAM round trips, tail), at the boost clock:
+            the least a launch takes after its floor; its work overlaps it.
         tile_cycles: cycles a wave of tensor-core tiles spends outside its main loop (pipeline fill, epilogue).
         tensor_power: the power tensor cores on every SM draw at the boost clock, as a multiple of the board power (the
             same for every GPU); above 1, a grid on a share ``s`` of the SMs runs at ``1 / (tensor_power x s)`` of the
@@ -124,7 +128,7 @@ class KernelModel:
             if f.flops and not f.tensor_core else 0.0
         t_memory = self._memory_seconds(f, e, device, clock, occupied)
         t_waves = library_waves(f, device) * self.wave_cycles / clock
-        return self.floor_s + self.latency_cycles / clock + max(t_tensor, t_cuda, t_memory, t_waves)
+        return self.floor_s + max(self.latency_cycles / clock, t_tensor, t_cuda, t_memory, t_waves)
 
     def _tensor_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, waves: int, occupied: int,
                         wave_eff: float) -> float:
@@ -217,8 +221,8 @@ def _tensor_peak(e: catalog.CatalogEntry, dtype: str) -> float:
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
-CALIBRATED = KernelModel(eta_tensor=0.8684, eta_cuda=0.362, eta_memory=0.7893, dram_bytes_per_clock_per_sm=32.89,
-                         l2_bytes_per_clock_per_sm=175.3, latency_cycles=7155.0, tile_cycles=720.4,
-                         tensor_power=1.102, softmax_ops=1.121, floor_s=1.595e-06, wave_cycles=11180.0,
+CALIBRATED = KernelModel(eta_tensor=0.8663, eta_cuda=0.3505, eta_memory=0.7551, dram_bytes_per_clock_per_sm=32.46,
+                         l2_bytes_per_clock_per_sm=512.0, latency_cycles=2306.0, tile_cycles=733.8,
+                         tensor_power=1.104, softmax_ops=1.118, floor_s=4.814e-06, wave_cycles=11850.0,
                          source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 685 launches of llama, "
                                 "dit, mamba and moe timed back to back")
