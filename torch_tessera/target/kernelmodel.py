@@ -19,8 +19,8 @@ where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, e
 
 * ``clock``: the boost clock, so latency-bound and small kernels run faster on a higher-clocked GPU;
 * the kernel's dependent latency (ramp-up, DRAM round trips, tail) overlaps its work: a launch lasts at least that
-  latency, and a launch whose work takes longer is bound by the work alone (small launches of 1-3 MB were measured
-  to cost about the same on a 16-SM partition of an H200 as on the whole GPU, which draws about 4x the bandwidth);
+  latency, and a launch whose work takes longer is bound by the work alone (a small launch costs about the same on a
+  partition as on the whole GPU: docs/BENCHMARKS.md, issue 21);
 * the tensor-core peak per dtype and generation (bf16/fp16, fp8); CUDA-core work at the fp32 peak (Inductor's
   Triton kernels compute in fp32; fp32 GEMMs run on CUDA cores); the special-function rate per SM
   (:data:`~torch_tessera.target.catalog.SFU_PER_CLOCK_PER_SM`) for a fused attention's softmax;
