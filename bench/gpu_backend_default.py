@@ -135,6 +135,8 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
               f"first generate {row['first_generate_s']:.1f} s, tokens equal {row['tokens_equal_inductor']}"),
               flush=True)
     walls: dict = {name: [] for name in compiled}
+    firsts: dict = {name: [] for name in compiled}  # --split: generate stopped after its first token (prefill)
+    stop_first = _stop_after_first(ids.shape[1]) if args.split else None
     with torch.no_grad():
         for _ in range(args.repeats):
             for name, fwd in compiled.items():
@@ -144,13 +146,167 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
                 model.generate(ids, **kw)
                 sync()
                 walls[name].append(time.perf_counter() - t0)
-    model.forward = orig
+                if stop_first is not None:
+                    t0 = time.perf_counter()
+                    model.generate(ids, **kw, stopping_criteria=stop_first)
+                    sync()
+                    firsts[name].append(time.perf_counter() - t0)
     for name, w in walls.items():
         row = out["cases"][name]
         row.update(generate_s=w, ms_per_token=1e3 * statistics.median(w) / args.new)
-        print(f"[layers {args.one_layers}] {name}: {row['ms_per_token']:.2f} ms/token (median of {len(w)})",
-              flush=True)
+        msg = f"[layers {args.one_layers}] {name}: {row['ms_per_token']:.2f} ms/token (median of {len(w)})"
+        if firsts[name]:  # decode alone: (whole generate - generate stopped after the prefill's token) / decode steps
+            row.update(first_token_generate_s=firsts[name], prefill_ms=1e3 * statistics.median(firsts[name]),
+                       decode_ms_per_token=1e3 * (statistics.median(w) - statistics.median(firsts[name]))
+                       / (args.new - 1))
+            msg += f"; prefill {row['prefill_ms']:.2f} ms, decode {row['decode_ms_per_token']:.3f} ms/token"
+        print(msg, flush=True)
+    if args.profile:
+        with torch.no_grad():
+            for name, fwd in compiled.items():
+                model.forward = fwd
+                try:
+                    p = out["cases"][name]["profile"] = _profile_generate(model, ids, kw, sync)
+                except Exception as e:  # noqa: BLE001 - a failed profile is a result; timing above stands
+                    out["cases"][name]["profile_error"] = f"{type(e).__name__}: {str(e)[:500]}"
+                    print(f"[layers {args.one_layers}] {name}: profile failed: {type(e).__name__}: {e}", flush=True)
+                    continue
+                print(f"[layers {args.one_layers}] {name}: GPU kernels {p['kernel_ms']:.2f} ms over "
+                      f"{p['kernels']} launches, memcpy/memset {p['memcpy_ms']:.3f} ms over {p['memcpys']}, "
+                      f"wall {p['wall_ms']:.2f} ms", flush=True)
+    if args.step_loop:
+        with torch.no_grad():
+            step = _record_decode_step(model, ids, kw, orig)
+            for name, fwd in compiled.items():
+                model.forward = fwd
+                r = out["cases"][name]["step_loop"] = _time_step_loop(fwd, step, args.step_loop, sync, args.new - 2)
+                print(f"[layers {args.one_layers}] {name}: decode step alone {r['wall_ms']:.3f} ms with a sync, "
+                      f"host {r['host_ms']:.3f} ms per call (no sync), back to back {r['pipelined_ms']:.3f} ms",
+                      flush=True)
+    model.forward = orig
     return out
+
+
+def _record_decode_step(model, ids, kw: dict, orig) -> tuple:
+    """The arguments of one decode-step ``forward`` call (the second call of a ``generate``) and the static cache's
+    write positions at that call: ``(args, kwargs, [(StaticLayer.cumulative_length tensor, its value then)])``."""
+    calls: list = []
+
+    def recorder(*a, **k):
+        if len(calls) == 1:  # the first decode step: remember where it writes (each call advances it)
+            lengths = [layer.cumulative_length for v in k.values() for layer in getattr(v, "layers", ())
+                       if hasattr(getattr(layer, "cumulative_length", None), "clone")]
+            calls.append((a, dict(k), [(t, t.clone()) for t in lengths]))
+        else:
+            calls.append(None)
+        return orig(*a, **k)
+
+    model.forward = recorder
+    try:
+        model.generate(ids, **kw)
+    finally:
+        model.forward = orig
+    return calls[1]
+
+
+def _time_step_loop(fwd, step: tuple, n: int, sync, room: int) -> dict:
+    """``fwd(*args, **kwargs)`` of one recorded decode step, ``n`` times each way: with a host sync after every call
+    (``wall_ms``: the step as ``generate`` sees it), the host time of the call alone (``host_ms``), and up to
+    ``room`` calls (the cache's free slots after the recorded step) back to back with one sync (``pipelined_ms`` per
+    call); plus the 22 functions of largest cumulative time and the 14 of largest own time in a ``cProfile`` of 20
+    synced calls. Before each timed call (outside the timing) the static cache's write position
+    (``StaticLayer.cumulative_length``, advanced by every call) is put back, so every call writes the same slot."""
+    import cProfile
+    import io
+    import pstats
+
+    a, k, lengths = step
+
+    def rewind() -> None:
+        for t, v in lengths:
+            t.copy_(v)
+        sync()
+
+    walls, hosts = [], []
+    for i in range(n + 3):
+        rewind()
+        t0 = time.perf_counter()
+        fwd(*a, **k)
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        if i >= 3:
+            hosts.append(t1 - t0)
+            walls.append(t2 - t0)
+    back = max(1, min(n, room))  # the cache has room for the generate's remaining tokens only
+    rewind()
+    t0 = time.perf_counter()
+    for _ in range(back):
+        fwd(*a, **k)
+    sync()
+    pipelined = (time.perf_counter() - t0) / back
+    prof = cProfile.Profile()
+    for _ in range(20):
+        rewind()
+        prof.enable()
+        fwd(*a, **k)
+        sync()
+        prof.disable()
+    rewind()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(22)
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(14)
+    return {"wall_ms": 1e3 * statistics.median(walls), "host_ms": 1e3 * statistics.median(hosts),
+            "pipelined_ms": 1e3 * pipelined, "calls": n, "cache_lengths_rewound": len(lengths),
+            "cprofile_20_calls": buf.getvalue()[-12000:]}
+
+
+def _stop_after_first(prompt_len: int):
+    """A ``StoppingCriteriaList`` that ends ``generate`` after its first new token (the prefill's), with the same
+    static cache shape as the full ``generate`` (so no program is recompiled)."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class _AfterFirst(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] > prompt_len, dtype=torch.bool,
+                              device=input_ids.device)
+
+    return StoppingCriteriaList([_AfterFirst()])
+
+
+def _profile_generate(model, ids, kw: dict, sync) -> dict:
+    """One ``generate`` under ``torch.profiler`` (CUDA activity): the summed GPU time of kernels and of
+    memcpy/memset, their counts, and the 12 kernels of largest total time (name, calls, ms)."""
+    from collections import defaultdict
+
+    from torch.profiler import ProfilerActivity, profile
+
+    sync()
+    t0 = time.perf_counter()
+    import torch
+
+    acts = [ProfilerActivity.CUDA] if torch.cuda.is_available() else [ProfilerActivity.CPU]  # CPU: smoke run only
+    with profile(activities=acts) as prof:
+        model.generate(ids, **kw)
+        sync()
+    wall = time.perf_counter() - t0
+    kern: dict = defaultdict(lambda: [0, 0.0])
+    mem = [0, 0.0]
+    for e in prof.events():
+        if getattr(e, "device_type", None) is None or str(e.device_type) != "DeviceType.CUDA":
+            continue
+        us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+        if "memcpy" in e.name.lower() or "memset" in e.name.lower():
+            mem[0] += 1
+            mem[1] += us
+        else:
+            kern[e.name][0] += 1
+            kern[e.name][1] += us
+    top = sorted(kern.items(), key=lambda kv: -kv[1][1])[:12]
+    return {"wall_ms": 1e3 * wall, "kernel_ms": sum(v[1] for v in kern.values()) / 1e3,
+            "kernels": sum(v[0] for v in kern.values()), "memcpy_ms": mem[1] / 1e3, "memcpys": mem[0],
+            "top": [[k[:120], v[0], v[1] / 1e3] for k, v in top]}
 
 
 def _child(args: argparse.Namespace, layers: int, cases: list[str], tag: str, timeout: float) -> dict:
@@ -158,7 +314,9 @@ def _child(args: argparse.Namespace, layers: int, cases: list[str], tag: str, ti
     path.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--out", args.out, "--one-layers", str(layers), "--cases", ",".join(cases),
            "--device", args.device, "--size", args.size, "--batch", str(args.batch), "--prompt", str(args.prompt),
-           "--new", str(args.new), "--repeats", str(args.repeats), "--result", str(path)]
+           "--new", str(args.new), "--repeats", str(args.repeats), "--result", str(path),
+           *(["--split"] if args.split else []), *(["--profile"] if args.profile else []),
+           *(["--step-loop", str(args.step_loop)] if args.step_loop else [])]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
@@ -205,6 +363,12 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=32, help="new tokens per generate")
     ap.add_argument("--repeats", type=int, default=3, help="timed generates after the first (median)")
     ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting children after this many seconds")
+    ap.add_argument("--split", action="store_true",
+                    help="also time generate stopped after its first token: prefill ms and decode ms per token")
+    ap.add_argument("--step-loop", type=int, default=0,
+                    help="also call one recorded decode step N times per case: synced, host-only, back to back")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the rounds, one generate per case under torch.profiler: GPU kernel and memcpy time")
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # "cpu": smoke run of the logic
     ap.add_argument("--size", default="full", choices=("full", "tiny"), help=argparse.SUPPRESS)
     ap.add_argument("--one-layers", type=int, default=None, help=argparse.SUPPRESS)  # child mode

@@ -18,8 +18,9 @@ weights). Every mode after ``executed`` runs in the buffers of the executed repl
 reads real values. On CPU virtual devices nothing can be captured: every mode is issued from the host (plumbing only).
 
 Per plan: cut edges, the executed step, the simulated step (:func:`torch_tessera.scheduler.simulate.simulate` with the
-measured per-launch costs, the planner's bandwidth figures, DRAM shared by SM count, no host cost for the captured
-graph and :class:`~torch_tessera.scheduler.issue.HostIssue` for the eager replay), executed / simulated, and the
+measured per-launch costs, the planner's bandwidth figures, DRAM shared by SM count, for the captured graph no host
+cost and :class:`~torch_tessera.scheduler.issue.GraphIssue`'s overlap, :class:`~torch_tessera.scheduler.issue.HostIssue`
+for the eager replay), executed / simulated, and the
 lost time per cut edge ``(executed - max(alone)) / (cut edges x micro-batches)``, with the no-wait share of it. Modes
 are timed in ``--rounds`` interleaved rounds (order reversed every round) of ``--calls`` replays, median per mode.
 
@@ -37,7 +38,17 @@ replay) it came from. A CUDA error poisons the process's context: the bench then
 instead of running the later plans and models.
 
 Writes ``DIR/cut_diagnose.json`` and ``DIR/cut_diagnose.md`` (rewritten after every plan) and ``DIR/cut_diagnose.log``
-(every progress line and traceback, flushed as it goes; faulthandler's stack on a crash).
+(every progress line and traceback, flushed as it goes; faulthandler's stack on a crash). The JSON keeps what the
+simulations read (per model ``sim_inputs``: the measured per-launch costs per device, links, DRAM figures; per plan
+``schedule``: its steps; :mod:`torch_tessera.scheduler.simrecord`), so they can be recomputed without the GPU::
+
+    python bench/gpu_cut_diagnose.py --resimulate DIR/cut_diagnose.json [--overlap-us 2.0] [--out DIR2]
+
+writes ``cut_diagnose_resimulated.json`` / ``.md``. ``simulated_s`` is the captured replay as the planner simulates
+it (every measured cost whole: the figure the Must-show compares with), ``simulated_overlap_s`` the same with
+:class:`~torch_tessera.scheduler.issue.GraphIssue`'s graph overlap (the measured costs are timed between CUDA events;
+a launch right after another in one graph hides part of that; not used by the planner: docs/BENCHMARKS.md, graph
+overlap).
 """
 
 from __future__ import annotations
@@ -315,16 +326,33 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
     return med, got
 
 
-def simulated(sched, runner, costs, topo, host) -> float:
-    """The simulator's step for ``sched``: measured launch costs, the planner's bandwidth figures, DRAM of a shared
-    GPU split by SM count, partitions of one GPU co-running at the planner's rate; ``host``: the eager replay's host
-    issue (None: captured)."""
-    from torch_tessera.scheduler.issue import HostIssue
+def sim_inputs(runner, costs, topo) -> dict:
+    """What the simulator reads besides a schedule, as JSON (:mod:`torch_tessera.scheduler.simrecord`): the measured
+    per-launch costs (per device, this program), the links, the planner's DRAM figures (a shared GPU split by SM
+    count, partitions co-running at the planner's rate) and the wait cost."""
+    from torch_tessera.scheduler.modulo import WAIT_SECONDS
     from torch_tessera.scheduler.pipeline_plan import PipelineModel
-    from torch_tessera.scheduler.simulate import simulate
+    from torch_tessera.scheduler.simrecord import costs_to_json, links_to_json, memory_to_json
 
     mem = PipelineModel.from_specs([d.spec for d in runner.devices]).memory_share(runner.dag)
-    return simulate(sched, costs, topo, memory=mem, host=HostIssue() if host else None).step_seconds
+    return {"costs": costs_to_json(costs), "links": links_to_json(topo), "memory": memory_to_json(mem),
+            "wait_seconds": WAIT_SECONDS}
+
+
+#: the simulations of each plan: key -> issue model (``whole``: one CUDA graph, each cost whole, as the planner
+#: simulates it; ``graph``: one CUDA graph, event-timed costs less the graph overlap; ``eager``: host-issued replay)
+SIMULATIONS = {"simulated_s": "whole", "simulated_overlap_s": "graph", "eager_simulated_s": "eager"}
+
+
+def simulations(schedule: dict, inputs: dict, overlap_s: float | None = None) -> dict[str, float]:
+    """Seconds of one replay of the recorded ``schedule`` under each issue model of :data:`SIMULATIONS`;
+    ``overlap_s`` replaces :class:`~torch_tessera.scheduler.issue.GraphIssue`'s default overlap."""
+    from torch_tessera.scheduler.issue import GraphIssue, HostIssue
+    from torch_tessera.scheduler.simrecord import resimulate
+
+    graph = GraphIssue() if overlap_s is None else GraphIssue(overlap=overlap_s, source="--overlap-us")
+    issue = {"graph": {"graph": graph}, "whole": {}, "eager": {"host": HostIssue()}}
+    return {key: resimulate(schedule, inputs, **issue[how]) for key, how in SIMULATIONS.items()}
 
 
 def split(med: dict, devices: int, cuts: int, m: int) -> dict[str, float | None]:
@@ -364,7 +392,8 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
     on_gpu = all(d.torch_device.type == "cuda" for d in runner.devices)
     out = res["models"][name] = {"launches": len(runner.program.launches), "home_rel_error": home_error,
                                  "cost_source": costs.source, "replay": "captured" if on_gpu else "eager (CPU)",
-                                 "build_s": time.perf_counter() - t0, "plans": {}}
+                                 "build_s": time.perf_counter() - t0, "sim_inputs": sim_inputs(runner, costs, topo),
+                                 "plans": {}}
     say(f"{name}: home placement, reference outputs")
     runner.set_placement({i: 0 for i in sorted(runner.dag.graph.nodes)})
     with torch.no_grad():
@@ -401,6 +430,7 @@ def run_plan(plan_name, placement, made, runner, batches, want, costs, topo, arg
     simulator scored) when it is over that many micro-batches and the executor's memory domains, else one built from
     the placement (row ``schedule_source`` says which)."""
     from torch_tessera.scheduler.modulo import build_pipelined_schedule
+    from torch_tessera.scheduler.simrecord import schedule_to_json
 
     runner.set_placement(placement)
     ex = runner.executor
@@ -428,12 +458,12 @@ def run_plan(plan_name, placement, made, runner, batches, want, costs, topo, arg
            "transfer_bytes": sched.transfer_bytes,
            "launches_per_device": [sum(1 for st in sched.streams[d] if type(st).__name__ == "RunStep") // M
                                    for d in range(len(ex.devices))],
-           "correct": ok, "rel_error": err, "seconds": med, "split": split(med, len(ex.devices), cuts, M)}
-    for key, host in (("simulated_s", False), ("eager_simulated_s", True)):
-        try:
-            row[key] = simulated(sched, runner, costs, topo, host)
-        except Exception as e:  # noqa: BLE001 - the prediction is context, not the measurement
-            row[key + "_error"] = str(e)[:200]
+           "correct": ok, "rel_error": err, "seconds": med, "split": split(med, len(ex.devices), cuts, M),
+           "schedule": schedule_to_json(sched)}
+    try:
+        row.update(simulations(row["schedule"], sim_inputs(runner, costs, topo)))
+    except Exception as e:  # noqa: BLE001 - the prediction is context, not the measurement
+        row["simulated_s_error"] = str(e)[:200]
     if "simulated_s" in row and "executed" in med:
         row["executed_over_simulated"] = med["executed"] / row["simulated_s"]
     if "eager" in med and "eager_simulated_s" in row:
@@ -453,6 +483,8 @@ def markdown(res: dict) -> str:
     lines = [f"# Cut cost with the captured schedule: {res['layers']} layers on {res['devices']}", "",
              f"{res['micro_batches']} micro-batches per step; torch {res['torch']}; {res['rounds']} rounds x "
              f"{res['calls']} calls per mode. Modes and definitions: bench/gpu_cut_diagnose.py.", ""]
+    if "resimulated" in res:
+        lines += [f"Simulations recomputed offline: {res['resimulated']}.", ""]
     if "stopped" in res:
         lines += [f"**Stopped: {res['stopped']}.**", ""]
     for name, m in res["models"].items():
@@ -463,20 +495,21 @@ def markdown(res: dict) -> str:
             lines += [f"**{name} stopped {m['stopped']}** (traceback: cut_diagnose.log)", ""]
         lines += [f"## {name} ({m['launches']} launches; replay {m['replay']}; home placement against eager: "
                   f"relative error {m['home_rel_error']:.2e}; costs: {m['cost_source']})", "",
-                  "| plan | cut edges | waits | executed ms | simulated ms | executed / simulated | alone max ms | "
-                  "lost us per cut edge | waits us per cut edge | eager ms | eager simulated ms | eager host issue ms "
-                  "| correct |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+                  "| plan | cut edges | waits | executed ms | simulated ms | executed / simulated | simulated with "
+                  "graph overlap ms | alone max ms | lost us per cut edge | waits us per cut edge | eager ms | eager simulated "
+                  "ms | eager host issue ms | correct |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for plan_name, r in m["plans"].items():
             if "error" in r:
-                lines.append(f"| {plan_name} | {r['error']} |" + " |" * 11)
+                lines.append(f"| {plan_name} | {r['error']} |" + " |" * 12)
                 continue
             s, x = r["seconds"], r["split"]
             ratio = f"{r['executed_over_simulated']:.3f}" if "executed_over_simulated" in r else "-"
             per = "-" if x["per_cut_edge_us"] is None else f"{x['per_cut_edge_us']:.1f}"
             wper = "-" if x["waits_per_cut_edge_us"] is None else f"{x['waits_per_cut_edge_us']:.1f}"
             lines.append(f"| {plan_name} | {r['cut_edges']} | {r['waits']} | {_ms(s.get('executed'))} | "
-                         f"{_ms(r.get('simulated_s'))} | {ratio} | {_ms(x['alone_max_s'])} | {per} | {wper} | "
+                         f"{_ms(r.get('simulated_s'))} | {ratio} | {_ms(r.get('simulated_overlap_s'))} | "
+                         f"{_ms(x['alone_max_s'])} | {per} | {wper} | "
                          f"{_ms(s.get('eager'))} | {_ms(r.get('eager_simulated_s'))} | {_ms(s.get('eager-host-issue'))} "
                          f"| {r['correct']} |")
         lines.append("")
@@ -508,9 +541,50 @@ def setup_log(out: Path) -> Path:
     return path
 
 
+def resimulate_file(path: Path, out: Path | None, overlap_us: float | None) -> dict:
+    """Every plan's simulations of a saved ``cut_diagnose.json`` recomputed from its saved costs and schedules
+    (:func:`simulations`), with the executed / simulated ratios; written to ``out`` (default: ``path``'s folder) as
+    ``cut_diagnose_resimulated.json`` / ``.md``.
+
+    Raises:
+        SystemExit: the file does not exist or was written before costs and schedules were saved (the message says
+            which model and plan).
+    """
+    if not path.is_file():
+        raise SystemExit(f"--resimulate {path}: no such file (give a cut_diagnose.json written by this bench)")
+    res = json.loads(path.read_text())
+    how = "the default graph overlap" if overlap_us is None else f"a graph overlap of {overlap_us:g} us"
+    res["resimulated"] = f"from {path.name} with {how} (bench/gpu_cut_diagnose.py --resimulate)"
+    for name, m in res.get("models", {}).items():
+        for plan_name, r in m.get("plans", {}).items():
+            if "error" in r:
+                continue
+            if "sim_inputs" not in m or "schedule" not in r:
+                raise SystemExit(f"--resimulate {path}: {name}/{plan_name} has no saved costs and schedule (written "
+                                 "before they were saved); rerun the bench on the GPU to get a file that can be "
+                                 "re-simulated")
+            r.update(simulations(r["schedule"], m["sim_inputs"], None if overlap_us is None else overlap_us * 1e-6))
+            executed = r.get("seconds", {}).get("executed")
+            if executed is not None:
+                r["executed_over_simulated"] = executed / r["simulated_s"]
+            if "eager" in r.get("seconds", {}):
+                r["eager_over_simulated"] = r["seconds"]["eager"] / r["eager_simulated_s"]
+    out = out or path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cut_diagnose_resimulated.json").write_text(json.dumps(res, indent=1, default=str))
+    (out / "cut_diagnose_resimulated.md").write_text(markdown(res))
+    return res
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, type=Path, help="directory for cut_diagnose.json / .md / .log")
+    ap.add_argument("--out", type=Path, help="directory for cut_diagnose.json / .md / .log (with --resimulate: for "
+                    "cut_diagnose_resimulated.json / .md, default beside the file)")
+    ap.add_argument("--resimulate", type=Path, metavar="JSON",
+                    help="no GPU: recompute every plan's simulations of a saved cut_diagnose.json from its saved costs "
+                         "and schedules")
+    ap.add_argument("--overlap-us", type=float, default=None,
+                    help="with --resimulate: microseconds of graph overlap per launch instead of GraphIssue's default")
     ap.add_argument("--model", default="llama,mamba,dit", help="comma-separated registry models")
     ap.add_argument("--plans", default=",".join(PLANS), help=f"comma-separated, of {PLANS}")
     ap.add_argument("--modes", default=",".join(MODES),
@@ -531,6 +605,10 @@ def parse_args(argv=None):
                     help="CUDA_LAUNCH_BLOCKING=1 (set before CUDA starts): an eager kernel's error is raised at its "
                          "launch; slow, for bisecting only")
     args = ap.parse_args(argv)
+    if args.resimulate is None and args.out is None:
+        ap.error("--out DIR is required (or --resimulate JSON for an offline re-simulation)")
+    if args.overlap_us is not None and (args.resimulate is None or args.overlap_us < 0):
+        ap.error("--overlap-us takes microseconds >= 0 and goes with --resimulate")
     if args.launch_blocking:
         import os
 
@@ -555,6 +633,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.resimulate is not None:
+        print(markdown(resimulate_file(args.resimulate, args.out, args.overlap_us)))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     log_path = setup_log(args.out)
     t0 = time.perf_counter()

@@ -21,6 +21,7 @@ from torch_tessera.errors import (  # noqa: F401
     TesseraCacheWarning,
     TesseraError,
     TesseraFallbackWarning,
+    TesseraIdleDeviceWarning,
     TesseraRecompileWarning,
     TransferTimeout,
     UnsupportedModelError,

@@ -9,11 +9,15 @@ Two parts:
   on the device pair (roofline costs, modelled links), throughput per dollar from the dated price table, and the
   zero-communication bound (the best cycle any placement reaches when transfers are free). Predictions, not
   measurements: the output says so.
+
+Every bench, predicted or measured, chooses ``tessera`` by one rule (:func:`choose_tessera`): the best-scoring plan of
+a space holding the planner's single placement, one request stream per device and every baseline's placement.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 from dataclasses import asdict, dataclass
@@ -30,65 +34,99 @@ log = logging.getLogger(__name__)
 from torch_tessera.options import BENCH_PLANS as PLAN_NAMES  # noqa: E402  (the home is options)
 
 
-#: name of the single-placement throughput plan when the streams plan scores better and becomes ``tessera``
+#: name of the planner's own single placement when another plan of tessera's space scores better and becomes
+#: ``tessera``
 SINGLE = "tessera-single"
+#: candidate name of :func:`~torch_tessera.scheduler.plan_streams` (one request stream per device) in tessera's space
+STREAMS = "streams"
 
 
-def with_streams(plans: dict[str, Any], wl: Any, topo: Any, score: Any = None,
-                 **kwargs: Any) -> tuple[dict[str, Any], str]:
-    """``plans`` with ``tessera`` the better (lower modelled seconds per step: ``score(plan)``, default its cycle) of
-    the single-placement throughput plan and :func:`~torch_tessera.scheduler.plan_streams` (one request stream per
-    device, kernels of a stream movable); when the streams plan wins, the single placement stays as :data:`SINGLE` so
-    both are measured. ``kwargs`` go to :func:`~torch_tessera.scheduler.plan_streams` (``micro_batches``: as the
-    single plan was made).
+@dataclass(frozen=True)
+class SpaceChoice:
+    """Which plan of tessera's space became ``tessera`` (:func:`choose_tessera`), and why.
+
+    Attributes:
+        plans: the plans given, ``tessera`` replaced by the chosen plan and, when that is not the planner's own single
+            placement, the planner's placement kept as :data:`SINGLE`; baselines unchanged.
+        chosen: ``"tessera"`` (the planner's single placement), :data:`STREAMS` (one request stream per device) or
+            the name of the baseline whose placement tessera took.
+        scores: every candidate considered -> its score, seconds per workload step (lower is better).
+        note: one line for the report naming the chosen plan, the score and every candidate's value.
+    """
+
+    plans: dict
+    chosen: str
+    scores: dict
+    note: str
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 1000 else f"{ms:.4g}"
+
+
+def _label(name: str) -> str:
+    return {"tessera": "the planner's single placement", STREAMS: "one request stream per device"}.get(
+        name, f"{name}'s placement")
+
+
+def choose_tessera(plans: dict[str, Any], workload: Any = None, topology: Any = None, streams: bool = True,
+                   score: Any = None, scored: str = "predicted cycle", takeover: Any = None,
+                   **stream_options: Any) -> SpaceChoice:
+    """``tessera`` = the best-scoring plan of a space that contains every baseline's placement.
+
+    The candidates: the planner's single placement (``plans["tessera"]``); with ``streams`` (and a ``workload`` on
+    two or more devices) one request stream per device (:func:`~torch_tessera.scheduler.plan_streams`, each stream
+    its own state, kernels of a stream movable: its space holds request-dist); and each baseline plan of ``plans``
+    that ``takeover(name, plan)`` accepts (default: every one: homo-*, request-dist, pd, af, layer). Ties go to the
+    planner's placement, then to the streams plan. So no baseline the space holds scores better than tessera.
+
+    Args:
+        plans: plan name -> :class:`~torch_tessera.scheduler.Plan`, or the error that stopped it (not a candidate).
+        workload / topology: what the plans were made for (the streams plan is planned on them).
+        streams: whether one request stream per device is a candidate.
+        score: ``score(plan)`` -> seconds per workload step; default the plan's predicted cycle.
+        scored: what ``score`` is, for the note.
+        takeover: ``takeover(name, plan)`` -> whether tessera may take that baseline's placement.
+        stream_options: passed to :func:`~torch_tessera.scheduler.plan_streams` (``micro_batches``...).
 
     Returns:
-        ``(plans, note)``: the note says which plan was kept and both predicted cycle times, for the report.
+        The :class:`SpaceChoice`; ``plans`` unchanged (chosen ``"tessera"``, empty note) when ``plans["tessera"]`` is
+        not a plan.
     """
     from torch_tessera.errors import InfeasiblePlanError
     from torch_tessera.scheduler import Plan, plan_streams
 
-    single = plans.get("tessera")
-    if not isinstance(single, Plan) or len(topo.devices) < 2:
-        return plans, "streams plan not made (no single throughput plan or one device)"
-    try:
-        streams = plan_streams(wl, topo, **kwargs)
-    except InfeasiblePlanError as e:  # each stream holds its own state: may not fit where one placement does
-        return plans, f"streams plan does not fit: {str(e).splitlines()[0]}"
-    score = score or (lambda p: p.cycle_seconds)
-    versus = (f"one request stream per device {score(streams) * 1e3:.4g} ms/step vs single placement "
-              f"{score(single) * 1e3:.4g} ms/step (predicted)")
-    if score(streams) >= score(single) * (1 - 1e-9):
-        return plans, f"--streams: {versus}: the single placement stays tessera"
-    out = dict(plans)
-    out["tessera"] = streams
-    out[SINGLE] = single
-    return out, f"--streams: {versus}: the streams plan is tessera, the single placement {SINGLE}"
-
-
-def best_of_space(plans: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """``plans`` with ``tessera`` the highest-throughput plan of its space, which contains every baseline's placement
-    (homo-*, request-dist's request streams, pd, af, layer): when a baseline's predicted throughput beats the
-    planner's, tessera is that baseline's plan (the planner's kept as :data:`SINGLE` when it is not one already), so
-    no prediction of tessera is below a baseline.
-
-    Returns:
-        ``(plans, note)``; the note is empty when the planner's plan stays.
-    """
-    from torch_tessera.scheduler import Plan
-
     mine = plans.get("tessera")
     if not isinstance(mine, Plan):
-        return plans, ""
-    best = max(((n, p) for n, p in plans.items() if n not in ("tessera", SINGLE) and isinstance(p, Plan)),
-               key=lambda np_: np_[1].throughput_per_s, default=None)
-    if best is None or best[1].throughput_per_s <= mine.throughput_per_s * (1 + 1e-9):
-        return plans, ""
-    out = dict(plans)
-    out["tessera"] = best[1]
-    out.setdefault(SINGLE, mine)
-    return out, (f"tessera is {best[0]}'s placement: it is in tessera's space and predicted faster "
-                 f"({best[1].throughput_per_s:.4g} vs {mine.throughput_per_s:.4g} steps/s)")
+        return SpaceChoice(dict(plans), "tessera", {}, "")
+    score = score or (lambda p: p.cycle_seconds)
+    cands = {"tessera": mine}
+    missing = ""
+    if not streams:
+        missing = f"; {_label(STREAMS)}: not a candidate"
+    elif workload is not None and topology is not None and len(topology.devices) > 1:
+        try:
+            cands[STREAMS] = plan_streams(workload, topology, **stream_options)
+        except InfeasiblePlanError as e:  # each stream holds its own state: may not fit where one placement does
+            missing = f"; {_label(STREAMS)} does not fit: {str(e).splitlines()[0]}"
+    cands.update((n, p) for n, p in plans.items() if n not in ("tessera", SINGLE) and isinstance(p, Plan)
+                 and (takeover is None or takeover(n, p)))
+    scores = {n: float(score(p)) for n, p in cands.items()}
+    rank = {n: i for i, n in enumerate(cands)}  # the planner's first, then the streams plan, then the baselines
+    best = min(scores, key=lambda n: (scores[n] * (1 - 1e-9 * (n in ("tessera", STREAMS))), rank[n]))
+    others = ", ".join(f"{_label(n)} {_ms(scores[n])}" for n in scores if n != best)
+    others = f"{others} ms/step" if others else "no other candidate"
+    note = (f"tessera = {_label(best)}: the best {scored} of tessera's space, {_ms(scores[best])} ms/step "
+            f"({others}{missing})")
+    if best == "tessera":
+        return SpaceChoice(dict(plans), best, scores, note)
+    note += f"; the planner's single placement is {SINGLE}"
+    taken = cands[best]
+    if best != STREAMS:  # the baseline's placement as tessera's plan; the baseline's own row stays as it was
+        taken = dataclasses.replace(taken, policy="throughput",
+                                    solver=dataclasses.replace(taken.solver, notes=tuple(taken.solver.notes) + (note,)))
+    return SpaceChoice({**plans, "tessera": taken, SINGLE: mine}, best, scores, note)
 
 
 def checkable(num_devices: int) -> tuple[str, ...]:
@@ -194,11 +232,14 @@ def _price(spec: DeviceSpec) -> float:
 
 
 def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float = 129.0,
-                   progress: Any = None, size: str = "full", streams: bool = False) -> tuple[list[SimRow], dict]:
+                   progress: Any = None, size: str = "full", streams: bool = True) -> tuple[list[SimRow], dict]:
     """Predicted throughput of every plan of ``model`` (``size``, default full) on ``specs`` (see module docstring);
-    with ``streams``, ``tessera`` as :func:`with_streams` picks it.
+    ``tessera`` the best predicted plan of a space holding every baseline's placement and, with ``streams``, one
+    request stream per device (:func:`choose_tessera`), so no baseline's prediction is above tessera's.
 
-    ``output_per_s_per_price`` is throughput per unit of the price table (output/s per relative $/h).
+    ``output_per_s_per_price`` is throughput per unit of the price table (output/s per relative $/h). ``meta`` says
+    which candidate became tessera and why (``tessera_choice``, ``tessera_from``) and each candidate's predicted
+    cycle (``tessera_space``, seconds per workload step).
     """
     from torch_tessera.backend.workload import model_workload
     from torch_tessera.errors import InfeasiblePlanError
@@ -223,11 +264,8 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
             plans[name] = e
         if progress is not None:
             progress.update(1)
-    streams_note = ""
-    if streams:
-        plans, streams_note = with_streams(plans, mw.workload, mw.topology)
-    plans, space_note = best_of_space(plans)
-    streams_note = "; ".join(n for n in (streams_note, space_note) if n)
+    choice = choose_tessera(plans, mw.workload, mw.topology, streams=streams)
+    plans = choice.plans
     rows = []
     best_baseline = max((p.throughput_per_s for n, p in plans.items() if n not in ("tessera", SINGLE)
                          and isinstance(p, Plan)), default=float("nan"))
@@ -246,7 +284,8 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
     meta = {"model": model, "size": size, "devices": [s.name for s in specs], "unit": mw.unit, "output_tokens": output_tokens,
             "zero_communication_bound_cycle_s": bound_cycle,
             "zero_communication_bound_output_per_s": mw.output_per_step / bound_cycle if bound_cycle else math.nan,
-            "lower_and_cost_seconds": mw.seconds, "streams": streams_note,
+            "lower_and_cost_seconds": mw.seconds, "tessera_choice": choice.note, "tessera_from": choice.chosen,
+            "tessera_space": choice.scores,
             "prices": {s.name: (s.price_per_hour, s.price_source) for s in specs}}
     return rows, meta
 

@@ -51,6 +51,11 @@ class TesseraCacheWarning(TesseraFallbackWarning):
     the results kept in memory for this process, and the next process repeats it."""
 
 
+class TesseraIdleDeviceWarning(UserWarning):
+    """A device named in option ``devices`` with a memory budget (``mem=``) runs no kernel of a graph: the plan uses
+    the other devices only. Issued once per graph; raise the budget, or leave the device out, to silence it."""
+
+
 class TesseraRecompileWarning(UserWarning):
     """A function compiled with tessera was compiled again many times (new shapes): each compile costs seconds, and
     Dynamo gives up after its recompile limit. Pad inputs to a few shapes (``torch_tessera.hf.compile_for_generate``)

@@ -85,3 +85,29 @@ def test_split_devices_keeps_pieces_with_their_device():
     assert [d.name for d in parse_devices(["cpu:0,mem=1KB", "cpu:1"])] == ["cpu:0,mem=1KB", "cpu:1"]
     with pytest.raises(DeviceUnavailableError, match="option 'mem=1KB' comes before any device"):
         split_devices("mem=1KB,cpu:0")
+
+
+def test_budgeted_device_left_idle_is_said_once_and_results_stay_eager():
+    """``cpu:0,mem=1KB,cpu:1``: nothing fits in cpu:0's 1 KB, so the plan runs every launch on cpu:1; the user who set
+    that budget sees a warning naming the device and the budget. A budget large enough to use both devices (or no
+    budget) says nothing."""
+    import warnings
+
+    from torch_tessera.errors import TesseraIdleDeviceWarning
+
+    m = _mlp()
+    x = torch.randn(4, 64)
+    gm = torch.fx.symbolic_trace(m)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f = tessera_backend(gm, [x], options={"devices": "cpu:0,mem=1KB,cpu:1", "fallback": "raise"})
+        torch.testing.assert_close(f(x)[0] if isinstance(f(x), (list, tuple)) else f(x), m(x))
+    idle = [w for w in caught if issubclass(w.category, TesseraIdleDeviceWarning)]
+    assert len(idle) == 1, [str(w.message) for w in caught]
+    msg = str(idle[0].message)
+    assert msg.startswith("device cpu:0 (option devices='cpu:0,mem=1KB,cpu:1') runs no kernel of this graph"), msg
+    assert "1.00 KB set by mem=" in msg and "raise the budget" in msg, msg
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tessera_backend(gm, [x], options={"devices": "cpu:0,cpu:1", "fallback": "raise"})
+    assert not [w for w in caught if issubclass(w.category, TesseraIdleDeviceWarning)]

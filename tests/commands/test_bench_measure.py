@@ -27,7 +27,7 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))  # profile every launch afresh
     rc = main(["bench", "--measure", "--model", "llama", "--size", "tiny", "--devices", "cpu:0,cpu:1",
                "--layers", "1", "--repeats", "1", "--warmup", "0", "--profile-repeats", "1", "--micro-batches", "2",
-               "--concurrent-steps", "2", "--streams", "--out", str(tmp_path)])
+               "--concurrent-steps", "2", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0, out
     result = json.loads((tmp_path / "bench.json").read_text())["measured"]
@@ -71,16 +71,34 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     # stream priorities are opt-in (--priorities): every program ran "normal", recorded per run
     assert meta["settings"]["priorities"] is False
     assert meta["runs"]["layer"]["priority_classes"] == {"prefill": "normal", "decode": "normal"}
-    # tessera is the better of one placement and one request stream per device (each stream its own weights copy,
-    # KV cache and executors); on two equal CPU devices the streams plan wins and both are run and checked
-    # (the note says which plan won; the single placement is kept as tessera-single exactly when the streams did)
-    assert meta["streams"].startswith("--streams:")
-    assert ("tessera-single" in rows) == ("the streams plan is tessera" in meta["streams"])
-    if "tessera-single" in rows:
+    _check_tessera_space(rows, meta, out)
+    # on two equal CPU devices one request stream per device (each stream its own weights copy, KV cache and
+    # executors) or request-dist's placement wins; whichever it is, tessera ran as streams and was checked
+    if meta["tessera_from"] in ("streams", "request-dist"):
         assert set(meta["plans"]["tessera"]["placements"]) == {"prefill", "decode", "prefill@1", "decode@1"}
         assert 0 < rows["tessera"]["concurrent_output_per_s"] < math.inf and rows["tessera"]["equal"] is True
-        assert rows["tessera"]["predicted_output_per_s"] > rows["tessera-single"]["predicted_output_per_s"]
         assert set(meta["runs"]["tessera"]["seconds"]) == {"prefill", "decode", "prefill@1", "decode@1"}
+
+
+def _check_tessera_space(rows: dict, meta: dict, out: str) -> None:
+    """tessera was chosen over a space holding one request stream per device and every applicable baseline's
+    placement, by the measured bench's score (cycle + fill/drain, recorded per candidate): its plan is the chosen
+    candidate's, no baseline scores better, and the planner's own single placement stays as tessera-single exactly
+    when another candidate won."""
+    space, chosen = meta["tessera_space"], meta["tessera_from"]
+    baselines = {n for n, r in rows.items() if r["applies"] and n not in ("tessera", "tessera-single")}
+    assert set(space) == {"tessera", "streams"} | baselines, (space, baselines)
+    assert all(space[chosen] <= space[b] * (1 + 1e-9) for b in space)  # ties within 1e-9: the planner's, streams
+    placed = meta["plans"]["tessera"]["placements"]
+    if chosen in baselines:  # the baseline's placement, run (or derived, for pd) as tessera
+        assert placed == meta["plans"][chosen]["placements"]
+    elif chosen == "streams":
+        assert any("@" in n for n in placed)
+    assert ("tessera-single" in rows) == (chosen != "tessera")
+    if chosen != "tessera":
+        assert not any("@" in n for n in meta["plans"]["tessera-single"]["placements"])
+    assert meta["tessera_choice"].startswith("tessera = ") and meta["tessera_choice"] in out
+    assert meta["settings"]["streams"] is True  # the default
 
 
 #: Small and quick: one Mamba layer, 8-token prompts, 4 sequences, 2 micro-batches; the tiny dit's two blocks (one
@@ -147,6 +165,7 @@ def test_measure_mamba_with_its_state_as_program_state(measured):
     # one Mamba layer: layer and af have nothing to cut, and whether tessera splits depends on the CPU's measured
     # timings; the cross-device runs are checked on Llama's af row (test_measure_on_cpu_virtual_devices)
     ran = _check_executed(rows, ["prefill", "decode"], pipelined=True, split=False)
+    _check_tessera_space(rows, meta, out)
     _check_request_dist(rows, meta, ["prefill", "decode"])
     # calls in flight for every program that leaves its home device (homo-R: wholly on the other), none at home
     assert set(rows["homo-R"]["pipelined_seconds"]) == {"prefill", "decode"} and not rows["homo-L"]["pipelined_seconds"]
@@ -167,6 +186,7 @@ def test_measure_diffusion_counts_images_and_marks_pd_not_applicable(measured):
     assert list(meta["programs"]) == ["denoise"] and meta["batch"] == 1
     assert meta["output_per_step"] == pytest.approx(1 / 28)  # the registry's 28 denoising steps per image
     ran = _check_executed(rows, ["denoise"], pipelined=False)
+    _check_tessera_space(rows, meta, out)
     _check_request_dist(rows, meta, ["denoise"])
     for r in ran:  # images/s = images per step / the step's time (a streams plan: its streams' calls in turn)
         freq = meta["plans"][r["plan"]]["frequencies"]
@@ -287,3 +307,46 @@ def test_request_dist_row_falls_back_to_the_homo_sum_when_its_streams_did_not_ru
     assert row["how"].startswith("derived: sum of homo-* replicas (the streams did not run: does not fit")
     failed = {**rows, "homo-R": {"plan": "homo-R", "applies": False, "how": "does not fit (at run time)"}}
     assert _with_homo_sum(oom, base, failed, homo, s) == oom  # a homo-* run failed: no sum to fall back to
+
+
+def test_tessera_taking_pds_placement_is_derived_as_pds_row(monkeypatch):
+    """When pd's placement wins tessera's space in the measured bench, tessera's row is pd's derivation (prefill and
+    decode from their homo-* runs, the state hand-over measured), not an execution that would skip the hand-over;
+    with another winner it is not derived."""
+    from types import SimpleNamespace
+
+    from torch_tessera.benchmark import choose_tessera
+    from torch_tessera.measure import rows as rows_mod
+    from torch_tessera.measure.settings import MeasureSettings
+    from torch_tessera.scheduler import Workload, plan
+    from torch_tessera.scheduler.synthetic import nvlink_topology, roofline_costs, transformer_dag
+
+    devs = ("big", "small")
+    pre, dec = transformer_dag(layers=2, tokens=64, context=256), transformer_dag(layers=2, tokens=8, context=256)
+    wl = Workload.llm(pre, roofline_costs(pre, devs), dec, roofline_costs(dec, devs, seed=1), 4.0)
+    topo = nvlink_topology(devs)
+    plans = {n: plan(wl, None, topo, policy=n, cache_dir=False) for n in ("homo-L", "homo-R", "pd")}
+    plans["tessera"] = plan(wl, None, topo, policy="homo-R", cache_dir=False)  # a planner's placement pd beats
+    s = MeasureSettings(model="llama", size="tiny", repeats=1)
+    freq = s.composition.frequencies
+    score = {"pd": 1.0, "homo-L": 3.0, "homo-R": 4.0}
+    choice = choose_tessera(plans, streams=False, score=lambda p: score.get(p.policy, 2.0))
+    assert choice.chosen == "pd" and choice.plans["tessera"].placements == plans["pd"].placements
+    monkeypatch.setattr(rows_mod, "handover_seconds", lambda prog, a, b, repeats: 0.004)
+    spec = SimpleNamespace(name="d", price_per_hour=1.0)
+    progs = [SimpleNamespace(name="prefill", runner=SimpleNamespace(devices=[SimpleNamespace(spec=spec)] * 2))]
+    run = {"seconds": {"prefill": 0.01, "decode": 0.002}, "pipelined_seconds": {}, "equal": True,
+           "max_abs_error": 0.0, "cut_edges": 0}
+    runs = {"homo-L": run, "homo-R": dict(run, seconds={"prefill": 0.02, "decode": 0.003}),
+            "tessera-single": run}
+    out, _ = rows_mod.compose_rows(progs, choice.plans, runs, 0.001, s, tessera_from=choice.chosen)
+    by = {r.plan: r for r in out}
+    assert by["tessera"].how == by["pd"].how and by["tessera"].how.startswith("derived: prefill")
+    assert by["tessera"].output_per_s == by["pd"].output_per_s
+    a = next(iter(plans["pd"].placements["prefill"].values()))
+    b = next(iter(plans["pd"].placements["decode"].values()))
+    seconds = [runs[["homo-L", "homo-R"][d]]["seconds"] for d in (a, b)]
+    cycle = max(freq["prefill"] * seconds[0]["prefill"], freq["decode"] * seconds[1]["decode"], 0.004)
+    assert by["tessera"].output_per_s == pytest.approx(s.composition.output_per_step / cycle)
+    other, _ = rows_mod.compose_rows(progs, {**choice.plans, "tessera": plans["homo-L"]}, runs, 0.001, s)
+    assert {r.plan: r for r in other}["tessera"].how == "n/a: not run"  # not derived unless it took pd's placement

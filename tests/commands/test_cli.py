@@ -26,9 +26,36 @@ def test_bench_checks_every_plan_and_predicts(tmp_path, capsys):
     best_baseline = max(r["output_per_s"] for n, r in sim.items()
                         if n not in ("tessera", "tessera-single") and r["applies"])
     assert sim["tessera"]["output_per_s"] >= best_baseline * (1 - 1e-9)
+    # by default the space holds one request stream per device too, scored beside every applicable baseline
+    meta = result["simulated"]["meta"]
+    assert set(meta["tessera_space"]) == {"tessera", "streams"} | {n for n, r in sim.items()
+                                                                   if r["applies"] and n not in ("tessera",
+                                                                                                 "tessera-single")}
+    assert ("tessera-single" in sim) == (meta["tessera_from"] != "tessera")
     if "tessera-single" in sim:
-        assert sim["tessera-single"]["output_per_s"] < best_baseline
+        assert sim["tessera-single"]["output_per_s"] <= sim["tessera"]["output_per_s"]
+    assert meta["tessera_choice"] in out and "one request stream per device" in meta["tessera_choice"]
     assert all(r["vs_bound"] <= 1 + 1e-9 for r in sim.values() if r["applies"])  # the bound bounds them
+
+
+def test_bench_streams_is_the_default_and_no_streams_leaves_them_out(tmp_path, capsys):
+    import argparse
+
+    from torch_tessera.commands.bench import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([]).streams and parser.parse_args(["--streams"]).streams  # kept for old command lines
+    assert parser.parse_args(["--no-streams"]).streams is False
+    rc = main(["bench", "--size", "tiny", "--no-check", "--no-streams", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    sim = json.loads((tmp_path / "bench.json").read_text())["simulated"]
+    rows = {r["plan"]: r for r in sim["rows"]}
+    assert "streams" not in sim["meta"]["tessera_space"] and sim["meta"]["tessera_from"] != "streams"
+    assert "one request stream per device: not a candidate" in out
+    best = max(r["output_per_s"] for n, r in rows.items() if n not in ("tessera", "tessera-single") and r["applies"])
+    assert rows["tessera"]["output_per_s"] >= best * (1 - 1e-9)  # request-dist's placement is still in the space
     assert "PREDICTED" in out and (tmp_path / "bench.png").stat().st_size > 0
 
 
@@ -52,12 +79,12 @@ def test_bench_and_plan_on_four_devices(tmp_path, capsys):
     assert set(sim) - {"tessera-single"} == {"homo-0", "homo-1", "homo-2", "homo-3", "request-dist", "pd", "af",
                                               "layer", "tessera"}
     assert all(sim[f"homo-{i}"]["applies"] for i in range(4))
-    # tessera is the better of one placement (tessera-single when it loses) and one request stream per device, whose
-    # space holds request-dist (four replicas) and every single placement: it is never behind a baseline
+    # tessera is the best of one placement (tessera-single when it loses), one request stream per device and every
+    # baseline's placement: it is never behind a baseline (--streams: the default, kept for old command lines)
     best = max(r["output_per_s"] for n, r in sim.items() if n not in ("tessera", "tessera-single") and r["applies"])
     assert sim["tessera"]["output_per_s"] >= best * (1 - 1e-9)
     if "tessera-single" in sim:
-        assert sim["tessera"]["output_per_s"] > sim["tessera-single"]["output_per_s"]
+        assert sim["tessera"]["output_per_s"] >= sim["tessera-single"]["output_per_s"]
     # the partitions are priced at their SM share of a whole H200
     prices = json.loads((tmp_path / "bench.json").read_text())["simulated"]["meta"]["prices"]
     assert prices["cuda:2@72sm"][0] == pytest.approx(prices["cuda:0"][0] * 72 / 132)

@@ -204,13 +204,15 @@ def test_measured_bench_plans_with_the_charge_and_one_micro_batch():
     pre = transformer_dag(layers=4, tokens=256, context=1024, rope_tables=True)
     dec = transformer_dag(layers=4, tokens=16, context=1024, rope_tables=True)
     wl = Workload.llm(pre, roofline_costs(pre, devs), dec, roofline_costs(dec, devs, seed=1), 8.0)
-    plans, bound, _, _ = make_plans(wl, topo, 2, in_flight=4)
+    plans, bound, choice = make_plans(wl, topo, 2, in_flight=4)
     assert PLAN_MICRO_BATCHES == 1
     t = plans["tessera"]
+    assert set(choice.scores) == {"tessera", "streams"} | {n for n, p in plans.items() if isinstance(p, Plan)
+                                                            and n not in ("tessera", "tessera-single")}
     for name, p in plans.items():
         if isinstance(p, Plan):
             assert p.micro_batches == 1
-            if name not in ("tessera", "request-dist"):  # cycle + fill/drain: what tessera is chosen by
+            if name != "tessera":  # cycle + fill/drain: what tessera is chosen by, request-dist's streams included
                 assert (t.cycle_seconds + fill_drain_seconds(t, wl, 4)
                         <= (p.cycle_seconds + fill_drain_seconds(p, wl, 4)) * (1 + 1e-9)), name
     assert bound <= t.cycle_seconds
@@ -247,7 +249,12 @@ def test_fill_drain_seconds_by_hand():
 
 
 def test_tessera_takes_a_baselines_placement_only_when_fill_and_drain_make_it_better():
-    from torch_tessera.measure.execute import prefer_fill_drain
+    from torch_tessera.benchmark import SINGLE, choose_tessera
+    from torch_tessera.measure.execute import step_score
+
+    def prefer_fill_drain(plans, wl, in_flight):  # the measured bench's rule over single placements
+        c = choose_tessera(plans, wl, streams=False, score=lambda p: step_score(p, wl, in_flight))
+        return c.plans, c.note
 
     wl, devs = _two_program_workload()
     topo = nvlink_topology(devs)
@@ -258,12 +265,13 @@ def test_tessera_takes_a_baselines_placement_only_when_fill_and_drain_make_it_be
     plans = {"tessera": pingpong, "homo-L": home, "request-dist": ValueError("n/a")}
     chosen, note = prefer_fill_drain(plans, wl, in_flight=1)
     assert chosen["tessera"].placements == home.placements and chosen["tessera"].policy == "throughput"
-    assert note.startswith("tessera: homo-L's placement") and note in chosen["tessera"].solver.notes
-    assert chosen["homo-L"] is home
+    assert note.startswith("tessera = homo-L's placement") and note in chosen["tessera"].solver.notes
+    assert chosen["homo-L"] is home and chosen[SINGLE] is pingpong
     # with enough calls in flight the fill and drain are small: the planner's placement stays
     big_m = max(1, int(100 * fill_drain_seconds(pingpong, wl, 1) / (0.1 * home.cycle_seconds)))
     kept, note = prefer_fill_drain(plans, wl, in_flight=big_m)
-    assert kept["tessera"] is pingpong and "the planner's placement" in note
+    assert kept["tessera"] is pingpong and note.startswith("tessera = the planner's single placement")
+    assert SINGLE not in kept
 
 
 def _ref_latency_hop(dag, costs: CostTable, tp: Topology, place: dict[int, int]) -> float:

@@ -51,7 +51,7 @@ def program(*launches):
 def test_gemm_flops_and_bytes():
     f = launch_features(mm_launch(0, 64, 4096, 4096))
     assert f.kernel_class is KernelClass.GEMM and f.tensor_core
-    assert f.flops == 2 * 64 * 4096 * 4096
+    assert f.flops == 2 * 64 * 4096 * 4096 and f.depth == 4096  # K, what a library can split
     # A (64x4096) + B (4096x4096) + C (64x4096), bf16; C appears as out= and as output but is counted once
     assert f.nbytes == 2 * (64 * 4096 + 4096 * 4096 + 64 * 4096)
 
@@ -63,9 +63,10 @@ def test_fp32_gemm_is_not_on_tensor_cores():
 def test_addmm_bmm_baddbmm_flops():
     bias, a, b = view("x", (256,)), view("a", (32, 128)), view("b", (128, 256))
     f = launch_features(ExternLaunch(0, "aten::addmm.default", (bias, a, b), {}, (), (view("c", (32, 256)),)))
-    assert f.flops == 2 * 32 * 256 * 128 + 32 * 256
+    assert f.flops == 2 * 32 * 256 * 128 + 32 * 256 and f.depth == 128
     a3, b3 = view("a", (4, 32, 128)), view("b", (4, 128, 256))
-    assert launch_features(ExternLaunch(0, "aten::bmm.default", (a3, b3), {}, ())).flops == 2 * 4 * 32 * 256 * 128
+    f = launch_features(ExternLaunch(0, "aten::bmm.default", (a3, b3), {}, ()))
+    assert f.flops == 2 * 4 * 32 * 256 * 128 and f.depth == 128
     c3 = view("c", (4, 32, 256))
     f = launch_features(ExternLaunch(0, "aten::baddbmm.default", (c3, a3, b3), {}, ()))
     assert f.flops == 2 * 4 * 32 * 256 * 128 + 4 * 32 * 256

@@ -10,13 +10,13 @@ from torch_tessera.lowering.op_class import OpClass
 from torch_tessera.target.catalog import CATALOG
 from torch_tessera.target.costmodel import LaunchFeatures
 from torch_tessera.target.devices import parse_device
-from torch_tessera.target.kernelmodel import KernelModel
+from torch_tessera.target.kernelmodel import KernelModel, library_waves
 
 A100, L40S, H200 = (parse_device(f"sim:{k}") for k in ("a100", "l40s", "h200"))
 #: only the term under test is non-zero
 BARE = KernelModel(eta_tensor=1.0, eta_cuda=1.0, eta_memory=1.0, dram_bytes_per_clock_per_sm=math.inf,
                    l2_bytes_per_clock_per_sm=64.0, latency_cycles=0.0, tile_cycles=0.0, tensor_power=1.0,
-                   softmax_ops=0.0, floor_s=0.0)
+                   softmax_ops=0.0, floor_s=0.0, wave_cycles=0.0)
 
 
 def feats(kclass=OpClass.ELEMENTWISE, flops=0.0, nbytes=0.0, tc=False, params=0.0, blocks=0, threads=128,
@@ -102,6 +102,37 @@ def test_small_gemms_split_k_over_idle_sms():
     shallow = dataclasses.replace(gemv, flops=2 * 64 * 4096 * 256)  # K = 256: too shallow to split
     assert m.predict(shallow, H200) == pytest.approx(34.6e6 / m.dram_bandwidth(4800e9, 32, 1980e6), rel=1e-6)
     assert split < m.predict(shallow, H200)
+
+
+def test_a_kernels_latency_overlaps_its_streaming():
+    m = dataclasses.replace(BARE, latency_cycles=5000.0, dram_bytes_per_clock_per_sm=30.0)
+    p16 = parse_device("sim:h200@16sm")
+    small, large = feats(nbytes=1e6, blocks=10**4), feats(nbytes=1e9, blocks=10**4)
+    # 1 MB on 16 SMs streams in about 1 us, under the 2.5 us latency: the launch lasts its latency
+    assert m.predict(small, p16) == pytest.approx(5000 / 1980e6, rel=1e-6)
+    # 1 GB streams for about 1 ms: the latency is hidden in it
+    assert m.predict(large, p16) == pytest.approx(1e9 / m.dram_bandwidth(4800e9, 16, 1980e6), rel=1e-6)
+
+
+def test_a_small_library_gemm_runs_its_whole_gpu_grid_in_waves_on_a_partition():
+    # 8 x 4096 x 1024 by cuBLAS: 8 output tiles, K = 4096: 8 x min(132 // 8, 4096 // 512) = 64 split-K CTAs, sized
+    # for the 132 SMs the device reports also inside a green context; 4 waves on 16 SMs, 1 on the whole GPU
+    gemm = dataclasses.replace(feats(OpClass.GEMM, flops=2 * 8 * 4096 * 1024, tc=True, blocks=8, threads=256),
+                               depth=4096)
+    m = dataclasses.replace(BARE, wave_cycles=3000.0)
+    p16, p72 = parse_device("sim:h200@16sm"), parse_device("sim:h200@72sm")
+    assert m.predict(gemm, p16) == pytest.approx(4 * 3000 / 1980e6, rel=1e-6)  # the waves outlast the tiny products
+    assert m.predict(gemm, p72) == m.predict(gemm, H200) == pytest.approx(3000 / 1980e6, rel=1e-6)
+    assert BARE.predict(gemm, p16) < m.predict(gemm, p16) / 4  # the products alone: 1.1 us
+    # the waves overlap the streaming: a GEMM whose bytes take longer than its waves costs its bytes
+    heavy = dataclasses.replace(gemm, nbytes=1e9)
+    assert m.predict(heavy, p16) == pytest.approx(BARE.predict(heavy, p16), rel=1e-6)
+    # no library grid: a Triton template (depth unknown), a GEMM of as many tiles as SMs, CUDA-core (fp32) GEMMs
+    for other in (dataclasses.replace(gemm, depth=0), dataclasses.replace(gemm, blocks=132),
+                  dataclasses.replace(gemm, tensor_core=False)):
+        assert library_waves(other, p16) == 0
+    shallow = dataclasses.replace(gemm, depth=256)  # too shallow to split: 8 CTAs, one wave on 16 SMs
+    assert library_waves(shallow, p16) == 1 and library_waves(gemm, p16) == 4
 
 
 def test_each_wave_of_tiles_pays_the_tile_overhead():

@@ -55,3 +55,19 @@ def test_pool_survives_free_transfers_and_rejects_bad_members():
         MemoryPool("cuda:0", (1, 0), H200)
     with pytest.raises(ValueError, match="beyond"):
         type(topo)(topo.devices, topo.bandwidth, topo.latency, topo.memory, memory_pools=(MemoryPool("x", (0, 2), 1),))
+
+
+def test_budgets_of_one_gpus_partitions_must_fit_it_together():
+    """Each budget alone fits the 141 GB H200, together they do not: refused, naming the partitions, the sum and the
+    GPU's memory. Budgets that fit together, or on two different GPUs, are taken."""
+    from torch_tessera.errors import DeviceUnavailableError
+
+    with pytest.raises(DeviceUnavailableError) as e:
+        parse_devices("cuda:0@104sm,mem=100GB,cuda:0@24sm,mem=100GB", assume_gpu="h200")
+    msg = str(e.value)
+    assert ("the mem= budgets of cuda:0's partitions (cuda:0@104sm,mem=100GB, cuda:0@24sm,mem=100GB) add up to "
+            "200.00 GB, more than its 141.00 GB") in msg, msg
+    assert "lower the budgets" in msg
+    assert [d.name for d in parse_devices("cuda:0@104sm,mem=100GB,cuda:0@24sm,mem=40GB", assume_gpu="h200")] == [
+        "cuda:0@104sm,mem=100GB", "cuda:0@24sm,mem=40GB"]
+    assert len(parse_devices("cuda:0,mem=100GB,cuda:1,mem=100GB", assume_gpu="h200")) == 2

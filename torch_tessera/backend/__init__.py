@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from torch_tessera.backend.checks import check_compilable, in_user_terms
+from torch_tessera.backend.checks import check_compilable, in_user_terms, warn_idle_budgeted
 from torch_tessera.backend.config import TesseraConfig
 from torch_tessera.backend.costs import choose_costs, plan_source, resolve_costs, with_costs_note
 from torch_tessera.backend.explain import (NO_PLAN_ONE_DEVICE, GraphRecord, abandon_record, add_executor,
@@ -168,6 +168,8 @@ def _placed_runner(captured: Any, config: TesseraConfig, graphs: bool | str, rec
     except NotApplicableError as e:
         raise NotApplicableError(f"option policy={config.policy!r} does not apply to this graph: {e}. Fix: use "
                                  "policy='throughput' (the planner's, the default)") from None
+    if config.devices:
+        warn_idle_budgeted(placement, specs, config)
     if choice is not None:
         record.costs = choice.summary
         record.launches_timed = (record.launches_timed or 0) + choice.launches_timed

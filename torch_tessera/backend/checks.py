@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -82,3 +82,31 @@ def in_user_terms(error: InfeasiblePlanError, specs: Sequence[Any], config: Any)
         f"the model does not fit the devices under policy={config.policy!r}: " + "; ".join(parts)
         + ". Fix: raise or drop mem= in option devices, or add a device to option devices" + spread,
         error.shortfalls, error.lower_bound)
+
+
+def warn_idle_budgeted(placement: Mapping[int, int], specs: Sequence[Any], config: Any) -> list[str]:
+    """Warn (:class:`~torch_tessera.errors.TesseraIdleDeviceWarning`, once per call) for each device of option
+    ``devices`` that has a ``mem=`` budget and runs no launch of ``placement`` (launch index -> device index).
+
+    A plan may leave a device idle by choice (it is slower); a user who set a budget on it likely meant it to hold
+    part of the model, so that case is said where a person sees it. Returns the messages (empty: nothing said).
+    """
+    import warnings
+
+    from torch_tessera.errors import TesseraIdleDeviceWarning
+    from torch_tessera.target.devices import format_bytes
+
+    if len(specs) < 2:
+        return []
+    used = set(placement.values())
+    said = []
+    for i, spec in enumerate(specs):
+        if i in used or spec.memory_budget is None:
+            continue
+        msg = (f"device {config.devices[i].split(',')[0]} (option devices={','.join(config.devices)!r}) runs no "
+               f"kernel of this graph: the plan keeps all {len(placement)} launches on the other devices. Its "
+               f"memory budget, {format_bytes(spec.memory_budget)} set by mem=, is what it may hold; if it was "
+               "meant to run part of the model, raise the budget")
+        warnings.warn(msg, TesseraIdleDeviceWarning, stacklevel=2)
+        said.append(msg)
+    return said

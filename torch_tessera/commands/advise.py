@@ -2,9 +2,10 @@
 
 For every homogeneous and mixed pair of the given catalog GPUs, the model's programs (lowered once, from the program
 cache) are costed on the pair by the kernel cost model and planned: request-dist (one replica per GPU) and tessera
-(the planner's throughput plan, the best of it and every baseline the bench compares). Options are ranked by
-predicted throughput and by throughput per price; a plot shows throughput against price, one point per option, with
-the Pareto front (no other option is both cheaper and faster) marked. A GPU too small for the model marks its options
+(the best predicted plan of a space holding the planner's single placement, one request stream per device and the
+baselines planned here, as the bench chooses tessera). Options are ranked by predicted throughput and by throughput
+per price; a plot shows throughput against price, one point per option, with the Pareto front (no other option is
+both cheaper and faster) marked. A GPU too small for the model marks its options
 "does not fit" instead of failing.
 """
 
@@ -88,7 +89,7 @@ def evaluate(mw, pair: tuple[str, str], time_limit: float, specs=None) -> Option
         time_limit: MILP seconds for tessera's plan.
         specs: the two device specs (default ``sim:<key>`` each; a ``mem=`` budget makes a GPU smaller).
     """
-    from torch_tessera.benchmark import best_of_space
+    from torch_tessera.benchmark import choose_tessera
     from torch_tessera.errors import InfeasiblePlanError
     from torch_tessera.scheduler import NotApplicableError, Plan, plan
     specs = specs or pair_specs(pair)
@@ -108,7 +109,7 @@ def evaluate(mw, pair: tuple[str, str], time_limit: float, specs=None) -> Option
     if "tessera" not in plans:
         best = max(plans, key=lambda n: plans[n].throughput_per_s)
     else:
-        plans, _ = best_of_space(plans)
+        plans = choose_tessera(plans, local.workload, local.topology, time_limit=time_limit).plans
         best = "tessera"
     used = [g for g in range(2) if plans[best].kernels_on(g) or g in plans[best].replicas]
     cost = sum(specs[g].price_per_hour for g in used) if isinstance(plans[best], Plan) else price

@@ -48,11 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="run the decode program's streams urgent and the prefill's background when they run at the "
                         "same time (experimental: it did not help reliably; docs/BENCHMARKS.md, stream priorities)")
     m.add_argument("--links", default="catalog", choices=["catalog", "measured"], help="link figures to plan with")
-    parser.add_argument("--streams", action="store_true",
-                        help="also plan one request stream per device (each its own KV cache; request-dist is one "
-                             "such plan) and report it as tessera where the model prefers it, the single placement "
-                             "as tessera-single (experimental: executed below its model; docs/BENCHMARKS.md, request "
-                             "streams)")
+    parser.add_argument("--streams", action="store_true", default=True,
+                        help="kept for old command lines: the default now (tessera is planned over a space holding "
+                             "every baseline's placement and one request stream per device, each its own KV cache; "
+                             "the planner's single placement stays as tessera-single when another plan wins)")
+    parser.add_argument("--no-streams", dest="streams", action="store_false",
+                        help="leave one request stream per device out of tessera's space (single placements and "
+                             "the baselines' placements only; request-dist stays a baseline). Executed on two H200s, "
+                             "streams plans ran below their model: docs/BENCHMARKS.md, request streams")
 
 
 def _fmt(x: float, unit: str = "") -> str:
@@ -115,8 +118,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r.plan:13s} {_fmt(r.output_per_s):>10s} {_fmt(r.output_per_s_per_price):>14s} "
                   f"{100 * r.vs_bound:>8.1f}% {_fmt(r.speedup_vs_best_baseline, 'x'):>17s}  {r.memory_gb}")
         print("prices: " + "; ".join(f"{k} {v[0]:g}/h ({v[1]})" for k, v in meta["prices"].items()))
-        if meta.get("streams"):
-            print(meta["streams"])
+        print(meta["tessera_choice"])
         result["simulated"] = {"meta": meta, "rows": rows_as_dicts(rows)}
         _chart(rows, meta, unit, out_dir / "bench.png")
         print(f"bar chart: {out_dir / 'bench.png'}")

@@ -36,7 +36,8 @@ HELP = "fit the kernel cost model's free constants to measured launches (held-ou
 FREE = {"eta_tensor": (0.05, 1.0), "eta_cuda": (0.01, 1.0), "eta_memory": (0.1, 1.0),
         "dram_bytes_per_clock_per_sm": (2.0, 256.0), "l2_bytes_per_clock_per_sm": (4.0, 512.0),
         "latency_cycles": (100.0, 40000.0), "tile_cycles": (10.0, 40000.0),
-        "tensor_power": (0.5, 3.0), "softmax_ops": (0.1, 20.0), "floor_s": (1e-7, 2e-5)}
+        "tensor_power": (0.5, 3.0), "softmax_ops": (0.1, 20.0), "floor_s": (1e-7, 2e-5),
+        "wave_cycles": (10.0, 40000.0)}
 
 
 #: Settings of the measured bench that decide its programs (the rest decide how plans were run).

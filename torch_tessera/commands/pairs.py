@@ -4,7 +4,7 @@ better GPU and two of its cheaper GPU (request-dist over two identical GPUs: twi
 and throughput per price.
 
 Tessera is planned over a space that contains every baseline's placement, request streams included
-(:func:`torch_tessera.benchmark.simulate_plans` with ``streams=True``), so no tessera prediction is below a baseline.
+(:func:`torch_tessera.benchmark.simulate_plans`, as ``tessera bench``), so no tessera prediction is below a baseline.
 """
 
 from __future__ import annotations
@@ -60,12 +60,12 @@ def pair_rows(model: str, pair: tuple[str, str]) -> dict:
     from torch_tessera.target.devices import parse_devices
 
     specs = parse_devices(f"sim:{pair[0]},sim:{pair[1]}")
-    rows, meta = simulate_plans(model, specs, streams=True)
+    rows, meta = simulate_plans(model, specs)
     per_min = 60.0 if get_model(model).output_unit == "images" else 1.0  # the paper's SD figures are images/min
     by = {r.plan: r for r in rows}
     paper = FIG6.get(pair, {}).get(PAPER_ROW.get(model, ""), (None,) * len(PLANS))
     out = {"model": model, "pair": list(pair), "unit": "images/min" if per_min == 60 else "tok/s", "plans": [],
-           "note": meta.get("streams", "")}
+           "note": meta["tessera_choice"]}
     for name, ref in zip(PLANS, paper):
         r = by.get(name)
         ok = r is not None and r.applies

@@ -98,41 +98,38 @@ def best_throughput(plans: Mapping[str, Plan | TesseraError], workload: Workload
                     **stream_options) -> tuple[dict[str, Plan | TesseraError], str]:
     """``plans`` with ``throughput`` the highest-throughput plan of a space that contains every baseline's placement:
     the planner's single placement, one request stream per device (:func:`~torch_tessera.scheduler.plan_streams`,
-    whose space holds request-dist), and each baseline plan in ``plans`` (homo-*, request-dist, pd, af, layer), as
-    ``tessera bench`` chooses (:func:`torch_tessera.benchmark.with_streams`, :func:`~torch_tessera.benchmark.
-    best_of_space`). So no baseline's predicted throughput is above the throughput plan's. When another plan wins,
-    the planner's own placement stays as :data:`PLANNER`.
+    whose space holds request-dist), and each baseline plan in ``plans`` (homo-*, request-dist, pd, af, layer), by
+    the rule ``tessera bench`` chooses tessera by (:func:`torch_tessera.benchmark.choose_tessera`). So no baseline's
+    predicted throughput is above the throughput plan's. When another plan wins, the planner's own placement stays
+    as :data:`PLANNER`.
 
     Args:
         plans: :func:`plan_all`'s result for the throughput policy (with its baselines).
-        workload / topology: what they were planned on.
+        workload / topology: what they were planned on (a DAG instead of a workload: no streams plan).
         stream_options: passed to :func:`~torch_tessera.scheduler.plan_streams` (``micro_batches``...).
 
     Returns:
         ``(plans, note)``: the note names the plan chosen and why (empty when the planner's placement stays).
     """
-    from torch_tessera.benchmark import best_of_space, with_streams
+    from torch_tessera.benchmark import SINGLE, choose_tessera
 
     mine = plans.get("throughput")
     if not isinstance(mine, Plan):
         return dict(plans), ""
     work = {("tessera" if k == "throughput" else k): v for k, v in plans.items() if k != "latency"}
-    if isinstance(workload, Workload) and len(topology.devices) > 1:
-        try:
-            work, _ = with_streams(work, workload, topology, **stream_options)
-        except (NotApplicableError, ValueError) as e:
-            log.warning("throughput plan: the one-request-stream-per-device plan was not made (%s)", e)
-    work, _ = best_of_space(work)
-    best = work["tessera"]
+    try:
+        choice = choose_tessera(work, workload if isinstance(workload, Workload) else None, topology,
+                                **stream_options)
+    except (NotApplicableError, ValueError) as e:
+        log.warning("throughput plan: the one-request-stream-per-device plan was not made (%s)", e)
+        choice = choose_tessera(work, streams=False)
     out = dict(plans)
-    out["throughput"] = best
-    if best is mine:
+    if choice.chosen == "tessera":
         return out, ""
-    out[PLANNER] = mine
-    chosen = next((k for k, v in plans.items() if v is best and k != "throughput"), "one request stream per device")
-    return out, (f"throughput plan: {chosen}, the best predicted throughput of a space holding every baseline's "
-                 f"placement ({best.cycle_seconds * 1e3:.4g} ms/step); the planner's single placement "
-                 f"({mine.cycle_seconds * 1e3:.4g} ms/step) is {PLANNER}")
+    out["throughput"] = choice.plans["tessera"]
+    out[PLANNER] = choice.plans[SINGLE]
+    return out, ("throughput plan: " + choice.note.replace("tessera = ", "", 1).replace("tessera's space",
+                 "a space holding every baseline's placement").replace(SINGLE, PLANNER))
 
 
 def report(plans: Mapping[str, Plan | TesseraError], policy: str) -> str:

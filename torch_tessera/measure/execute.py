@@ -6,13 +6,16 @@ import logging
 import math
 import statistics
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
 from torch_tessera.errors import TesseraError
 from torch_tessera.measure.programs import Compiled
 from torch_tessera.measure.settings import MeasureSettings
+
+if TYPE_CHECKING:
+    from torch_tessera.benchmark import SpaceChoice
 
 log = logging.getLogger(__name__)
 
@@ -91,17 +94,22 @@ def close_to_eager(got: torch.Tensor, prog: Compiled) -> tuple[bool, float]:
 PLAN_MICRO_BATCHES = 1
 
 
-def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False,
-               in_flight: int = 1) -> tuple[dict[str, Any], float, str, str]:
+def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = True,
+               in_flight: int = 1) -> tuple[dict[str, Any], float, SpaceChoice]:
     """Every plan of :func:`~torch_tessera.benchmark.plan_names` (a ``NotApplicableError`` or
-    ``InfeasiblePlanError`` in place of a plan that does not apply or fit; ``tessera`` as :func:`prefer_fill_drain`
-    keeps it, calls timed with ``in_flight`` in flight; with ``streams``, then as
-    :func:`~torch_tessera.benchmark.with_streams` picks it) and the zero-communication bound's cycle (seconds per
-    workload step, over the measured costs with free transfers: the better of one placement's and one request stream
-    per device's, which request-dist executes), the streams note (``""`` without ``streams``) and the note saying which
-    single placement became ``tessera``. Every plan, tessera and
-    baselines, is scored by the same model: the topology's per-hop charge included (:attr:`Topology.hop_overhead`)."""
-    from torch_tessera.benchmark import plan_names, with_streams
+    ``InfeasiblePlanError`` in place of a plan that does not apply or fit), ``tessera`` the best plan of its space
+    (:func:`~torch_tessera.benchmark.choose_tessera`: the planner's single placement, with ``streams`` one request
+    stream per device, and every baseline's placement) scored by :func:`step_score` with ``in_flight`` calls in
+    flight; and the zero-communication bound's cycle (seconds per workload step, over the measured costs with free
+    transfers: the better of one placement's and one request stream per device's, which request-dist executes).
+    Every plan, tessera and baselines, is scored by the same model: the topology's per-hop charge included
+    (:attr:`Topology.hop_overhead`).
+
+    Returns:
+        ``(plans, bound_cycle_s, choice)``; ``choice`` (a :class:`~torch_tessera.benchmark.SpaceChoice`) names the
+        candidate that became tessera, every candidate's score and the note for the report.
+    """
+    from torch_tessera.benchmark import choose_tessera, plan_names
     from torch_tessera.errors import InfeasiblePlanError
     from torch_tessera.scheduler import NotApplicableError, plan, plan_streams
 
@@ -125,61 +133,31 @@ def make_plans(wl: Any, topo: Any, n_devices: int, streams: bool = False,
                                micro_batches=PLAN_MICRO_BATCHES)
         except (NotApplicableError, InfeasiblePlanError) as e:
             plans[name] = e
-    from torch_tessera.benchmark import SINGLE
-    from torch_tessera.scheduler.evaluate import fill_drain_seconds
-
-    plans, choice = prefer_fill_drain(plans, wl, in_flight)
-    note = ""
-    if streams:
-        plans, note = with_streams(plans, wl, topo, micro_batches=PLAN_MICRO_BATCHES,
-                                   score=lambda p: p.cycle_seconds + fill_drain_seconds(p, wl, in_flight))
-        log.warning("%s", note)  # the report's reader must see which plan tessera is
-        if SINGLE in plans:  # the single placement chosen above now runs as tessera-single
-            choice = f"{SINGLE}:" + choice.split(":", 1)[1]
-    log.info("%s", choice)
-    return plans, bound, note, choice
+    choice = choose_tessera(plans, wl, topo, streams=streams, score=lambda p: step_score(p, wl, in_flight),
+                            scored=f"cycle + fill/drain with {in_flight} call(s) in flight",
+                            micro_batches=PLAN_MICRO_BATCHES)
+    log.warning("%s", choice.note)  # the report's reader must see which plan tessera is
+    return choice.plans, bound, choice
 
 
-#: Baselines whose placement ``tessera`` may take over: the executed ones with one placement of the workload (not
-#: request-dist's replicas; not pd, whose row is derived with its state hand-over charged and whose placement run
-#: as one program pair would not pay it)
-TAKEOVER_BASELINES = ("homo-", "af", "layer")
-
-
-def prefer_fill_drain(plans: dict[str, Any], wl: Any, in_flight: int) -> tuple[dict[str, Any], str]:
-    """``plans`` with ``tessera`` the placement, among the planner's and the baselines' single placements, that
-    scores best when the pipeline fill and drain of programs spanning devices is added to the cycle
-    (:func:`~torch_tessera.scheduler.evaluate.fill_drain_seconds`, ``in_flight`` calls in flight), and a note
-    naming it with both scores.
+def step_score(p: Any, wl: Any, in_flight: int) -> float:
+    """Seconds per workload step the measured bench ranks tessera's candidates by: the plan's cycle plus the pipeline
+    fill and drain of its programs that span devices (:func:`~torch_tessera.scheduler.evaluate.fill_drain_seconds`,
+    ``in_flight`` calls in flight).
 
     The planner searches under the cycle model alone, where a program passing back and forth between devices costs
     only its per-hop charge; executed, such a program idles each device while a round of calls fills and drains
     (docs/BENCHMARKS.md, step model; ``tessera report step-model``).
     """
-    import dataclasses
-
-    from torch_tessera.scheduler import Plan
     from torch_tessera.scheduler.evaluate import fill_drain_seconds
 
-    own = plans.get("tessera")
-    if not isinstance(own, Plan):
-        return plans, "tessera: no plan"
-    cands = {n: p for n, p in plans.items() if isinstance(p, Plan) and not p.replicas
-             and (n == "tessera" or n.startswith(TAKEOVER_BASELINES))}
-    score = {n: (p.cycle_seconds, fill_drain_seconds(p, wl, in_flight)) for n, p in cands.items()}
-    best = min(score, key=lambda n: (sum(score[n]), n != "tessera"))
+    return p.cycle_seconds + fill_drain_seconds(p, wl, in_flight)
 
-    def ms(n: str) -> str:
-        return f"{score[n][0] * 1e3:.4g} + {score[n][1] * 1e3:.3g} ms/step"
 
-    scored = f"cycle + fill/drain with {in_flight} call(s) in flight"
-    if best == "tessera":
-        return plans, f"tessera: the planner's placement ({scored}: tessera {ms('tessera')}, best)"
-    note = f"tessera: {best}'s placement ({scored}: {best} {ms(best)}, the planner's {ms('tessera')})"
-    taken = dataclasses.replace(cands[best], policy="throughput",
-                                solver=dataclasses.replace(cands[best].solver,
-                                                           notes=tuple(cands[best].solver.notes) + (note,)))
-    return {**plans, "tessera": taken}, note
+#: Baselines whose placement runs as tessera's executed plan when tessera takes it (not request-dist's replicas, not
+#: pd: their rows are derived from the homo-* runs, and so is tessera's when it takes their placement); the step-model
+#: report compares the executed ones
+TAKEOVER_BASELINES = ("homo-", "af", "layer")
 
 
 def program_frequencies(p: Any, s: MeasureSettings) -> dict[str, float]:

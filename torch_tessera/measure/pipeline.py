@@ -53,8 +53,11 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
     wl, topo, tables = measured_workload(progs, s, progress)
     seconds["profile"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plans, bound_cycle, streams_note, choice_note = make_plans(
-        wl, topo, len(specs), s.streams, in_flight=s.micro_batches if s.micro_batches >= 2 else 1)
+    plans, bound_cycle, choice = make_plans(wl, topo, len(specs), s.streams,
+                                            in_flight=s.micro_batches if s.micro_batches >= 2 else 1)
+    # pd's row is derived (its placement run as one program pair would not pay the state hand-over); so is
+    # tessera's when it takes pd's placement. Plans with replicas (request-dist that could not run as streams) too.
+    derived = {"pd"} | ({"tessera"} if choice.chosen == "pd" else set())
     if progress is not None and len(plans) > len(plan_names(len(specs))):
         progress.total += len(plans) - len(plan_names(len(specs)))  # tessera-single beside a streams plan
     step("planned")
@@ -78,13 +81,13 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
         return list(progs) + extra
 
     for name, p in plans.items():
-        if isinstance(p, Plan) and name != "pd" and not p.replicas:  # pd and request-dist's replicas: derived
+        if isinstance(p, Plan) and name not in derived and not p.replicas:
             try:
                 runs[name] = run_plan(programs_of(p), p, s)
             except DeviceOutOfMemoryError as e:
                 runs[name] = {"error": f"does not fit (at run time): {str(e)[:100]}"}
         step(f"ran {name}")
-    rows, bound = compose_rows(progs, plans, runs, bound_cycle, s)
+    rows, bound = compose_rows(progs, plans, runs, bound_cycle, s, tessera_from=choice.chosen)
     seconds["run"] = time.perf_counter() - t0
     comp = s.composition
     p_tok, batch, context = s.shape
@@ -101,7 +104,7 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
             # per launch, per device (seconds, calibrated): enough to re-plan and re-fit offline
             "kernel_seconds": {n: t.seconds.T.tolist() for n, t in tables.items()},
             "zero_communication_bound_cycle_s": bound_cycle, "zero_communication_bound_output_per_s": bound,
-            "streams": streams_note, "tessera_choice": choice_note,
+            "tessera_choice": choice.note, "tessera_from": choice.chosen, "tessera_space": choice.scores,
             "measured_kernel_seconds": {n: [float(x) for x in t.seconds.sum(axis=0)] for n, t in tables.items()},
             "cost_sources": {n: t.source for n, t in tables.items()},
             "prices": {sp.name: (sp.price_per_hour, sp.price_source) for sp in specs}, "seconds": seconds,

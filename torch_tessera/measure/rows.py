@@ -133,7 +133,7 @@ def _pd(base: dict, p: Any, progs: Sequence[Compiled], runs: dict, homo: dict, s
 
 
 def compose_rows(progs: Sequence[Compiled], plans: dict[str, Any], runs: dict[str, dict], bound_cycle: float,
-                 s: MeasureSettings) -> tuple[list[MeasuredRow], float]:
+                 s: MeasureSettings, tessera_from: str = "tessera") -> tuple[list[MeasuredRow], float]:
     """Rows for every plan from the executed runs, and the zero-communication bound in output units/s.
 
     * executed plans: ``output_per_step / sum_p(frequency_p x T_p)`` (:meth:`Composition.per_s`) over the median
@@ -145,6 +145,8 @@ def compose_rows(progs: Sequence[Compiled], plans: dict[str, Any], runs: dict[st
     * ``pd`` (derived; LLMs and SSMs only, the scheduler marks it n/a elsewhere): prefill on ``a``, decode on ``b``
       (the plan's choice), overlapped: ``output_per_step / max(T_prefill(a), f x T_decode(b), T_handover)`` with
       ``T_handover`` the measured copy of one request's KV cache / SSM state from ``a`` to ``b``.
+    * ``tessera`` not executed because it took a derived baseline's placement (``tessera_from``: the baseline's name,
+      :attr:`~torch_tessera.benchmark.SpaceChoice.chosen`): derived as that baseline's row.
     """
     from torch_tessera.scheduler import Plan
 
@@ -166,9 +168,9 @@ def compose_rows(progs: Sequence[Compiled], plans: dict[str, Any], runs: dict[st
                 _executed(base, r, s, program_frequencies(p, s))
             if name == "request-dist":
                 rows[name] = _with_homo_sum(rows[name], base, rows, homo, s)
-        elif name == "request-dist":
+        elif name == "request-dist" or (name == "tessera" and p.replicas):
             rows[name] = _request_dist(base, p, rows, homo)
-        elif name == "pd":
+        elif name == "pd" or (name == "tessera" and tessera_from == "pd"):
             rows[name] = _pd(base, p, progs, runs, homo, s, specs)
         else:
             rows[name] = dict(plan=name, applies=False, how="n/a: not run")

@@ -84,9 +84,10 @@ class MeasureSettings:
         links: ``"catalog"`` (modelled links) or ``"measured"`` (timed copies between the devices).
         cuda_graphs: capture CUDA graphs (``None``: when every device is a GPU).
         profile_cache: profile cache directory (``None``: ``$TESSERA_CACHE_DIR`` or ``~/.cache/torch_tessera``).
-        streams: also plan one request stream per device (:func:`~torch_tessera.scheduler.plan_streams`) and make
-            it ``tessera`` where the model prefers it (``tessera-single`` beside it). Off by default: executed
-            streams plans ran below their model and below the single placement (docs/BENCHMARKS.md, request streams).
+        streams: one request stream per device (:func:`~torch_tessera.scheduler.plan_streams`) is a candidate of
+            tessera's space beside the single placements (:func:`~torch_tessera.measure.execute.make_plans`); ``False``
+            leaves it out (``--no-streams``: executed streams plans ran below their model, docs/BENCHMARKS.md,
+            request streams).
         priorities: give the most frequent program of a multi-program workload (an LLM's decode) ``"urgent"``
             streams and the others ``"background"`` ones (:func:`~torch_tessera.measure.execute.program_priorities`).
             Off by default: they did not help reliably (docs/BENCHMARKS.md, stream priorities).
@@ -109,7 +110,7 @@ class MeasureSettings:
     links: str = "catalog"
     cuda_graphs: bool | None = None
     profile_cache: str | None = None
-    streams: bool = False
+    streams: bool = True
     priorities: bool = False
 
     def __post_init__(self) -> None:

@@ -1,6 +1,7 @@
 """The host's issue order of an explicit pipelined schedule: the order in which the runtime's eager replay issues
 every step (:mod:`torch_tessera.runtime.replay`), which a one-graph capture keeps (:mod:`torch_tessera.runtime.
-captured`), and which the simulator's host model follows (:func:`~torch_tessera.scheduler.simulate.simulate`).
+captured`), and which the simulator's host model follows (:func:`~torch_tessera.scheduler.simulate.simulate`); and
+the issue models the simulator takes: :class:`HostIssue` (eager replay) and :class:`GraphIssue` (one CUDA graph).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from torch_tessera.errors import ScheduleError, TesseraError
+from torch_tessera.errors import ConfigError, ScheduleError, TesseraError
 from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, RecordStep, RunStep, TransferStep, WaitStep
 
 #: host issue orders of :func:`issue_order`: ``"round-robin"`` (one step per device in turn) or ``"lazy:D"``
@@ -115,6 +116,36 @@ class HostIssue:
         t = type(step)
         return self.run if t is RunStep else self.transfer if t is TransferStep else \
             self.record if t is RecordStep else self.wait
+
+
+@dataclass(frozen=True)
+class GraphIssue:
+    """A replay captured as ONE CUDA graph (:mod:`torch_tessera.runtime.captured`) with launch costs timed between CUDA
+    events: the part of each such cost the graph does not pay.
+
+    A launch timed between events pays its whole launch latency and ramp after the event before it; in a graph, a
+    launch that follows another launch on its stream has its latency hidden behind the previous kernel, so each such
+    launch takes ``overlap`` seconds less than its event-timed cost (never below 0). A launch first on its stream, or
+    right after a wait (a dependency on another stream), pays its whole cost; records in between change nothing.
+
+    Use it only with costs timed one launch at a time between events (``bench/gpu_cut_diagnose.py``'s
+    ``launch_costs``, ``torch_tessera.measure.kernel_times``): costs calibrated to a graph replay of the whole
+    program (:func:`~torch_tessera.target.profiler.calibrate_to_total`) already exclude it.
+
+    Default: the back-to-back sums of session 11's kernel times against the same programs replayed as one graph
+    (docs/BENCHMARKS.md, graph overlap).
+
+    Attributes:
+        overlap: seconds hidden per launch that follows a launch, >= 0.
+        source: where ``overlap`` comes from.
+    """
+
+    overlap: float = 2.76e-6
+    source: str = "docs/BENCHMARKS.md, graph overlap"
+
+    def __post_init__(self) -> None:
+        if not (self.overlap >= 0.0 and np.isfinite(self.overlap)):
+            raise ConfigError(f"GraphIssue.overlap={self.overlap}: give seconds >= 0 hidden per launch (0: none)")
 
 
 def issue_times(schedule: PipelinedSchedule, host: HostIssue, host_order: str = "round-robin") -> list[np.ndarray]:

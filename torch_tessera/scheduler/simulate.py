@@ -26,6 +26,11 @@ Host issue. With ``host`` (:class:`~torch_tessera.scheduler.issue.HostIssue`), t
 from the host: the host issues the steps one after another in the runtime's order
 (:func:`~torch_tessera.scheduler.issue.issue_order`), each at a host cost, and no step starts before it is issued; the
 step then runs from the host's start (time 0). Without it (a replay captured as one CUDA graph) issue takes no time.
+
+Graph overlap. With ``graph`` (:class:`~torch_tessera.scheduler.issue.GraphIssue`, a replay captured as one CUDA graph
+with launch costs timed between CUDA events), a launch that follows another launch on its stream (records between
+them skipped; a wait or transfer between them breaks the chain) takes ``graph.overlap`` seconds less than its cost,
+never below 0 (:func:`graph_overlap`): its launch latency hides behind the previous kernel.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from torch_tessera.errors import ConfigError, ScheduleError
-from torch_tessera.scheduler.issue import HostIssue, issue_times
+from torch_tessera.scheduler.issue import GraphIssue, HostIssue, issue_times
 from torch_tessera.scheduler.modulo import WAIT_SECONDS
 from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, RecordStep, RunStep, TransferStep, WaitStep
 from torch_tessera.target.costs import CostTable, Topology
@@ -150,6 +155,28 @@ def _durations_and_kinds(schedule: PipelinedSchedule, costs, topology, wait_seco
     return out, kinds_out
 
 
+def graph_overlap(schedule: PipelinedSchedule, dur: list[np.ndarray], overlap: float) -> list[np.ndarray]:
+    """``dur`` (per device, every step's seconds: :func:`step_durations`) with ``overlap`` seconds taken off every
+    launch that follows a launch on its stream, records between them skipped (never below 0); a wait or transfer
+    between them, or none before, leaves the launch's cost whole (the module docstring's graph overlap)."""
+    if overlap <= 0.0:
+        return dur
+    out = []
+    for st, du in zip(schedule.streams, dur):
+        du = du.copy()
+        prev_run = False
+        for i, s in enumerate(st):
+            kind = type(s)
+            if kind is RunStep:
+                if prev_run:
+                    du[i] = max(du[i] - overlap, 0.0)
+                prev_run = True
+            elif kind is not RecordStep:
+                prev_run = False
+        out.append(du)
+    return out
+
+
 def water_fill(demand: np.ndarray, capacity: float, weights: np.ndarray | None = None) -> np.ndarray:
     """Weighted max-min fair shares of ``capacity`` among ``demand``: ``share_i = min(demand_i, level x weight_i)``
     with the level that gives away all of ``capacity`` (every demand met if they fit). ``weights`` (positive,
@@ -175,7 +202,7 @@ def water_fill(demand: np.ndarray, capacity: float, weights: np.ndarray | None =
 
 def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topology: Topology | None = None, *,
              wait_seconds: float = WAIT_SECONDS, memory: MemoryShare | None = None,
-             host: HostIssue | None = None) -> SimResult:
+             host: HostIssue | None = None, graph: GraphIssue | None = None) -> SimResult:
     """Predict one replay of ``schedule`` (see the module docstring for the semantics).
 
     Args:
@@ -186,14 +213,20 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
         memory: bandwidth figures for sharing within memory domains; ``None``: no sharing modelled.
         host: host seconds per issued step, for a replay issued step by step from the host; ``None`` (a replay
             captured as one CUDA graph): issue takes no time.
+        graph: for a replay captured as one CUDA graph with event-timed costs, the seconds a launch that follows a
+            launch does not pay (:func:`graph_overlap`); ``None``: every launch takes its cost.
 
     Returns:
         The :class:`SimResult`.
 
     Raises:
         ScheduleError: the waits deadlock (a wait whose event is recorded after a wait that never completes).
-        ConfigError: ``memory.weights`` not one per device, or ``memory.corun_rate`` not in (0, 1].
+        ConfigError: ``memory.weights`` not one per device, ``memory.corun_rate`` not in (0, 1], or both ``host``
+            and ``graph`` given.
     """
+    if host is not None and graph is not None:
+        raise ConfigError("simulate: host= (an eager replay issued from the host) and graph= (one captured CUDA graph) "
+                          "describe different replays: give one of them")
     D = schedule.devices
     if memory is not None and len(memory.weights) not in (0, D):
         raise ConfigError(f"MemoryShare.weights has {len(memory.weights)} entries for {D} devices: give one per "
@@ -203,6 +236,8 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
                           "slowdown)")
     dur, kinds = _durations_and_kinds(schedule, costs, topology, wait_seconds)
     issued = issue_times(schedule, host) if host is not None else None
+    if graph is not None:
+        dur = graph_overlap(schedule, dur, graph.overlap)
     t_begin = 0.0 if host is not None else None
     if memory is None:  # nothing shared: every step takes its solo time, one pass in dependency order
         start, end, t = _longest_path(schedule, dur, issued)

@@ -76,6 +76,8 @@ class LaunchFeatures:
             exponential and a row max / sum in its softmax; 0 for other launches.
         reuse: per tensor the launch reads, ``(bytes of traffic since its buffer was last touched, bytes)`` in
             program order (:func:`torch_tessera.target.reuse.reuse_distances`); ``None``: the launch alone is known.
+        depth: reduction length of an extern GEMM (``K``; a convolution's ``C_in / groups x kernel``), which bounds
+            how far a library can split it (split-K); 0: unknown or not a GEMM.
     """
 
     index: int
@@ -90,6 +92,7 @@ class LaunchFeatures:
     dtype: str = "fp32"
     scores: float = 0.0
     reuse: tuple[tuple[float, float], ...] | None = None
+    depth: int = 0
 
     @property
     def intensity(self) -> float:
@@ -167,27 +170,28 @@ def _arg(launch: ExternLaunch, name: str, default: Any = None) -> Any:
     return default
 
 
-def _gemm_flops(name: str, launch: ExternLaunch) -> float:
+def _gemm_flops(name: str, launch: ExternLaunch) -> tuple[float, int]:
+    """``(FLOPs, reduction length K)`` of a GEMM-like extern launch; ``(0.0, 0)`` when its shapes are unknown."""
     a = launch.args
     if name in ("mm", "_int_mm", "_scaled_mm") and len(a) >= 2:
         (m, k), (_, n) = a[0].size, a[1].size
-        return 2.0 * m * n * k
+        return 2.0 * m * n * k, k
     if name == "addmm" and len(a) >= 3:
         (m, k), (_, n) = a[1].size, a[2].size
-        return 2.0 * m * n * k + m * n
+        return 2.0 * m * n * k + m * n, k
     if name == "_grouped_mm" and len(a) >= 2 and len(a[0].size) == 2 and len(a[1].size) == 3:
         (m, k), (_, _, n) = a[0].size, a[1].size  # rows of every group stacked, one (K, N) weight per group
-        return 2.0 * m * n * k
+        return 2.0 * m * n * k, k
     if name == "bmm" and len(a) >= 2:
         (b, m, k), (_, _, n) = a[0].size, a[1].size
-        return 2.0 * b * m * n * k
+        return 2.0 * b * m * n * k, k
     if name == "baddbmm" and len(a) >= 3:
         (b, m, k), (_, _, n) = a[1].size, a[2].size
-        return 2.0 * b * m * n * k + b * m * n
+        return 2.0 * b * m * n * k + b * m * n, k
     if name in ("convolution", "_convolution") and launch.outputs and len(a) >= 2:
         per_out = math.prod(a[1].size[1:])  # the weight is (C_out, C_in / groups, *kernel)
-        return 2.0 * launch.outputs[0].numel * per_out
-    return 0.0
+        return 2.0 * launch.outputs[0].numel * per_out, per_out
+    return 0.0, 0
 
 
 def _attention_flops(name: str, launch: ExternLaunch) -> tuple[float, float]:
@@ -210,9 +214,9 @@ def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping
     name = op_name(launch.op)
     tensors = distinct([*_tensors(launch.args), *_tensors(launch.kwargs), *launch.outputs])
     nbytes = sum(view_bytes(t) for t in tensors)
-    scores = 0.0
+    scores, depth = 0.0, 0
     if name in GEMM_OPS:  # a GEMM, or the batched product of a decomposed attention (class attention)
-        flops = _gemm_flops(name, launch)
+        flops, depth = _gemm_flops(name, launch)
     elif kclass is KernelClass.ATTENTION:
         flops, scores = _attention_flops(name, launch)
     else:
@@ -224,7 +228,7 @@ def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping
     blocks = _extern_blocks(name, out, inputs) if flops > 0 else 0
     return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.op,
                           _param_bytes(tensors, buffers, nbytes), blocks, EXTERN_THREADS if flops > 0 else 0,
-                          _dtype({t.dtype for t in inputs}), scores)
+                          _dtype({t.dtype for t in inputs}), scores, depth=int(depth) if flops > 0 else 0)
 
 
 def _extern_blocks(name: str, out: TensorArg | None, inputs: Sequence[TensorArg]) -> int:

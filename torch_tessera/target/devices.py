@@ -438,7 +438,32 @@ def parse_devices(s: str | Sequence[str], *, assume_gpu: str | None = None) -> l
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise _bad(s if isinstance(s, str) else ",".join(s), f"{', '.join(sorted(dup))} appears twice; give each device once")
+    _check_shared_budgets(specs, s if isinstance(s, str) else ",".join(s), assume_gpu)
     return specs
+
+
+def _check_shared_budgets(specs: Sequence[DeviceSpec], text: str, assume_gpu: str | None) -> None:
+    """Partitions of one GPU (same CUDA index) share its memory: their ``mem=`` budgets together must fit it.
+
+    Raises:
+        DeviceUnavailableError: the budgets of one GPU's partitions add up to more than the GPU's memory.
+    """
+    groups: dict[int, list[DeviceSpec]] = {}
+    for sp in specs:
+        if sp.is_gpu and sp.index is not None:
+            groups.setdefault(sp.index, []).append(sp)
+    for index, members in groups.items():
+        budgeted = [sp for sp in members if sp.memory_budget is not None]
+        if len(members) < 2 or not budgeted:
+            continue
+        whole = next((sp.memory_bytes for sp in members if sp.memory_budget is None), None)
+        if whole is None:
+            whole = parse_device(f"cuda:{index}", assume_gpu=assume_gpu).memory_bytes
+        given = sum(sp.memory_budget for sp in budgeted)
+        if given > whole:
+            raise _bad(text, f"the mem= budgets of cuda:{index}'s partitions ({', '.join(sp.name for sp in budgeted)})"
+                             f" add up to {format_bytes(given)}, more than its {format_bytes(whole)}; partitions of "
+                             "one GPU share its memory, so lower the budgets")
 
 
 def parse_run_devices(s: str, what: str) -> tuple[list[DeviceSpec], bool, str]:

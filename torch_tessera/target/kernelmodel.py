@@ -2,7 +2,7 @@
 
 For one launch (:class:`~torch_tessera.target.costmodel.LaunchFeatures`) on one device, seconds are::
 
-    t = floor + latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
+    t = floor + max(latency_cycles / clock, t_tensor, t_cuda, t_memory, t_waves)
 
     t_tensor = tensor-core FLOPs x power / (tensor peak of the dtype x SM share x eta_tensor x wave efficiency)
                + waves x tile_cycles / clock
@@ -10,12 +10,17 @@ For one launch (:class:`~torch_tessera.target.costmodel.LaunchFeatures`) on one 
     t_cuda   = CUDA-core work     / (fp32 peak x SM share x eta_cuda x wave efficiency)
     t_memory = DRAM bytes / DRAM rate of the occupied SMs + L2 bytes / (l2_bytes_per_clock_per_sm x occupied x clock)
 
+    t_waves  = waves of a small library GEMM's grid on the SMs it has x wave_cycles / clock
+
     DRAM rate = smooth min(dram_bytes_per_clock_per_sm x occupied SMs x clock, eta_memory x datasheet bandwidth)
     power     = max(1, tensor_power x occupied SMs / all SMs)
 
 where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, each figure with its source):
 
 * ``clock``: the boost clock, so latency-bound and small kernels run faster on a higher-clocked GPU;
+* the kernel's dependent latency (ramp-up, DRAM round trips, tail) overlaps its work: a launch lasts at least that
+  latency, and a launch whose work takes longer is bound by the work alone (a small launch costs about the same on a
+  partition as on the whole GPU: docs/BENCHMARKS.md, issue 21);
 * the tensor-core peak per dtype and generation (bf16/fp16, fp8); CUDA-core work at the fp32 peak (Inductor's
   Triton kernels compute in fp32; fp32 GEMMs run on CUDA cores); the special-function rate per SM
   (:data:`~torch_tessera.target.catalog.SFU_PER_CLOCK_PER_SM`) for a fused attention's softmax;
@@ -31,14 +36,19 @@ where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, e
 * CUDA-core work: the statements of the Triton kernel's source per element of its padded iteration space
   (:mod:`torch_tessera.target.triton_work`);
 * the board power: tensor cores on most of a GPU's SMs draw more than it, and the clock drops (a partition keeps it);
+* a library (cuBLAS) GEMM of fewer output tiles than the GPU's SMs splits its reduction for the SM count the device
+  reports, which is all of the GPU's also inside a green-context partition (the library cannot see the partition):
+  ``tiles x min(all SMs // tiles, K // SPLIT_K_DEPTH)`` CTAs, whose waves on the partition's SMs each take at least
+  ``wave_cycles`` (a split-K CTA of a small GEMM is latency-bound: its loads, the partial sums' write and reduction),
+  overlapped with its streaming (``t_waves`` inside the max);
 * the launch floor.
 
 The free constants (:class:`KernelModel` fields) are the ones no datasheet prints: the fractions of the tensor,
 CUDA-core and DRAM peaks that real kernels reach, the DRAM and L2 bytes per clock per SM, the latency cycles of a
-kernel and of a wave of GEMM tiles, the tensor-core power relative to the board's, the softmax's operations per score
-and the launch floor. They are fitted once on one GPU and its partitions (``tessera calibrate``) and shared by every
-GPU: no factor is fitted per GPU, pair or model. Their values and the fit are in docs/BENCHMARKS.md, kernel cost
-model.
+kernel, of a wave of GEMM tiles and of a wave of a small library GEMM's split-K CTAs, the tensor-core power relative
+to the board's, the softmax's operations per score and the launch floor. They are fitted once on one GPU and its
+partitions (``tessera calibrate``) and shared by every GPU: no factor is fitted per GPU, pair or model. Their values
+and the fit are in docs/BENCHMARKS.md, kernel cost model.
 """
 
 from __future__ import annotations
@@ -74,13 +84,15 @@ class KernelModel:
         dram_bytes_per_clock_per_sm: DRAM bytes per clock one SM can keep moving (its loads in flight over the DRAM
             latency, Little's law): a grid on few SMs cannot draw the GPU's bandwidth.
         l2_bytes_per_clock_per_sm: L2 bytes served per clock per occupied SM.
-        latency_cycles: cycles of a kernel's dependent latency (ramp-up, DRAM round trips, tail), at the boost clock.
+        latency_cycles: cycles of a kernel's dependent latency (ramp-up, DRAM round trips, tail), at the boost clock:
+            the least a launch takes after its floor; its work overlaps it.
         tile_cycles: cycles a wave of tensor-core tiles spends outside its main loop (pipeline fill, epilogue).
         tensor_power: the power tensor cores on every SM draw at the boost clock, as a multiple of the board power (the
             same for every GPU); above 1, a grid on a share ``s`` of the SMs runs at ``1 / (tensor_power x s)`` of the
             boost clock when that is below 1 (a whole GPU slows down under dense GEMMs, a partition does not).
         softmax_ops: special-function-unit operations per attention score (its exponential, and the row max, sum and
             rescale on the same issue slots), not overlapped with the two tensor-core products.
+        wave_cycles: cycles each wave of a small library GEMM's split-K grid takes at least (:func:`library_waves`).
         floor_s: launch floor, seconds (the same on every GPU: it is the front end's, not the SMs').
         source: where the constants come from.
     """
@@ -95,6 +107,7 @@ class KernelModel:
     tensor_power: float = 1.25
     softmax_ops: float = 2.0
     floor_s: float = 2e-6
+    wave_cycles: float = 4000.0
     source: str = "prior constants (not calibrated)"
 
     def predict(self, f, device: DeviceSpec) -> float:
@@ -114,7 +127,8 @@ class KernelModel:
         t_cuda = f.flops / (e.peak_fp32_flops.value * device.sm_count / device.total_sms * self.eta_cuda * wave_eff) \
             if f.flops and not f.tensor_core else 0.0
         t_memory = self._memory_seconds(f, e, device, clock, occupied)
-        return self.floor_s + self.latency_cycles / clock + max(t_tensor, t_cuda, t_memory)
+        t_waves = library_waves(f, device) * self.wave_cycles / clock
+        return self.floor_s + max(self.latency_cycles / clock, t_tensor, t_cuda, t_memory, t_waves)
 
     def _tensor_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, waves: int, occupied: int,
                         wave_eff: float) -> float:
@@ -162,6 +176,22 @@ def _split_k(f, sms: int) -> int:
     return f.blocks * max(1, min(sms // f.blocks, int(depth // SPLIT_K_DEPTH)))
 
 
+def library_waves(f, device: DeviceSpec) -> int:
+    """Waves of a small library GEMM's grid on ``device``'s SMs; 0 for any other launch.
+
+    A tensor-core GEMM run by a library (an extern launch whose reduction length ``f.depth`` is known) with fewer
+    output tiles than the GPU's SMs launches ``tiles x min(all SMs // tiles, K // SPLIT_K_DEPTH)`` CTAs (split-K, at
+    least one part): sized for the SM count the device reports, which inside a green-context partition is still the
+    whole GPU's. On the device's ``sm_count`` SMs (one tile CTA per SM) that grid runs in ``ceil(CTAs / sm_count)``
+    waves.
+    """
+    total = device.total_sms
+    if f.kernel_class != OpClass.GEMM or not f.tensor_core or f.depth <= 0 or not 0 < f.blocks < total:
+        return 0
+    ctas = f.blocks * max(1, min(total // f.blocks, int(f.depth // SPLIT_K_DEPTH)))
+    return math.ceil(ctas / device.sm_count)
+
+
 def _grid(f, sms: int, threads_per_sm: int) -> tuple[int, int, int, float]:
     """``(CTAs, resident CTA slots, occupied SMs, wave efficiency)`` of a launch's grid on ``sms`` SMs.
 
@@ -191,8 +221,8 @@ def _tensor_peak(e: catalog.CatalogEntry, dtype: str) -> float:
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
-CALIBRATED = KernelModel(eta_tensor=0.8707, eta_cuda=0.3656, eta_memory=0.8097, dram_bytes_per_clock_per_sm=30.01,
-                         l2_bytes_per_clock_per_sm=86.55, latency_cycles=4609.0, tile_cycles=720.4,
-                         tensor_power=1.119, softmax_ops=4.083, floor_s=2.954e-06,
+CALIBRATED = KernelModel(eta_tensor=0.8663, eta_cuda=0.3505, eta_memory=0.7551, dram_bytes_per_clock_per_sm=32.46,
+                         l2_bytes_per_clock_per_sm=512.0, latency_cycles=2306.0, tile_cycles=733.8,
+                         tensor_power=1.104, softmax_ops=1.118, floor_s=4.814e-06, wave_cycles=11850.0,
                          source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 685 launches of llama, "
                                 "dit, mamba and moe timed back to back")

@@ -5,7 +5,7 @@
    :func:`torch_tessera.scheduler.evaluate.fill_drain_seconds` (``M`` = the run's ``micro_batches``) against the
    measured step (``output_per_step / output_per_s``): mean |predicted / measured throughput - 1| per results
    directory, over all plans and over plans with a program spanning both GPUs. Then, per run, the placement
-   :func:`torch_tessera.measure.execute.prefer_fill_drain` would take as tessera among the executed planner's and
+   :func:`torch_tessera.measure.execute.step_score` (cycle + fill/drain) ranks best among the executed planner's and
    homo-*/af/layer placements, its measured step, and the fastest measured of them.
 2. **Concurrent call counts.** For request-streams plans timed with their programs at once, each thread's calls at
    their measured serial call time alone, with the counts of the earlier timing (``round(frequency x 8)``) and of
