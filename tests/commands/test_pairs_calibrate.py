@@ -87,3 +87,18 @@ def test_export_errors_drop_the_printed_graph():
     graph = "def forward(self, " + ", ".join(f'arg{i}_1: "bf16[1280]"' for i in range(100)) + "):\n    x = 1\n\n"
     text = _readable(RuntimeError(graph + "GuardOnDataDependentSymNode: Could not guard\n  File m.py, line 3\n"))
     assert text == "GuardOnDataDependentSymNode: Could not guard\n  File m.py, line 3"
+
+
+def test_an_ssm_in_the_models_is_announced_with_the_option_that_leaves_it_out(monkeypatch, tmp_path, capsys):
+    import argparse
+
+    from torch_tessera.commands import pairs
+
+    monkeypatch.setattr(pairs, "pair_rows", lambda model, pair: {"model": model, "pair": list(pair), "unit": "tok/s",
+                                                                "note": "", "plans": []})
+    assert pairs.run(argparse.Namespace(models="llama,mamba,dit", pairs="a100+l40s", out=str(tmp_path))) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("note: mamba (SSM): the full-size prefill unrolls its scan"), err
+    assert "To leave it out: --models llama,dit" in err
+    assert pairs.run(argparse.Namespace(models="llama,dit", pairs="a100+l40s", out=str(tmp_path))) == 0
+    assert "note:" not in capsys.readouterr().err

@@ -116,6 +116,12 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--pairs: {text!r} is not A+B (e.g. a100+l40s)")
         pairs.append(tuple(lookup(p).key for p in parts))
     results, failed = [], []
+    slow = [m for m in models if get_model(m).family == "ssm"]
+    if slow:  # the first pair lowers each model once (cached after); an SSM's full prefill is the long one
+        others = ",".join(m for m in models if m not in slow) or "llama"
+        print(f"note: {', '.join(slow)} (SSM): the full-size prefill unrolls its scan over every prompt token in "
+              "every layer; with empty lowering caches that takes far longer than the other models (more than 20 "
+              f"minutes on a 2-core CPU). To leave it out: --models {others}", file=sys.stderr, flush=True)
     for pair in pairs:
         for m in models:
             try:
