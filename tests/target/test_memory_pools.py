@@ -65,9 +65,9 @@ def test_budgets_of_one_gpus_partitions_must_fit_it_together():
     with pytest.raises(DeviceUnavailableError) as e:
         parse_devices("cuda:0@104sm,mem=100GB,cuda:0@24sm,mem=100GB", assume_gpu="h200")
     msg = str(e.value)
-    assert ("the mem= budgets of cuda:0's partitions (cuda:0@104sm,mem=100GB, cuda:0@24sm,mem=100GB) add up to "
-            "200.00 GB, more than its 141.00 GB") in msg, msg
-    assert "lower the budgets" in msg
+    assert msg == ("devices 'cuda:0@104sm,mem=100GB,cuda:0@24sm,mem=100GB': the mem= budgets of cuda:0's partitions "
+                   "(cuda:0@104sm,mem=100GB, cuda:0@24sm,mem=100GB) add up to 200.00 GB, more than the 141.00 GB of "
+                   "its NVIDIA H200; partitions of one GPU share its memory, so lower the budgets"), msg
     assert [d.name for d in parse_devices("cuda:0@104sm,mem=100GB,cuda:0@24sm,mem=40GB", assume_gpu="h200")] == [
         "cuda:0@104sm,mem=100GB", "cuda:0@24sm,mem=40GB"]
     assert len(parse_devices("cuda:0,mem=100GB,cuda:1,mem=100GB", assume_gpu="h200")) == 2

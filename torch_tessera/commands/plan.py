@@ -49,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="throughput", choices=["throughput", "latency"],
                         help="what the plan minimises: throughput (cycle time per step) or latency (one request's "
                              "prefill + decode) (default: throughput)")
-    parser.add_argument("--micro-batches", type=int, default=2, help="micro-batches in flight (throughput)")
+    parser.add_argument("--micro-batches", type=int, default=2,
+                        help="micro-batches in flight (throughput); at the default 2 the planner also tries more where the "
+                             "simulator says they help (the plan prints the count it chose); another value is used as given")
     parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
     parser.add_argument("--memory", default=None,
                         help="per-device budgets, comma-separated: GB (80,48) or sizes (40GB,512MB) (default: the "

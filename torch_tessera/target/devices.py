@@ -461,9 +461,11 @@ def _check_shared_budgets(specs: Sequence[DeviceSpec], text: str, assume_gpu: st
             whole = parse_device(f"cuda:{index}", assume_gpu=assume_gpu).memory_bytes
         given = sum(sp.memory_budget for sp in budgeted)
         if given > whole:
-            raise _bad(text, f"the mem= budgets of cuda:{index}'s partitions ({', '.join(sp.name for sp in budgeted)})"
-                             f" add up to {format_bytes(given)}, more than its {format_bytes(whole)}; partitions of "
-                             "one GPU share its memory, so lower the budgets")
+            raise DeviceUnavailableError(
+                f"devices {text!r}: the mem= budgets of cuda:{index}'s partitions "
+                f"({', '.join(sp.name for sp in budgeted)}) add up to {format_bytes(given)}, more than the "
+                f"{format_bytes(whole)} of its {members[0].model}; partitions of one GPU share its memory, so lower "
+                "the budgets")
 
 
 def parse_run_devices(s: str, what: str) -> tuple[list[DeviceSpec], bool, str]:
