@@ -101,6 +101,47 @@ def all_placements(dag, D: int):
         yield dict(zip(nodes, combo))
 
 
+
+def random_schedules(seed: int):
+    """Pipelined schedules of random placements (2 devices; 1-3 micro-batches; two memory domains or one) of a small
+    layered DAG and a one-layer transformer: ``(dag, costs, schedule)``, seeded."""
+    from torch_tessera.scheduler.modulo import build_pipelined_schedule
+    from torch_tessera.scheduler.synthetic import layered_dag, nvlink_topology, roofline_costs, transformer_dag
+
+    rng = np.random.default_rng(seed)
+    for dag in (layered_dag(10, width=3, seed=2), transformer_dag(1)):
+        costs = roofline_costs(dag, ["big", "small"])
+        nodes = sorted(dag.graph.nodes)
+        for M, domains in itertools.product((1, 2, 3), [(0, 1), (0, 0)]):
+            place = dict(zip(nodes, rng.integers(0, 2, len(nodes)).tolist()))
+            yield dag, costs, build_pipelined_schedule(dag, place, M, costs=costs, topology=nvlink_topology(["a", "b"]),
+                                                       domains=domains)
+
+
+def fixpoint_step(s, dur, issued: dict | None = None) -> float:
+    """Independent reference step of schedule ``s`` given each step's duration ``dur[d][i]`` (seconds): start = max(end
+    of the previous step on the stream, the record's end for a wait, ``issued[id(step)]`` when given), end = start +
+    duration, iterated to a fixpoint; the latest end."""
+    from torch_tessera.scheduler.pipeline_schedule import RecordStep, WaitStep
+
+    rec = {x.event_id: (d, i) for d, st in enumerate(s.streams) for i, x in enumerate(st) if isinstance(x, RecordStep)}
+    end = [[0.0] * len(st) for st in s.streams]
+    for _ in range(sum(len(st) for st in s.streams) + 1):
+        changed = False
+        for d, st in enumerate(s.streams):
+            for i, x in enumerate(st):
+                start = end[d][i - 1] if i else 0.0
+                if issued is not None:
+                    start = max(start, issued[id(x)])
+                if isinstance(x, WaitStep):
+                    start = max(start, end[rec[x.event_id][0]][rec[x.event_id][1]])
+                e = start + dur[d][i]
+                if e != end[d][i]:
+                    end[d][i], changed = e, True
+        if not changed:
+            break
+    return max(e[-1] for e in end if e)
+
 @pytest.fixture(autouse=True)
 def _no_user_cache(tmp_path, monkeypatch):
     """Never touch ~/.cache from tests."""

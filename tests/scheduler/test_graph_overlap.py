@@ -3,15 +3,14 @@ hand-computed case, an independent fixpoint reference, where the term is off, an
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import numpy as np
 import pytest
 
+from conftest import fixpoint_step, random_schedules
 from torch_tessera.errors import ConfigError
 from torch_tessera.scheduler.issue import GraphIssue, HostIssue
-from torch_tessera.scheduler.modulo import build_pipelined_schedule
 from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, RecordStep, RunStep, TransferStep, WaitStep
 from torch_tessera.scheduler.simrecord import (costs_to_json, links_to_json, memory_to_json, resimulate,
                                                schedule_from_json, schedule_to_json)
@@ -65,32 +64,11 @@ def _reference(s: PipelinedSchedule, costs: np.ndarray, topo, wait: float, overl
             else:
                 row.append(0.0)
         dur.append(row)
-    rec = {x.event_id: (d, i) for d, st in enumerate(s.streams) for i, x in enumerate(st) if isinstance(x, RecordStep)}
-    end = [[0.0] * len(st) for st in s.streams]
-    for _ in range(sum(len(st) for st in s.streams) + 1):
-        changed = False
-        for d, st in enumerate(s.streams):
-            for i, x in enumerate(st):
-                start = end[d][i - 1] if i else 0.0
-                if isinstance(x, WaitStep):
-                    start = max(start, end[rec[x.event_id][0]][rec[x.event_id][1]])
-                e = start + dur[d][i]
-                if e != end[d][i]:
-                    end[d][i], changed = e, True
-        if not changed:
-            break
-    return max(e[-1] for e in end if e)
+    return fixpoint_step(s, dur)
 
 
 def _schedules():
-    rng = np.random.default_rng(11)
-    for dag in (layered_dag(10, width=3, seed=2), transformer_dag(1)):
-        costs = roofline_costs(dag, ["big", "small"])
-        nodes = sorted(dag.graph.nodes)
-        for M, domains in itertools.product((1, 2, 3), [(0, 1), (0, 0)]):
-            place = dict(zip(nodes, rng.integers(0, 2, len(nodes)).tolist()))
-            yield dag, costs, build_pipelined_schedule(dag, place, M, costs=costs, topology=nvlink_topology(["a", "b"]),
-                                                       domains=domains)
+    return random_schedules(11)
 
 
 @pytest.mark.parametrize("overlap", [0.0, 1 * US, GraphIssue().overlap, 50 * US])

@@ -4,32 +4,24 @@ sharing model against the measured two-copies case."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import fixpoint_step, random_schedules
 from torch_tessera.errors import ConfigError
 from torch_tessera.scheduler.issue import HostIssue, issue_order, issue_times
-from torch_tessera.scheduler.modulo import build_pipelined_schedule
-from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, RecordStep, RunStep, WaitStep
+from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, RunStep
 from torch_tessera.scheduler.simulate import MemoryShare, simulate, step_durations, water_fill
-from torch_tessera.scheduler.synthetic import layered_dag, nvlink_topology, roofline_costs, transformer_dag
+from torch_tessera.scheduler.synthetic import nvlink_topology
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "docs/results/2026-12-01-s9/pipesched_calibration.json"
 
 
 def _schedules():
-    rng = np.random.default_rng(4)
-    for dag in (layered_dag(10, width=3, seed=2), transformer_dag(1)):
-        costs = roofline_costs(dag, ["big", "small"])
-        nodes = sorted(dag.graph.nodes)
-        for M, domains in itertools.product((1, 2, 3), [(0, 1), (0, 0)]):
-            place = dict(zip(nodes, rng.integers(0, 2, len(nodes)).tolist()))
-            yield dag, costs, build_pipelined_schedule(dag, place, M, costs=costs, topology=nvlink_topology(["a", "b"]),
-                                                       domains=domains)
+    return random_schedules(4)
 
 
 def _reference_with_host(s: PipelinedSchedule, dur, host: HostIssue) -> float:
@@ -39,21 +31,7 @@ def _reference_with_host(s: PipelinedSchedule, dur, host: HostIssue) -> float:
     for x in issue_order(s):
         t += host.seconds(x)
         issued[id(x)] = t
-    rec = {x.event_id: (d, i) for d, st in enumerate(s.streams) for i, x in enumerate(st) if isinstance(x, RecordStep)}
-    end = [[0.0] * len(st) for st in s.streams]
-    for _ in range(sum(len(st) for st in s.streams) + 1):
-        changed = False
-        for d, st in enumerate(s.streams):
-            for i, x in enumerate(st):
-                start = max(end[d][i - 1] if i else 0.0, issued[id(x)])
-                if isinstance(x, WaitStep):
-                    start = max(start, end[rec[x.event_id][0]][rec[x.event_id][1]])
-                e = start + dur[d][i]
-                if e != end[d][i]:
-                    end[d][i], changed = e, True
-        if not changed:
-            break
-    return max(e[-1] for e in end if e)
+    return fixpoint_step(s, dur, issued)
 
 
 @pytest.mark.parametrize("host", [HostIssue(), HostIssue(run=1e-7, transfer=1e-7, record=1e-8, wait=1e-8)],
