@@ -18,33 +18,11 @@ import copy
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
-
-def _first_tensor(x: Any) -> torch.Tensor | None:
-    if isinstance(x, torch.Tensor):
-        return x
-    if hasattr(x, "to_tuple"):
-        x = x.to_tuple()
-    if isinstance(x, dict):
-        x = list(x.values())
-    if isinstance(x, (list, tuple)):
-        for y in x:
-            t = _first_tensor(y)
-            if t is not None:
-                return t
-    return None
-
-
-def rel(a: Any, b: Any) -> float:
-    """``|a - b| / |b|`` of the first tensors (L2, fp32); infinite when they cannot be compared."""
-    a, b = _first_tensor(a), _first_tensor(b)
-    if a is None or b is None or a.shape != b.shape:
-        return float("inf")
-    a, b = a.float(), b.float()
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_cut_diagnose import rel_error as rel, shape_of  # noqa: E402 - the diagnosis bench's comparison and --shape
 
 
 def check(name: str, args: argparse.Namespace) -> dict:
@@ -53,12 +31,7 @@ def check(name: str, args: argparse.Namespace) -> dict:
     from torch_tessera.models import build_module, get_model
 
     spec = get_model(name)
-    batch, seq = None, None
-    for item in (args.shape or "").split(","):
-        key, _, value = item.partition("=")
-        if key.strip() == name and value:
-            b, _, s = value.lower().partition("x")
-            batch, seq = int(b), int(s)
+    batch, seq = shape_of(name, args)
     model32 = build_module(name, args.size, device=args.device, dtype=torch.float32)
     if args.layers and hasattr(model32, "model"):
         cut_layers(model32.model, spec.family, args.layers)
