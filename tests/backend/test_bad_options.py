@@ -101,7 +101,8 @@ def test_budgeted_device_left_idle_is_said_once_and_results_stay_eager():
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         f = tessera_backend(gm, [x], options={"devices": "cpu:0,mem=1KB,cpu:1", "fallback": "raise"})
-        torch.testing.assert_close(f(x)[0] if isinstance(f(x), (list, tuple)) else f(x), m(x))
+        out = f(x)
+        torch.testing.assert_close(out[0] if isinstance(out, (list, tuple)) else out, m(x))
     idle = [w for w in caught if issubclass(w.category, TesseraIdleDeviceWarning)]
     assert len(idle) == 1, [str(w.message) for w in caught]
     msg = str(idle[0].message)
