@@ -109,3 +109,56 @@ def test_state_kept_on_its_owner_with_graphs(stand_in_graphs, mode):
             torch.testing.assert_close(compiled(x), ref(x), msg=lambda m: f"call {call}: {m}")
             torch.testing.assert_close(model.state, ref.state, msg=lambda m: f"state after call {call}: {m}")
     assert (ex.calls, ex.captures) == (3, 1)
+
+
+def test_chained_graphs_equal_eager_and_update_state_once(stand_in_graphs, monkeypatch):
+    """``TESSERA_GRAPH_CHUNK``: a one-device program captured as a chain of graphs of at most ``chunk`` launches,
+    replayed in order, computes what eager does and updates state once per call."""
+    from torch_tessera.runtime.graphs import GraphChain
+
+    chunk = 1  # the model has 2 launches: a chain of 2 graphs
+    monkeypatch.setenv("TESSERA_GRAPH_CHUNK", str(chunk))
+    torch.manual_seed(0)
+    model, ref = StatefulCounter(), StatefulCounter()
+    backend = RecordingBackend(cuda_graphs="whole", devices="cpu:0", policy="home")
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    with torch.no_grad():
+        for call in range(4):
+            x = torch.randn(4, 16)
+            torch.testing.assert_close(compiled(x), ref(x), msg=lambda m: f"call {call}: {m}")
+            torch.testing.assert_close(model.state, ref.state, msg=lambda m: f"state after call {call}: {m}")
+    ex = backend.executors[0].executor
+    chain = ex.graphs.entry().whole
+    n = len(ex.program.launches)
+    assert n > chunk, "the program must have more launches than a chunk for the chain to be tested"
+    assert isinstance(chain, GraphChain) and len(chain.graphs) == -(-n // chunk)
+    assert [len(g.calls) for g in chain.graphs] == [min(chunk, n - i) for i in range(0, n, chunk)]
+    assert (ex.calls, ex.captures) == (4, 1) and ex.launches_executed == 4 * n
+
+
+def test_chained_graphs_hf_generate_equals_eager(stand_in_graphs, monkeypatch):
+    """Greedy decoding with a static KV cache through a chain of graphs of 5 launches on one device, token for
+    token; two devices with a cut are captured as one graph (a chain is for one device's launches only)."""
+    from transformers import LlamaForCausalLM
+
+    from torch_tessera.runtime.graphs import GraphChain
+
+    monkeypatch.setenv("TESSERA_GRAPH_CHUNK", "5")
+    config = llama_config("tiny")
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    eager = copy.deepcopy(model)
+    ids = torch.randint(0, config.vocab_size, (1, 8))
+    kwargs = dict(max_new_tokens=6, do_sample=False, cache_implementation="static", disable_compile=True)
+    with torch.no_grad():
+        want = eager.generate(ids, **kwargs)
+        for options, chained in (({"devices": "cpu:0", "policy": "home"}, True),
+                                 ({"devices": "cpu:0,cpu:1", "policy": "random", "seed": 3}, False)):
+            torch._dynamo.reset()
+            backend = RecordingBackend(cuda_graphs="whole", **options)
+            model.forward = torch.compile(LlamaForCausalLM.forward.__get__(model), backend=backend, dynamic=False)
+            got = model.generate(ids, **kwargs)
+            assert torch.equal(got, want), f"{options}: first difference at token {int((got != want).nonzero()[0, 1])}"
+            for r in backend.executors:
+                assert isinstance(r.executor.graphs.entry().whole, GraphChain) == chained, options
