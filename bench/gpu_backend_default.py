@@ -181,6 +181,12 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
                 print(f"[layers {args.one_layers}] {name}: GPU kernels {p['kernel_ms']:.2f} ms over "
                       f"{p['kernels']} launches, memcpy/memset {p['memcpy_ms']:.3f} ms over {p['memcpys']}, "
                       f"wall {p['wall_ms']:.2f} ms", flush=True)
+    if args.cprofile_generate:
+        with torch.no_grad():
+            for name, fwd in compiled.items():
+                model.forward = fwd
+                out["cases"][name]["cprofile_generate"] = _cprofile_generate(model, ids, kw, sync)
+                print(f"[layers {args.one_layers}] {name}: cProfile of one generate saved", flush=True)
     if args.step_loop:
         with torch.no_grad():
             step = _record_decode_step(model, ids, kw, orig)
@@ -266,6 +272,25 @@ def _time_step_loop(fwd, step: tuple, n: int, sync, room: int) -> dict:
     return {"wall_ms": 1e3 * statistics.median(walls), "host_ms": 1e3 * statistics.median(hosts),
             "pipelined_ms": 1e3 * pipelined, "calls": n, "cache_lengths_rewound": len(lengths),
             "cprofile_20_calls": buf.getvalue()[-12000:]}
+
+
+def _cprofile_generate(model, ids, kw: dict, sync) -> str:
+    """One ``generate`` under ``cProfile``: the 45 functions of largest cumulative time and the 30 of largest own
+    time (where the host spends a generate's steps outside the compiled forward, and inside it)."""
+    import cProfile
+    import io
+    import pstats
+
+    sync()
+    prof = cProfile.Profile()
+    prof.enable()
+    model.generate(ids, **kw)
+    sync()
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(45)
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
+    return buf.getvalue()[-30000:]
 
 
 def _stop_after_first(prompt_len: int):
@@ -374,6 +399,8 @@ def main() -> int:
                     help="also time generate stopped after its first token: prefill ms and decode ms per token")
     ap.add_argument("--step-loop", type=int, default=0,
                     help="also call one recorded decode step N times per case: synced, host-only, back to back")
+    ap.add_argument("--cprofile-generate", action="store_true",
+                    help="child mode: one generate per case under cProfile (host time by function), saved in the JSON")
     ap.add_argument("--profile", action="store_true",
                     help="after the rounds, one generate per case under torch.profiler: GPU kernel and memcpy time")
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # "cpu": smoke run of the logic
