@@ -8,9 +8,7 @@ new tokens, static cache, ``model.forward`` compiled with ``dynamic=False``) und
 
 * ``inductor``: ``torch.compile`` with Inductor's default;
 * ``tessera``: ``backend="tessera"``, no options (the default: CUDA graphs on for GPU devices);
-* ``tessera+graphs``: ``options={"cuda_graphs": True}``;
-* ``tessera@chunk=N`` (only when named in ``--cases``): the default tessera case captured with
-  ``TESSERA_GRAPH_CHUNK=N`` (a chain of graphs of at most N launches each).
+* ``tessera+graphs``: ``options={"cuda_graphs": True}``.
 
 Each case: the first ``generate`` (compile included) is timed, then one warm-up ``generate``; after all cases are
 compiled, ``--repeats`` round-robin rounds time one ``generate`` per case each; ``ms_per_token`` is the median
@@ -107,11 +105,7 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
     compiled: dict = {}
     torch._dynamo.reset()
     for name in cases:
-        # "tessera@chunk=N": the default tessera case with TESSERA_GRAPH_CHUNK=N while it compiles and captures
-        base, _, chunk = name.partition("@chunk=")
-        opts = CASES[base]
-        if chunk:
-            os.environ["TESSERA_GRAPH_CHUNK"] = str(int(chunk))
+        opts = CASES[name]
         if opts is None:
             fwd = torch.compile(orig, dynamic=False)
         else:
@@ -136,7 +130,6 @@ def run_cases(args: argparse.Namespace, cases: list[str]) -> dict:
         except Exception as e:  # noqa: BLE001 - a failed case is a result; the others still run
             row["error"] = f"{type(e).__name__}: {str(e)[:2000]}"
         model.forward = orig
-        os.environ.pop("TESSERA_GRAPH_CHUNK", None)
         out["cases"][name] = row
         print(f"[layers {args.one_layers}] {name}: " + (row.get("error") or
               f"first generate {row['first_generate_s']:.1f} s, tokens equal {row['tokens_equal_inductor']}"),

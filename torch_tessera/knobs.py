@@ -11,7 +11,6 @@ switch, :mod:`torch_tessera.compat.triton`) and torchrun's ``RANK``/``WORLD_SIZE
 | variable | type | default | meaning |
 | --- | --- | --- | --- |
 | ``TESSERA_CACHE_DIR`` | path | ``~/.cache/torch_tessera`` | root of the on-disk caches: ``programs/``, ``codegen/``, ``warm/``, ``ptx/``, ``plans/``, ``profiles/`` |
-| ``TESSERA_GRAPH_CHUNK`` | int | ``0`` | launches per CUDA graph when a one-device program is captured whole: it is captured as a chain of graphs of at most this many launches, replayed in order, so the GPU starts on the first while the host launches the next; ``0``: one graph |
 """
 
 from __future__ import annotations
@@ -80,12 +79,8 @@ CACHE_DIR = Knob("TESSERA_CACHE_DIR", Path, _home_cache,
                  "root directory of torch_tessera's on-disk caches (subdirectories programs/, codegen/, warm/, ptx/, "
                  "plans/, profiles/)")
 
-GRAPH_CHUNK = Knob("TESSERA_GRAPH_CHUNK", int, 0,
-                   "launches per CUDA graph when a one-device program is captured whole (a chain of graphs replayed "
-                   "in order); 0 captures one graph")
-
 #: Every knob, in the order of the table above.
-KNOBS: tuple[Knob, ...] = (CACHE_DIR, GRAPH_CHUNK)
+KNOBS: tuple[Knob, ...] = (CACHE_DIR,)
 
 
 def cache_dir(sub: str | None = None) -> Path:
@@ -102,4 +97,4 @@ def describe() -> dict[str, Any]:
     return {k.name: k.get() for k in KNOBS}
 
 
-__all__ = ["CACHE_DIR", "GRAPH_CHUNK", "KNOBS", "Knob", "cache_dir", "describe"]
+__all__ = ["CACHE_DIR", "KNOBS", "Knob", "cache_dir", "describe"]

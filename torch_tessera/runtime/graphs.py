@@ -39,7 +39,6 @@ from typing import Any, Callable, Sequence
 import torch
 
 from torch_tessera.errors import TesseraError
-from torch_tessera.knobs import GRAPH_CHUNK
 from torch_tessera.lowering.program import BufferKind, TensorArg
 from torch_tessera.runtime import push as push_kernels
 from torch_tessera.runtime.executor import BufferPool, bind_input, launch_buffers
@@ -247,49 +246,8 @@ def capture_whole(machine: Machine, items: Sequence[Any], ctx: CallContext, home
                          "(cuda_graphs='segments' asks for that directly, cuda_graphs=False turns graphs off)")
 
 
-class GraphChain:
-    """Graphs captured in order from one device's launches, replayed in that order on the current stream: the GPU
-    runs the first while the host launches the next (``TESSERA_GRAPH_CHUNK``; :func:`chunked`)."""
-
-    def __init__(self, graphs: Sequence[Any]) -> None:
-        self.graphs = list(graphs)
-
-    def replay(self) -> None:
-        for g in self.graphs:
-            g.replay()
-
-
-def chunked(items: Sequence[Any], chunk: int, home: int) -> list[Segment] | None:
-    """``items`` cut into segments of at most ``chunk`` launches, when they are launches on device ``home`` alone
-    (no copy, no sync) and more than ``chunk`` of them; else None (captured as one graph)."""
-    if not items or not all(isinstance(x, Segment) and x.device == home for x in items):
-        return None
-    steps = [st for x in items for st in x.steps]
-    if len(steps) <= chunk:
-        return None
-    return [Segment(home, steps[i:i + chunk]) for i in range(0, len(steps), chunk)]
-
-
-def capture_chain(machine: Machine, parts: Sequence[Segment], ctx: CallContext, home: int) -> tuple[Any, list] | None:
-    """Each of ``parts`` (launches of device ``home``) captured as one graph on the home stream, the graphs sharing
-    one memory pool (they replay in capture order, never concurrently); a :class:`GraphChain` of them, or None if
-    CUDA or this torch refuses one (the caller then captures one graph per segment)."""
-    pool = torch.cuda.graph_pool_handle() if isinstance(ctx.streams[home], torch.cuda.Stream) else None
-    graphs, keep = [], []
-    for part in parts:
-        runner = SegmentRunner(machine, LaunchRunner(machine, count=False), replay=False)
-        got = capture_graph(machine, lambda part=part: runner(part, ctx), [ctx.streams[home]], ctx.streams[home],
-                            home, "it replays one graph per device segment instead (TESSERA_GRAPH_CHUNK=0 captures "
-                            "one graph)", pool=pool)
-        if got is None:
-            return None
-        graphs.append(got[0])
-        keep.extend(got[1])
-    return GraphChain(graphs), keep
-
-
 def capture_graph(machine: Machine, issue: Callable[[], None], streams: Sequence[Any], main: Any, home: int,
-                  fallback: str, pool: Any = None) -> tuple[Any, list] | None:
+                  fallback: str) -> tuple[Any, list] | None:
     """Capture what ``issue()`` queues on ``streams`` as ONE CUDA graph, begun on ``main`` (the home device's
     stream); None, with a :class:`~torch_tessera.errors.TesseraFallbackWarning` that says ``fallback``, if CUDA or
     this torch refuses.
@@ -297,9 +255,7 @@ def capture_graph(machine: Machine, issue: Callable[[], None], streams: Sequence
     Every other CUDA stream in ``streams`` joins the capture through an event recorded on ``main`` (fork) and
     ``main`` waits for each of them at the end (join), so their work becomes nodes of the graph and the events
     between them its edges. Allocations on other memory domains (extern kernels' fresh outputs) come from a private
-    ``torch.cuda.MemPool`` per other GPU (:func:`private_pool`), returned to be kept alive with the graph. ``pool``:
-    the graph memory pool to capture into (a ``torch.cuda.graph_pool_handle()`` shared with graphs replayed in order
-    with this one); None: a pool of its own.
+    ``torch.cuda.MemPool`` per other GPU (:func:`private_pool`), returned to be kept alive with the graph.
 
     Returns:
         ``(graph, objects to keep alive with it)``, or None after logging and warning why the capture failed.
@@ -318,8 +274,7 @@ def capture_graph(machine: Machine, issue: Callable[[], None], streams: Sequence
     graph = torch.cuda.CUDAGraph()
     try:
         torch.cuda.synchronize()
-        pool = torch.cuda.graph_pool_handle() if pool is None else pool
-        with devices[home].guard(), torch.cuda.graph(graph, pool=pool, stream=main):
+        with devices[home].guard(), torch.cuda.graph(graph, pool=torch.cuda.graph_pool_handle(), stream=main):
             with contextlib.ExitStack() as stack:
                 for dev, pool in other_pools.values():
                     if pool is not None:
@@ -494,12 +449,7 @@ class CUDAGraphWrapper:
         first_outputs = [home.view(o).clone() if isinstance(o, TensorArg) else o.value for o in program.outputs]
         whole = None
         if ex.graph_mode == "whole":
-            chunk = GRAPH_CHUNK.get()
-            parts = chunked(items, chunk, ex.home) if chunk > 0 else None
-            if parts is not None:
-                whole = capture_chain(machine, parts, ctx, ex.home)
-            else:
-                whole = capture_whole(machine, items, ctx, ex.home, self._copy_streams(items, lane, pushes), pushes)
+            whole = capture_whole(machine, items, ctx, ex.home, self._copy_streams(items, lane, pushes), pushes)
         if whole is None:
             self._capture_segments(items, ctx)
         torch.cuda.synchronize()
@@ -514,10 +464,7 @@ class CUDAGraphWrapper:
         self._fast_path(state, inputs, bound)
         self.captures += 1
         n_copies = sum(isinstance(x, CopyStep) for x in items)
-        if isinstance(state.whole, GraphChain):
-            log.info("captured a chain of %d CUDA graphs of at most %d launches each (TESSERA_GRAPH_CHUNK)",
-                     len(state.whole.graphs), GRAPH_CHUNK.get())
-        elif whole is not None:
+        if whole is not None:
             log.info("captured one CUDA graph over %d devices (%d segments, %d copies inside it, %d of them push "
                      "kernels)", len(state.used_devices), sum(isinstance(x, Segment) for x in items), n_copies,
                      len(state.pushes))
