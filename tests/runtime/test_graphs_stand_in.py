@@ -25,6 +25,13 @@ from torch_tessera.models import llama_config
 pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the stand-in graph replaces CUDA graphs on CPU only")
 
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles from scratch: StatefulCounter.forward is compiled by other files too, and Dynamo's
+    recompile limit (8 per code object) would otherwise run it eagerly, with no executor recorded."""
+    torch._dynamo.reset()
+
+
 GRAPH_MODES = ["whole", "segments"]  # one graph over every device with the copies inside it / one per segment
 
 
@@ -109,3 +116,55 @@ def test_state_kept_on_its_owner_with_graphs(stand_in_graphs, mode):
             torch.testing.assert_close(compiled(x), ref(x), msg=lambda m: f"call {call}: {m}")
             torch.testing.assert_close(model.state, ref.state, msg=lambda m: f"state after call {call}: {m}")
     assert (ex.calls, ex.captures) == (3, 1)
+
+
+@pytest.mark.parametrize("options", [{"devices": "cpu:0", "policy": "home"},
+                                     {"devices": "cpu:0,cpu:1", "policy": "random", "seed": 3}],
+                         ids=["one-device", "random-placement-two-devices"])
+def test_generates_in_a_row_capture_once(stand_in_graphs, options):
+    """transformers makes a new static cache at every ``generate``: new cache-length counters (small STATE, copied
+    into the graph's storage) and K/V tensors that the prefill program creates (outputs, handed back in the storage
+    the last ``generate`` dropped). Three ``generate`` calls: tokens equal eager's, and each program captured once."""
+    from transformers import LlamaForCausalLM
+
+    config = llama_config("tiny")
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    eager = copy.deepcopy(model)
+    kwargs = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, cache_implementation="static",
+                  disable_compile=True)
+    torch._dynamo.reset()
+    backend = RecordingBackend(cuda_graphs="whole", **options)
+    model.forward = torch.compile(model.forward, backend=backend, dynamic=False)
+    with torch.no_grad():
+        for g in range(3):
+            ids = torch.randint(0, config.vocab_size, (1, 8))
+            want = eager.generate(ids, **kwargs)
+            got = model.generate(ids, **kwargs)
+            assert torch.equal(got, want), f"generate {g}: first difference at {int((got != want).nonzero()[0, 1])}"
+    prefill, decode = (r.executor for r in backend.executors)
+    assert (prefill.calls, decode.calls) == (3, 12)
+    assert (prefill.captures, decode.captures) == (1, 1), "a generate captured its programs again"
+
+
+def test_outputs_the_caller_keeps_are_not_overwritten(stand_in_graphs):
+    """An output still held when the graph replays keeps its values (a fresh tensor is handed out); one dropped is
+    handed back at the same address."""
+    torch.manual_seed(0)
+    model, ref = StatefulCounter(), StatefulCounter()
+    backend = RecordingBackend(cuda_graphs="whole", devices="cpu:0", policy="home")
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    with torch.no_grad():
+        xs = [torch.randn(4, 16) for _ in range(4)]
+        want = [ref(x) for x in xs]
+        kept = [compiled(xs[0]), compiled(xs[1])]  # the first replay's output is still held here
+        kept.append(compiled(xs[2]))
+        for k in range(3):
+            torch.testing.assert_close(kept[k], want[k], msg=lambda m: f"output of call {k}: {m}")
+        assert len({t.data_ptr() for t in kept}) == 3
+        address = kept[2].data_ptr()
+        del kept[2]
+        again = compiled(xs[3])
+        torch.testing.assert_close(again, want[3])
+        assert again.data_ptr() == address, "a dropped output's storage was not handed out again"

@@ -25,7 +25,9 @@ swapped:
    inside the graph). :attr:`CUDAGraphWrapper.captures` counts captures; ``check_addresses=True`` verifies before
    each replay that every storage a graph uses still has its capture-time address.
 
-Outputs are views of static storages, overwritten by the next call (as with ``mode="reduce-overhead"``).
+Outputs are the caller's own tensors: copied out of the static storages after each replay, into the storage the
+same output was handed out in last time when nothing else holds it any more, else into a fresh one
+(:func:`hand_out`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from torch_tessera.compat.torch_storage import tensors_on_storage
 from torch_tessera.errors import TesseraError
 from torch_tessera.lowering.program import BufferKind, TensorArg
 from torch_tessera.runtime import push as push_kernels
@@ -112,6 +115,8 @@ class GraphState:
     home_device: Any = None  # the home device's torch device
     static_keys: dict = field(default_factory=dict)  # static INPUT -> static_input_keys when placed in ``pools``
     warned_inference: bool = False  # logged that an inference-tensor static input is copied again every replay
+    handed: dict = field(default_factory=dict)  # output index -> the storage it was last handed out in (hand_out)
+    copy_back: list = field(default_factory=list)  # (input index, static view) of copied STATE, back after a call
 
 
 def segments(steps: Sequence[Any]) -> list[Any]:
@@ -339,7 +344,15 @@ def copy_inputs(program: Any, home: BufferPool, inputs: Sequence[Any], static: d
             home.view(spec).copy_(value, non_blocking=True)
 
 
-def bind_static(ex: Any, inputs: Sequence[Any], pools: list[BufferPool]) -> tuple[dict, dict]:
+#: STATE inputs of at most this many bytes kept on the home device are copied into the graph's own storage before
+#: each replay of a single call and back after it (one small memcpy node each way), instead of being bound at the
+#: caller's address, so a new tensor for them (transformers makes new cache-length counters at every ``generate``)
+#: does not make the graph capture again. Larger state (K/V caches, SSM state) stays bound in place.
+COPIED_STATE_MAX_BYTES = 4096
+
+
+def bind_static(ex: Any, inputs: Sequence[Any], pools: list[BufferPool],
+                copy_small_state: bool = False) -> tuple[dict, dict]:
     """Bind weights, state and static INPUTs of one call's ``inputs`` in ``pools`` where the caller keeps them; copy
     INPUT-kind inputs into static storages of the home pool (what a captured graph reads).
 
@@ -347,9 +360,11 @@ def bind_static(ex: Any, inputs: Sequence[Any], pools: list[BufferPool]) -> tupl
         ex: the executor (its public ``program``, ``home``, ``check_state_devices``, ``input_pool_index``).
         inputs: the call's graph inputs, in order.
         pools: the call's static pools, one per device.
+        copy_small_state: STATE inputs of at most :data:`COPIED_STATE_MAX_BYTES` kept on the home device are copied
+            into static storages too, like INPUTs (the caller copies them back after each replay).
 
     Returns:
-        ``(static storage by INPUT buffer, bound buffer -> the caller's address)``.
+        ``(static storage by copied buffer, bound buffer -> the caller's address)``.
     """
     program = ex.program
     home = pools[ex.home]
@@ -361,7 +376,9 @@ def bind_static(ex: Any, inputs: Sequence[Any], pools: list[BufferPool]) -> tupl
         if not isinstance(spec, TensorArg) or spec.buffer in home or spec.buffer in bound:
             continue
         kind = program.buffers[spec.buffer].kind
-        if kind == BufferKind.INPUT and spec.buffer not in static_in_place:
+        small_state = (copy_small_state and kind == BufferKind.STATE and ex.input_pool_index(spec.buffer) == ex.home
+                       and program.buffers[spec.buffer].nbytes <= COPIED_STATE_MAX_BYTES)
+        if (kind == BufferKind.INPUT and spec.buffer not in static_in_place) or small_state:
             home.allocate(spec.buffer, program.buffers[spec.buffer].nbytes)
             static_inputs[spec.buffer] = home.storages[spec.buffer]
         else:  # weights, state and static INPUTs, bound where the caller keeps them (state may live elsewhere)
@@ -369,6 +386,38 @@ def bind_static(ex: Any, inputs: Sequence[Any], pools: list[BufferPool]) -> tupl
             bound[spec.buffer] = value.data_ptr()
     copy_inputs(program, home, inputs, static_inputs)
     return static_inputs, bound
+
+
+def copy_state_back(state: GraphState, inputs: Sequence[Any]) -> None:
+    """Copy the STATE inputs the graph keeps in its own storage (:data:`COPIED_STATE_MAX_BYTES`) back into the
+    caller's tensors, on the current stream (the replay was issued on it, or waited for on the host)."""
+    for k, static in state.copy_back:
+        inputs[k].copy_(static, non_blocking=True)
+
+
+def hand_out(state: GraphState, k: int, view: torch.Tensor, fresh: bool = False) -> torch.Tensor:
+    """Output ``k`` of a replay, ``view`` (a view of the graph's static storage, rewritten by every replay), as a
+    tensor the caller owns: copied into the storage output ``k`` was handed out in last time when no tensor but the
+    wrapper's own still holds it, else cloned into a fresh one (kept for the next call).
+
+    So an output the caller keeps stays as it was (a fresh clone each call while it is held), and an output the
+    caller dropped comes back at the same address. That matters for state a program creates and a later program
+    reads: transformers' static cache is made by the prefill program (its K/V tensors and length counters are
+    outputs) and bound by address in the decode graph, so a new address at every ``generate`` would make the decode
+    graph capture again (warm-up pass, capture, instantiation) once per ``generate``.
+
+    The copy runs on the current stream, after any work queued there that read the previous output, like the
+    caching allocator's reuse of freed memory. ``fresh``: ``view`` is already a tensor of the wrapper's own (the
+    capturing call's clone), kept as it is.
+    """
+    kept = state.handed.get(k)
+    if fresh:
+        kept = state.handed[k] = view
+    elif kept is not None and kept.shape == view.shape and tensors_on_storage(kept) == 1:
+        kept.copy_(view)
+    else:
+        kept = state.handed[k] = view.clone()
+    return kept.as_strided(kept.shape, kept.stride(), kept.storage_offset())  # the caller's tensor; ours stays
 
 
 class CUDAGraphWrapper:
@@ -426,7 +475,7 @@ class CUDAGraphWrapper:
             for p, w in zip(pools, ex.placed_pools):
                 p.storages.update(w.storages)
         ctx = CallContext(pools, streams, lane=lane, trace=getattr(ex, "trace", None))
-        static_inputs, bound = self._bind_static(inputs, pools)
+        static_inputs, bound = self._bind_static(inputs, pools, single=lane is None)
         torch.cuda.synchronize()  # the warm-up below runs on other streams: the static inputs must have landed
         for step in ex.schedule.setup if lane is None else ():
             ex.place_weight(step, ctx)  # a copy, or a storage shared through the executor's weight cache
@@ -473,8 +522,8 @@ class CUDAGraphWrapper:
                      n_copies)
         return state, ctx
 
-    def _bind_static(self, inputs: Sequence[Any], pools: list[BufferPool]) -> tuple[dict, dict]:
-        return bind_static(self.runnable, inputs, pools)
+    def _bind_static(self, inputs: Sequence[Any], pools: list[BufferPool], single: bool = False) -> tuple[dict, dict]:
+        return bind_static(self.runnable, inputs, pools, copy_small_state=single)
 
     def _eager_items(self, items: Sequence[Any], pushes: frozenset) -> list[ExecItem]:
         """Exec items of the warm-up pass: segments launch by launch, copies eagerly (push kernels where planned)."""
@@ -556,6 +605,9 @@ class CUDAGraphWrapper:
                 state.bound_list.append((k, value.data_ptr()))
             elif isinstance(spec, TensorArg) and spec.buffer in state.static_inputs:
                 state.copy_list.append((k, state.pools[home].view(spec)))
+                if program.buffers[spec.buffer].kind == BufferKind.STATE and spec.buffer not in seen:
+                    seen.add(spec.buffer)  # copied state: written by the graph, copied back to the caller's tensor
+                    state.copy_back.append((k, state.pools[home].view(spec)))
         used = {home}
         for item in state.items:
             if isinstance(item, Segment):
@@ -608,10 +660,13 @@ class CUDAGraphWrapper:
             state, ctx = self.capture(inputs, key)
             self.entries[key] = state
             ex.join_caller(self.streams)
+            copy_state_back(state, inputs)
             ex.calls += 1
             ex.cut_edges_transferred = len(ctx.edges)
             first, state.first_outputs = state.first_outputs, None
-            return first  # the warm-up ran this call; replaying now would apply in-place state updates twice
+            # the warm-up ran this call; replaying now would apply in-place state updates twice
+            return [hand_out(state, k, t, fresh=True) if isinstance(t, torch.Tensor) else t
+                    for k, t in enumerate(first)]
         if self.check_addresses:
             for (i, b), ptr in state.addresses.items():
                 if state.pools[i].storages[b].data_ptr() != ptr:
@@ -624,11 +679,12 @@ class CUDAGraphWrapper:
             self._call_on_caller_stream(state, inputs, edges)
         else:
             self._call_on_own_streams(state, inputs, edges)
+        copy_state_back(state, inputs)
         ex.cut_edges_transferred = len(edges)
         ex.calls += 1
         home = state.pools[ex.home]
-        # cloned: a replay rewrites the graph's static storages, and a caller may keep the last call's outputs
-        return [home.view(o).clone() if isinstance(o, TensorArg) else o.value for o in ex.program.outputs]
+        return [hand_out(state, k, home.view(o)) if isinstance(o, TensorArg) else o.value
+                for k, o in enumerate(ex.program.outputs)]
 
     def _call_on_own_streams(self, state: GraphState, inputs: Sequence[Any], edges: set) -> None:
         """One call on the wrapper's streams: join the caller's, copy the inputs in, replay the whole graph (or the
