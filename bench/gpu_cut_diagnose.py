@@ -243,7 +243,7 @@ def launch_costs(runner, batch: list, repeats: int = 5) -> tuple[Any, dict]:
                         out[r, launch, g] = a.elapsed_time(b) / 1e3
             totals.append({"device": dev.spec.name, "launches": n,
                            "plain_graph_s": _plain_program_graph(ex, g, batch, runs),
-                           "no_events_s": _no_events(ex, g, batch, runs)})
+                           "no_events_s": _guarded(lambda: _no_events(ex, g, batch, runs), f"no-events run on {g}")})
     how = "behind a spin kernel" if spun else "without a spin kernel (host gaps included)"
     names = tuple(s.name for s in specs)
     kernels = tuple(range(n))
@@ -265,6 +265,18 @@ def _event(stream) -> Any:
     e = torch.cuda.Event(enable_timing=True)
     e.record(stream)
     return e
+
+
+def _guarded(fn, what: str) -> Any:
+    """``fn()``, or None (logged) if it raises anything but a CUDA error: a figure of the diagnosis is reported as
+    missing and the rest runs; a CUDA error poisons the context, so it propagates."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        if is_cuda_error(e):
+            raise
+        log.warning("%s failed: %s", what, e)
+        return None
 
 
 def _device_seconds(stream, work, lead_s: float) -> float:
@@ -305,6 +317,8 @@ def _plain_program_graph(ex, g: int, batch: list, repeats: int) -> float | None:
             lead = LEAD_PER_LAUNCH_S * 4
             return statistics.median(_device_seconds(streams[g], graph.replay, lead) for _ in range(repeats))
     except Exception as e:  # noqa: BLE001 - a figure of the diagnosis, not the measurement: reported as missing
+        if is_cuda_error(e) and "captur" not in str(e):
+            raise
         log.warning("plain graph of the program on device %d failed: %s", g, e)
         torch.cuda.synchronize()
         return None
@@ -440,7 +454,9 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
                 mine = (r, f"{r}@graph", f"plain-{r[6:]}" if r.startswith("alone-") else None)
                 for k in [k for k in device if k in mine]:
                     for _ in range(args.calls):
-                        dtimes[k].append(device[k]())
+                        got_s = _guarded(device[k], f"{where}: device timing {k}")
+                        if got_s is not None:
+                            dtimes[k].append(got_s)
                 sync()
     med = {k: statistics.median(v) for k, v in times.items()}
     med.update({f"device:{k}": statistics.median(v) for k, v in dtimes.items() if v})
