@@ -19,7 +19,8 @@ reads real values. On CPU virtual devices nothing can be captured: every mode is
 
 On a GPU, each captured mode is also timed on the device (CUDA events on the replay's home stream, queued behind a
 spin kernel so the host's prelude is hidden): ``device:M`` the whole call (input copies, graph replay, output clones),
-``device:M@graph`` the captured graph's replay alone, and beside each ``alone-D`` a ``device:plain-D``: device D's
+``device:M@graph`` the captured graph's replay alone, ``host-issue:M`` the host's seconds from the call's start to
+its last issue (before its wait), and beside each ``alone-D`` a ``device:plain-D``: device D's
 launches of that share captured as one plain CUDA graph (no runtime copies, clones or stream joins). Per model, each
 device's program is timed whole as a plain graph and without events, and its per-launch costs three ways (event pair,
 minimum of 3: the costs every simulation reads unless named; event pair, median; one event between launches,
@@ -420,6 +421,7 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
             rep.on_step = lambda stage, r=r: (sync(), say(f"{where}: {r}: {stage} done"))
     times: dict[str, list[float]] = {k: [] for k in names}
     issue: list[float] = []
+    host_issue: dict[str, list[float]] = {k: [] for k in names}
     base = names[0]
     with torch.no_grad():
         say(f"{where}: {base}: first call ({'bind, warm-up, capture' if hasattr(replays[base], 'on_step') else 'eager'})")
@@ -450,6 +452,8 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
                     times[r].append(time.perf_counter() - t0)
                     if r == "eager":
                         issue.append(replays[r].last_issue_seconds)
+                    elif hasattr(replays[r], "last_issue_seconds"):
+                        host_issue[r].append(replays[r].last_issue_seconds)
                 sync()
                 mine = (r, f"{r}@graph", f"plain-{r[6:]}" if r.startswith("alone-") else None)
                 for k in [k for k in device if k in mine]:
@@ -462,6 +466,7 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
     med.update({f"device:{k}": statistics.median(v) for k, v in dtimes.items() if v})
     if issue:
         med["eager-host-issue"] = statistics.median(issue)
+    med.update({f"host-issue:{k}": statistics.median(v) for k, v in host_issue.items() if v})
     med["captures"] = sum(getattr(r, "captures", 0) for r in replays.values())
     return med, got
 
@@ -626,6 +631,8 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
     runner.set_placement({i: 0 for i in sorted(runner.dag.graph.nodes)})
     with torch.no_grad():
         want = [[o.clone() if isinstance(o, torch.Tensor) else o for o in runner.executor.run(list(b))] for b in batches]
+    out["output_bytes"] = sum(o.numel() * o.element_size() for o in want[0] if isinstance(o, torch.Tensor))
+    out["input_bytes"] = sum(a.numel() * a.element_size() for a in inputs if isinstance(a, torch.Tensor))
     say(f"{name}: plans {args.plans}")
     chosen = plans(runner, costs, topo, args.plans)
     for plan_name, p in chosen.items():
@@ -773,11 +780,12 @@ def device_markdown(m: dict) -> list[str]:
               "whole call, `graph` = the captured graph's replay alone; `plain` = each device's launches as one "
               "plain graph, max over devices) and the simulations (`sim` = pair-min3 costs whole; `plain-cal` = "
               "costs calibrated to the plain program graph; `median` / `between` = those cost tables whole).", "",
-              "| plan | executed host ms | executed device ms | executed graph ms | alone host max ms | "
+              "| plan | executed host ms | executed host issue ms | executed device ms | executed graph ms | "
+              "alone host max ms | "
               "alone graph max ms | plain max ms | sim ms | sim plain-cal ms | sim median ms | sim between ms | "
               "host / sim | device / sim | host / plain-cal | device / plain-cal | graph / plain-cal | "
               "plain / plain-cal |",
-              "| --- |" + " ---: |" * 16]
+              "| --- |" + " ---: |" * 17]
     for name, r in plans_.items():
         sec = r.get("seconds", {})
         alone = [v for k, v in sec.items() if k.startswith("alone-")]
@@ -786,7 +794,8 @@ def device_markdown(m: dict) -> list[str]:
         host, dev, gr = sec.get("executed"), sec.get("device:executed"), sec.get("device:executed@graph")
         sim, cal = r.get("simulated_s"), r.get("simulated_plain_s")
         pmax = max(plain) if plain else None
-        lines.append(f"| {name} | {_ms(host)} | {_ms(dev)} | {_ms(gr)} | {_ms(max(alone) if alone else None)} | "
+        lines.append(f"| {name} | {_ms(host)} | {_ms(sec.get('host-issue:executed'))} | {_ms(dev)} | {_ms(gr)} | "
+                     f"{_ms(max(alone) if alone else None)} | "
                      f"{_ms(max(agraph) if agraph else None)} | {_ms(pmax)} | {_ms(sim)} | {_ms(cal)} | "
                      f"{_ms(r.get('simulated_pair_median_s'))} | {_ms(r.get('simulated_between_median_s'))} | "
                      f"{_ratio(host, sim)} | {_ratio(dev, sim)} | {_ratio(host, cal)} | {_ratio(dev, cal)} | "
