@@ -1,4 +1,4 @@
-# commit 009da8c (branch mambasim): run from the repo root on one H200 (torch 2.11 / triton 3.6); output under $OUT; ~4 min.
+# commit 7727099 (branch mambasim): run from the repo root on one H200 (torch 2.11 / triton 3.6); output under $OUT; ~4 min.
 # Issue 23, session 14: executed against simulated for Mamba, Llama and the MMDiT (8 layers) on cuda:0@104sm,cuda:0@24sm,
 # with the captured replay timed on the host AND on the device (whole call; graph alone), a plain CUDA graph of each
 # device's share, each device's program as a plain graph, and per-launch costs three ways (bench/gpu_cut_diagnose.py).
