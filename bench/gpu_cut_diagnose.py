@@ -52,7 +52,7 @@ Writes ``DIR/cut_diagnose.json`` and ``DIR/cut_diagnose.md`` (rewritten after ev
 simulations read (per model ``sim_inputs``: the measured per-launch costs per device, links, DRAM figures; per plan
 ``schedule``: its steps; :mod:`torch_tessera.scheduler.simrecord`), so they can be recomputed without the GPU::
 
-    python bench/gpu_cut_diagnose.py --resimulate DIR/cut_diagnose.json [--overlap-us 2.0] [--out DIR2]
+    python bench/gpu_cut_diagnose.py --resimulate DIR/cut_diagnose.json [--overlap-us 2.0] [--call-us 680] [--out DIR2]
 
 writes ``cut_diagnose_resimulated.json`` / ``.md``. ``simulated_s`` is the captured replay as the planner simulates
 it (every measured cost whole: the figure the Must-show compares with), ``simulated_overlap_s`` the same with
@@ -747,8 +747,21 @@ def markdown(res: dict) -> str:
                          f"{_ms(s.get('eager'))} | {_ms(r.get('eager_simulated_s'))} | {_ms(s.get('eager-host-issue'))} "
                          f"| {r['correct']} |")
         lines.append("")
+        lines += call_markdown(m)
         lines += device_markdown(m)
     return "\n".join(lines) + "\n"
+
+
+def call_markdown(m: dict) -> list[str]:
+    """Executed against the captured-call model (``--resimulate --call-us``), where computed."""
+    got = [(k, r) for k, r in m["plans"].items() if "simulated_call_s" in r]
+    if not got:
+        return []
+    lines = ["| plan | executed ms | simulated (overlap + call) ms | executed / that |", "| --- | ---: | ---: | ---: |"]
+    for k, r in got:
+        ex = r.get("seconds", {}).get("executed")
+        lines.append(f"| {k} | {_ms(ex)} | {_ms(r['simulated_call_s'])} | {_ratio(ex, r['simulated_call_s'])} |")
+    return lines + [""]
 
 
 def _ratio(a, b) -> str:
@@ -828,7 +841,23 @@ def setup_log(out: Path) -> Path:
     return path
 
 
-def resimulate_file(path: Path, out: Path | None, overlap_us: float | None) -> dict:
+def call_simulation(schedule: dict, inputs: dict, model: dict, micro_batches: int, call_s: float,
+                    overlap_s: float | None = None) -> float:
+    """Seconds of one captured call: the schedule with the graph overlap plus
+    :class:`~torch_tessera.scheduler.issue.CallCost` (``call_s`` host seconds per call; the model's saved output and
+    input bytes per micro-batch, none in files before session 14, copied at the home device's DRAM bandwidth)."""
+    from torch_tessera.scheduler.issue import CallCost, GraphIssue
+    from torch_tessera.scheduler.simrecord import resimulate
+
+    nbytes = micro_batches * (model.get("output_bytes", 0) + model.get("input_bytes", 0))
+    mem = inputs.get("memory")
+    bw = mem["device_bandwidth"][0] if mem else 1.0
+    call = CallCost(host=call_s, copy_bytes=nbytes if mem else 0.0, bandwidth=bw, source="--call-us")
+    kw = {} if overlap_s is None else {"overlap": overlap_s, "source": "--overlap-us"}
+    return resimulate(schedule, inputs, graph=GraphIssue(call=call, **kw))
+
+
+def resimulate_file(path: Path, out: Path | None, overlap_us: float | None, call_us: float | None = None) -> dict:
     """Every plan's simulations of a saved ``cut_diagnose.json`` recomputed from its saved costs and schedules
     (:func:`simulations`), with the executed / simulated ratios; written to ``out`` (default: ``path``'s folder) as
     ``cut_diagnose_resimulated.json`` / ``.md``.
@@ -856,6 +885,15 @@ def resimulate_file(path: Path, out: Path | None, overlap_us: float | None) -> d
                 r["executed_over_simulated"] = executed / r["simulated_s"]
             if "eager" in r.get("seconds", {}):
                 r["eager_over_simulated"] = r["seconds"]["eager"] / r["eager_simulated_s"]
+            if call_us is not None:
+                overlap_s = None if overlap_us is None else overlap_us * 1e-6
+                r["simulated_call_s"] = call_simulation(r["schedule"], m["sim_inputs"], m, res["micro_batches"],
+                                                        call_us * 1e-6, overlap_s)
+                if executed is not None:
+                    r["executed_over_call"] = executed / r["simulated_call_s"]
+    if call_us is not None:
+        res["resimulated"] += f"; simulated_call_s: the graph overlap plus {call_us:g} us of host per call and the " \
+                              "copies in and out"
     out = out or path.parent
     out.mkdir(parents=True, exist_ok=True)
     (out / "cut_diagnose_resimulated.json").write_text(json.dumps(res, indent=1, default=str))
@@ -872,6 +910,10 @@ def parse_args(argv=None):
                          "and schedules")
     ap.add_argument("--overlap-us", type=float, default=None,
                     help="with --resimulate: microseconds of graph overlap per launch instead of GraphIssue's default")
+    ap.add_argument("--call-us", type=float, default=None,
+                    help="with --resimulate: also simulate each plan's captured call (simulated_call_s): the graph "
+                         "overlap plus this many microseconds of host work per call and the call's copies in and out "
+                         "(scheduler.issue.CallCost)")
     ap.add_argument("--model", default="llama,mamba,dit", help="comma-separated registry models")
     ap.add_argument("--plans", default=",".join(PLANS), help=f"comma-separated, of {PLANS}")
     ap.add_argument("--modes", default=",".join(MODES),
@@ -899,6 +941,8 @@ def parse_args(argv=None):
         ap.error("--out DIR is required (or --resimulate JSON for an offline re-simulation)")
     if args.overlap_us is not None and (args.resimulate is None or args.overlap_us < 0):
         ap.error("--overlap-us takes microseconds >= 0 and goes with --resimulate")
+    if args.call_us is not None and (args.resimulate is None or not args.call_us >= 0):
+        ap.error("--call-us takes microseconds >= 0 and goes with --resimulate")
     if args.launch_blocking:
         import os
 
@@ -924,7 +968,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.resimulate is not None:
-        print(markdown(resimulate_file(args.resimulate, args.out, args.overlap_us)))
+        print(markdown(resimulate_file(args.resimulate, args.out, args.overlap_us, args.call_us)))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     log_path = setup_log(args.out)
