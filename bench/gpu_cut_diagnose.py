@@ -17,6 +17,16 @@ every launch on device 0, the others on device 1, with no waits (one memory doma
 weights). Every mode after ``executed`` runs in the buffers of the executed replay, so a mode that drops steps still
 reads real values. On CPU virtual devices nothing can be captured: every mode is issued from the host (plumbing only).
 
+On a GPU, each captured mode is also timed on the device (CUDA events on the replay's home stream, queued behind a
+spin kernel so the host's prelude is hidden): ``device:M`` the whole call (input copies, graph replay, output clones),
+``device:M@graph`` the captured graph's replay alone, ``host-issue:M`` the host's seconds from the call's start to
+its last issue (before its wait), and beside each ``alone-D`` a ``device:plain-D``: device D's
+launches of that share captured as one plain CUDA graph (no runtime copies, clones or stream joins). Per model, each
+device's program is timed whole as a plain graph and without events, and its per-launch costs three ways (event pair,
+minimum of 3: the costs every simulation reads unless named; event pair, median; one event between launches,
+median): :func:`launch_costs`. The simulations read each table, and the primary costs calibrated to the plain program
+graph (``simulated_plain_s``); ``cut_diagnose.md`` puts them beside the host and device timings.
+
 Per plan: cut edges, the executed step, the simulated step (:func:`torch_tessera.scheduler.simulate.simulate` with the
 measured per-launch costs, the planner's bandwidth figures, DRAM shared by SM count, for the captured graph no host
 cost and :class:`~torch_tessera.scheduler.issue.GraphIssue`'s overlap, :class:`~torch_tessera.scheduler.issue.HostIssue`
@@ -42,7 +52,7 @@ Writes ``DIR/cut_diagnose.json`` and ``DIR/cut_diagnose.md`` (rewritten after ev
 simulations read (per model ``sim_inputs``: the measured per-launch costs per device, links, DRAM figures; per plan
 ``schedule``: its steps; :mod:`torch_tessera.scheduler.simrecord`), so they can be recomputed without the GPU::
 
-    python bench/gpu_cut_diagnose.py --resimulate DIR/cut_diagnose.json [--overlap-us 2.0] [--out DIR2]
+    python bench/gpu_cut_diagnose.py --resimulate DIR/cut_diagnose.json [--overlap-us 2.0] [--call-us 680] [--out DIR2]
 
 writes ``cut_diagnose_resimulated.json`` / ``.md``. ``simulated_s`` is the captured replay as the planner simulates
 it (every measured cost whole: the figure the Must-show compares with), ``simulated_overlap_s`` the same with
@@ -165,10 +175,33 @@ def micro_batches(spec, args, template, inputs, n: int, device: str, seed: int =
 LEAD_PER_LAUNCH_S = 400e-6
 
 
-def launch_costs(runner, batch: list, repeats: int = 3):
-    """Seconds of each launch on each device alone: CUDA events around every launch of the program placed whole on
-    that device, all queued behind a spin kernel so the GPU runs them back to back (otherwise each would include the
-    host's issue gap); minimum of ``repeats`` runs. On CPU the roofline model (plumbing only)."""
+#: event-pair repeats whose minimum is the primary per-launch cost (the method of every run before session 14, kept so
+#: the ``simulated`` column stays comparable); the other figures take the median of ``--cost-repeats`` runs
+PAIR_MIN_OF = 3
+
+
+def launch_costs(runner, batch: list, repeats: int = 5) -> tuple[Any, dict]:
+    """Seconds of each launch on each device alone, timed several ways, and each device's whole program timed back
+    to back. On CPU the roofline model and no variants (plumbing only).
+
+    Per device, the program placed whole on it, every run queued behind a spin kernel so the GPU runs the launches
+    back to back (otherwise each would include the host's issue gap), ``repeats`` runs of each method:
+
+    * ``pair-min3`` (the returned table): an event pair around every launch, minimum of the first
+      :data:`PAIR_MIN_OF` runs;
+    * ``pair-median``: the same event pairs, median of the ``repeats`` runs;
+    * ``between-median``: one event between consecutive launches (a launch's cost runs from the previous launch's
+      event to its own), median of ``repeats`` runs;
+
+    and per device (``totals``): each table's sum, ``plain_graph_s`` (the program's launches alone captured as one
+    CUDA graph on a stream of that device, no input copies, no output clones, no other stream; median of ``repeats``
+    replays, events around the replay) and ``no_events_s`` (the launches issued back to back without events or graph,
+    events only around the whole run; median).
+
+    Returns:
+        ``(costs, extras)``: the primary :class:`~torch_tessera.target.costs.CostTable` and ``{"variants": {name:
+        CostTable}, "totals": [per device dict]}`` (both empty on CPU).
+    """
     from torch_tessera.backend.pipeline import estimate
     from torch_tessera.compat.torch_cuda import spin
     from torch_tessera.runtime.schedule import LaunchStep
@@ -176,37 +209,133 @@ def launch_costs(runner, batch: list, repeats: int = 3):
 
     specs = [d.spec for d in runner.devices]
     if runner.devices[0].torch_device.type != "cuda":
-        return estimate(runner.program, specs)[0]
+        return estimate(runner.program, specs)[0], {"variants": {}, "totals": []}
     n = len(runner.program.launches)
-    secs = np.zeros((n, len(specs)))
+    runs = max(repeats, PAIR_MIN_OF)
+    pair = np.full((runs, n, len(specs)), np.inf)
+    between = np.full((runs, n, len(specs)), np.inf)
+    totals: list[dict] = []
     spun = True
     for g, dev in enumerate(runner.devices):
         runner.set_placement({i: g for i in range(n)})
         ex = runner.executor
+        stream = ex.streams[g]
         with torch.no_grad():
             ex.run(list(batch))  # places the weights, compiles for this device
-            best = np.full(n, np.inf)
-            for _ in range(repeats):
-                ctx = ex.call_context(ex.bind_call(list(batch)), ex.streams)
-                stream = ex.streams[g]
-                marks = []
-                with dev.guard(), torch.cuda.stream(stream):
-                    spun = spin(LEAD_PER_LAUNCH_S * n) and spun
-                for item in ex.items:
-                    if isinstance(item.step, LaunchStep):
-                        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        a.record(stream)
-                        item.run(ctx)
-                        b.record(stream)
-                        marks.append((item.step.launch, a, b))
-                    else:
-                        item.run(ctx)
-                dev.synchronize()
-                for launch, a, b in marks:
-                    best[launch] = min(best[launch], a.elapsed_time(b) / 1e3)
-        secs[:, g] = best
+            for r in range(runs):
+                for method, out in (("pair", pair), ("between", between)):
+                    ctx = ex.call_context(ex.bind_call(list(batch)), ex.streams)
+                    with dev.guard(), torch.cuda.stream(stream):
+                        spun = spin(LEAD_PER_LAUNCH_S * n) and spun
+                    marks = []
+                    last = _event(stream)
+                    for item in ex.items:
+                        if isinstance(item.step, LaunchStep):
+                            if method == "pair":
+                                last = _event(stream)
+                            item.run(ctx)
+                            end = _event(stream)
+                            marks.append((item.step.launch, last, end))
+                            last = end
+                        else:
+                            item.run(ctx)
+                    dev.synchronize()
+                    for launch, a, b in marks:
+                        out[r, launch, g] = a.elapsed_time(b) / 1e3
+            totals.append({"device": dev.spec.name, "launches": n,
+                           "plain_graph_s": _plain_program_graph(ex, g, batch, runs),
+                           "no_events_s": _guarded(lambda: _no_events(ex, g, batch, runs), f"no-events run on {g}")})
     how = "behind a spin kernel" if spun else "without a spin kernel (host gaps included)"
-    return CostTable(tuple(s.name for s in specs), tuple(range(n)), secs, source=f"cuda events {how}, gpu_cut_diagnose")
+    names = tuple(s.name for s in specs)
+    kernels = tuple(range(n))
+
+    def table(secs, what):
+        return CostTable(names, kernels, secs, source=f"cuda events {how}, {what}, gpu_cut_diagnose")
+
+    costs = table(pair[:PAIR_MIN_OF].min(axis=0), f"event pair per launch, min of {PAIR_MIN_OF}")
+    variants = {"pair-median": table(np.median(pair, axis=0), f"event pair per launch, median of {runs}"),
+                "between-median": table(np.median(between, axis=0), f"one event between launches, median of {runs}")}
+    for g, t in enumerate(totals):
+        t["sum_pair_min3_s"] = float(costs.seconds[:, g].sum())
+        for name, v in variants.items():
+            t[f"sum_{name.replace('-', '_')}_s"] = float(v.seconds[:, g].sum())
+    return costs, {"variants": variants, "totals": totals}
+
+
+def _event(stream) -> Any:
+    e = torch.cuda.Event(enable_timing=True)
+    e.record(stream)
+    return e
+
+
+def _guarded(fn, what: str) -> Any:
+    """``fn()``, or None (logged) if it raises anything but a CUDA error: a figure of the diagnosis is reported as
+    missing and the rest runs; a CUDA error poisons the context, so it propagates."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        if is_cuda_error(e):
+            raise
+        log.warning("%s failed: %s", what, e)
+        return None
+
+
+def _device_seconds(stream, work, lead_s: float) -> float:
+    """GPU seconds of what ``work()`` queues on ``stream``: events around it, queued behind a spin kernel of
+    ``lead_s`` so the host's issue time is hidden (the host waits for the end)."""
+    from torch_tessera.compat.torch_cuda import spin
+
+    with torch.cuda.stream(stream):
+        spin(lead_s)
+        a = _event(stream)
+        work()
+        b = _event(stream)
+    b.synchronize()
+    return a.elapsed_time(b) / 1e3
+
+
+def _plain_program_graph(ex, g: int, batch: list, repeats: int) -> float | None:
+    """Median seconds of the program's launches (placed whole on device ``g``) captured as one plain CUDA graph on a
+    fresh stream of ``g``: no input copies, no clones, no other stream. None (logged) if the capture fails."""
+    from torch_tessera.runtime.realize import CallContext
+    from torch_tessera.runtime.schedule import LaunchStep
+
+    dev = ex.devices[g]
+    streams = [d.new_stream() if d.torch_device.type == "cuda" else None for d in ex.devices]
+    try:
+        with torch.no_grad(), dev.guard():
+            ctx = CallContext(ex.bind_call(list(batch)), streams)  # nothing freed: every buffer stays bound
+            torch.cuda.synchronize()  # what bind_call queued on the executor's streams has landed
+            for item in ex.items:  # warm: every buffer allocated, the inputs in place
+                item.run(ctx)
+            dev.synchronize()
+            launches = [it for it in ex.items if isinstance(it.step, LaunchStep)]
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=streams[g]):
+                for it in launches:
+                    it.run(ctx)
+            dev.synchronize()
+            lead = LEAD_PER_LAUNCH_S * 4
+            return statistics.median(_device_seconds(streams[g], graph.replay, lead) for _ in range(repeats))
+    except Exception as e:  # noqa: BLE001 - a figure of the diagnosis, not the measurement: reported as missing
+        if is_cuda_error(e) and "captur" not in str(e):
+            raise
+        log.warning("plain graph of the program on device %d failed: %s", g, e)
+        torch.cuda.synchronize()
+        return None
+
+
+def _no_events(ex, g: int, batch: list, repeats: int) -> float:
+    """Median seconds of the program's items issued back to back on device ``g``'s stream behind a spin kernel,
+    events only around the whole run."""
+    dev = ex.devices[g]
+    n = len(ex.items)
+    out = []
+    with torch.no_grad(), dev.guard():
+        for _ in range(repeats):
+            ctx = ex.call_context(ex.bind_call(list(batch)), ex.streams)
+            out.append(_device_seconds(ex.streams[g], lambda: [it.run(ctx) for it in ex.items], LEAD_PER_LAUNCH_S * n))
+    return statistics.median(out)
 
 
 def plans(runner, costs, topo, names) -> dict[str, dict]:
@@ -292,6 +421,7 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
             rep.on_step = lambda stage, r=r: (sync(), say(f"{where}: {r}: {stage} done"))
     times: dict[str, list[float]] = {k: [] for k in names}
     issue: list[float] = []
+    host_issue: dict[str, list[float]] = {k: [] for k in names}
     base = names[0]
     with torch.no_grad():
         say(f"{where}: {base}: first call ({'bind, warm-up, capture' if hasattr(replays[base], 'on_step') else 'eager'})")
@@ -308,6 +438,10 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
         for rep in replays.values():  # the timed calls: no synchronizing hook inside the timings
             if hasattr(rep, "on_step"):
                 rep.on_step = None
+        device = device_timers(replays, base, batches, pools) if on_cuda else {}
+        for k in device:
+            say(f"{where}: {k}: device-side timer ready")
+        dtimes: dict[str, list[float]] = {k: [] for k in device}
         for rnd in range(args.rounds):
             for r in (names if rnd % 2 == 0 else names[::-1]):
                 say(f"{where}: {r}: round {rnd}, {args.calls} timed calls")
@@ -318,25 +452,96 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
                     times[r].append(time.perf_counter() - t0)
                     if r == "eager":
                         issue.append(replays[r].last_issue_seconds)
+                    elif hasattr(replays[r], "last_issue_seconds"):
+                        host_issue[r].append(replays[r].last_issue_seconds)
+                sync()
+                mine = (r, f"{r}@graph", f"plain-{r[6:]}" if r.startswith("alone-") else None)
+                for k in [k for k in device if k in mine]:
+                    for _ in range(args.calls):
+                        got_s = _guarded(device[k], f"{where}: device timing {k}")
+                        if got_s is not None:
+                            dtimes[k].append(got_s)
                 sync()
     med = {k: statistics.median(v) for k, v in times.items()}
+    med.update({f"device:{k}": statistics.median(v) for k, v in dtimes.items() if v})
     if issue:
         med["eager-host-issue"] = statistics.median(issue)
+    med.update({f"host-issue:{k}": statistics.median(v) for k, v in host_issue.items() if v})
     med["captures"] = sum(getattr(r, "captures", 0) for r in replays.values())
     return med, got
 
 
-def sim_inputs(runner, costs, topo) -> dict:
+#: seconds of spin-kernel lead before a device-timed call: more than the host's prelude to a graph replay (input
+#: checks, copies, the graph launch), so the events time the GPU's work, not the host's
+CALL_LEAD_S = 3e-3
+
+
+def device_timers(replays: dict, base: str, batches, pools) -> dict[str, Any]:
+    """Device-side timers (each a callable returning GPU seconds, events on the replay's home stream behind a spin
+    kernel) of every captured mode ``r``: ``r`` (the whole call: input copies, graph replay, output clones; the end
+    event is recorded when the host has waited, so it adds the host's wake-up, some microseconds),
+    ``r@graph`` (the captured graph's replay alone), and for each ``alone-D`` a ``plain-D`` (device D's launches of
+    that share, in its order, captured as one plain CUDA graph on D's stream: no input copies, no clones, no other
+    stream, no runtime joins). Modes that did not capture (eager, CPU, a capture fallback) get none."""
+    out: dict[str, Any] = {}
+    for r, rep in replays.items():
+        if getattr(rep, "graph", None) is None or rep.streams is None:
+            continue
+        main = rep.streams[rep.executor.home]
+        lent = None if r == base else pools
+        out[r] = lambda rep=rep, main=main, lent=lent: _device_seconds(main, lambda: rep.run(batches, lent),
+                                                                        CALL_LEAD_S)
+        out[f"{r}@graph"] = lambda rep=rep, main=main: _device_seconds(main, rep.graph.replay, CALL_LEAD_S)
+        if r.startswith("alone-"):
+            d = int(r[6:])
+            try:
+                graph = plain_share_graph(rep, d)
+            except Exception as e:  # noqa: BLE001 - a figure of the diagnosis: reported as missing, the rest runs
+                log.warning("plain graph of %s failed: %s", r, e)
+                torch.cuda.synchronize()
+                continue
+            out[f"plain-{d}"] = lambda g=graph, s=rep.streams[d]: _device_seconds(s, g.replay, CALL_LEAD_S)
+    return out
+
+
+def plain_share_graph(rep, d: int) -> Any:
+    """Device ``d``'s launches of the captured replay ``rep`` (every micro-batch, in its schedule order) captured as
+    one plain CUDA graph on ``rep``'s stream of ``d``, in copies of ``rep``'s pools (their buffers exist and hold a
+    real run's values): what the simulator's costs describe, without the runtime's copies, clones and joins."""
+    from torch_tessera.runtime.executor import borrow_pools
+    from torch_tessera.runtime.realize import CallContext
+    from torch_tessera.runtime.replay import ReplayContext
+    from torch_tessera.scheduler.pipeline_schedule import RunStep
+
+    items = [it for it in rep.items if isinstance(it.step, RunStep) and it.step.device == d]
+    flights = [CallContext(borrow_pools(s.pools), rep.streams, batch=k) for k, s in enumerate(rep.slots)]
+    ctx = ReplayContext(flights, rep.streams)
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.no_grad(), rep.executor.devices[d].guard(), torch.cuda.graph(graph, stream=rep.streams[d]):
+        for it in items:
+            it.run(ctx)
+    torch.cuda.synchronize()
+    return graph
+
+
+def sim_inputs(runner, costs, topo, extras: dict | None = None) -> dict:
     """What the simulator reads besides a schedule, as JSON (:mod:`torch_tessera.scheduler.simrecord`): the measured
     per-launch costs (per device, this program), the links, the planner's DRAM figures (a shared GPU split by SM
-    count, partitions co-running at the planner's rate) and the wait cost."""
+    count, partitions co-running at the planner's rate) and the wait cost; with ``extras``
+    (:func:`launch_costs`'), the other cost tables (``cost_variants``) and each device's totals (``device_totals``:
+    the plain graph of its program, the sums)."""
     from torch_tessera.scheduler.modulo import WAIT_SECONDS
     from torch_tessera.scheduler.pipeline_plan import PipelineModel
     from torch_tessera.scheduler.simrecord import costs_to_json, links_to_json, memory_to_json
 
     mem = PipelineModel.from_specs([d.spec for d in runner.devices]).memory_share(runner.dag)
-    return {"costs": costs_to_json(costs), "links": links_to_json(topo), "memory": memory_to_json(mem),
-            "wait_seconds": WAIT_SECONDS}
+    out = {"costs": costs_to_json(costs), "links": links_to_json(topo), "memory": memory_to_json(mem),
+           "wait_seconds": WAIT_SECONDS}
+    if extras and extras.get("variants"):
+        out["cost_variants"] = {k: costs_to_json(v) for k, v in extras["variants"].items()}
+        out["device_totals"] = extras["totals"]
+    return out
 
 
 #: the simulations of each plan: key -> issue model (``whole``: one CUDA graph, each cost whole, as the planner
@@ -346,13 +551,40 @@ SIMULATIONS = {"simulated_s": "whole", "simulated_overlap_s": "graph", "eager_si
 
 def simulations(schedule: dict, inputs: dict, overlap_s: float | None = None) -> dict[str, float]:
     """Seconds of one replay of the recorded ``schedule`` under each issue model of :data:`SIMULATIONS`;
-    ``overlap_s`` replaces :class:`~torch_tessera.scheduler.issue.GraphIssue`'s default overlap."""
+    ``overlap_s`` replaces :class:`~torch_tessera.scheduler.issue.GraphIssue`'s default overlap. Where ``inputs``
+    holds them (runs since session 14), also the captured replay with each cost table of ``cost_variants`` taken
+    whole (``simulated_<variant>_s``) and with the primary costs calibrated to each device's plain program graph
+    (``simulated_plain_s``: :func:`calibrated_inputs`, what the planner does with costs measured at compile time)."""
     from torch_tessera.scheduler.issue import GraphIssue, HostIssue
     from torch_tessera.scheduler.simrecord import resimulate
 
     graph = GraphIssue() if overlap_s is None else GraphIssue(overlap=overlap_s, source="--overlap-us")
     issue = {"graph": {"graph": graph}, "whole": {}, "eager": {"host": HostIssue()}}
-    return {key: resimulate(schedule, inputs, **issue[how]) for key, how in SIMULATIONS.items()}
+    out = {key: resimulate(schedule, inputs, **issue[how]) for key, how in SIMULATIONS.items()}
+    for name, table in (inputs.get("cost_variants") or {}).items():
+        out[f"simulated_{name.replace('-', '_')}_s"] = resimulate(schedule, {**inputs, "costs": table})
+    plain = calibrated_inputs(inputs)
+    if plain is not None:
+        out["simulated_plain_s"] = resimulate(schedule, plain)
+    return out
+
+
+def calibrated_inputs(inputs: dict) -> dict | None:
+    """``inputs`` with each device's primary per-launch costs calibrated to its program's plain-graph time
+    (``device_totals[d]["plain_graph_s"]``, :func:`torch_tessera.target.profiler.calibrate_to_total`: the excess over
+    the graph taken off every launch alike); None where a device has no such time."""
+    from torch_tessera.target.profiler import ProfileColumn, calibrate_to_total
+
+    totals = inputs.get("device_totals") or []
+    costs = inputs["costs"]
+    if len(totals) != len(costs["devices"]) or any(t.get("plain_graph_s") is None for t in totals):
+        return None
+    sec = np.asarray(costs["seconds"], dtype=np.float64)
+    for d, t in enumerate(totals):
+        col = ProfileColumn(costs["devices"][d], tuple(costs["kernels"]), sec[:, d], costs["source"])
+        sec[:, d] = calibrate_to_total(col, float(t["plain_graph_s"])).seconds
+    return {**inputs, "costs": {**costs, "seconds": sec.tolist(),
+                                "source": costs["source"] + ", calibrated to the plain program graph"}}
 
 
 def split(med: dict, devices: int, cuts: int, m: int) -> dict[str, float | None]:
@@ -387,17 +619,20 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
     device = "cuda" if args.devices.startswith("cuda") else "cpu"
     batches = micro_batches(spec, args, template, inputs, args.micro_batches, device)
     say(f"{name}: per-launch costs")
-    costs = launch_costs(runner, batches[0])
+    costs, extras = launch_costs(runner, batches[0], args.cost_repeats)
     topo = build_topology([d.spec for d in runner.devices])
     on_gpu = all(d.torch_device.type == "cuda" for d in runner.devices)
     out = res["models"][name] = {"launches": len(runner.program.launches), "home_rel_error": home_error,
                                  "cost_source": costs.source, "replay": "captured" if on_gpu else "eager (CPU)",
-                                 "build_s": time.perf_counter() - t0, "sim_inputs": sim_inputs(runner, costs, topo),
+                                 "build_s": time.perf_counter() - t0, "device_totals": extras["totals"],
+                                 "sim_inputs": sim_inputs(runner, costs, topo, extras),
                                  "plans": {}}
     say(f"{name}: home placement, reference outputs")
     runner.set_placement({i: 0 for i in sorted(runner.dag.graph.nodes)})
     with torch.no_grad():
         want = [[o.clone() if isinstance(o, torch.Tensor) else o for o in runner.executor.run(list(b))] for b in batches]
+    out["output_bytes"] = sum(o.numel() * o.element_size() for o in want[0] if isinstance(o, torch.Tensor))
+    out["input_bytes"] = sum(a.numel() * a.element_size() for a in inputs if isinstance(a, torch.Tensor))
     say(f"{name}: plans {args.plans}")
     chosen = plans(runner, costs, topo, args.plans)
     for plan_name, p in chosen.items():
@@ -409,8 +644,7 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
             continue
         try:
             out["plans"][plan_name] = run_plan(plan_name, p["placement"], p.get("plan"), runner, batches, want, costs,
-                                               topo, args,
-                                               on_gpu, f"{name}/{plan_name}")
+                                               topo, args, on_gpu, f"{name}/{plan_name}", out["sim_inputs"])
         except Exception as e:  # noqa: BLE001 - one plan failing is reported, the others still run
             log.exception("plan %s of %s failed", plan_name, name)
             out["plans"][plan_name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
@@ -425,7 +659,7 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
     out["seconds"] = time.perf_counter() - t0
 
 
-def run_plan(plan_name, placement, made, runner, batches, want, costs, topo, args, on_gpu, where) -> dict:
+def run_plan(plan_name, placement, made, runner, batches, want, costs, topo, args, on_gpu, where, inputs) -> dict:
     """Replay ``placement``'s schedule over ``--micro-batches``: the plan's own (``made.schedule_of()``, the one its
     simulator scored) when it is over that many micro-batches and the executor's memory domains, else one built from
     the placement (row ``schedule_source`` says which)."""
@@ -461,7 +695,7 @@ def run_plan(plan_name, placement, made, runner, batches, want, costs, topo, arg
            "correct": ok, "rel_error": err, "seconds": med, "split": split(med, len(ex.devices), cuts, M),
            "schedule": schedule_to_json(sched)}
     try:
-        row.update(simulations(row["schedule"], sim_inputs(runner, costs, topo)))
+        row.update(simulations(row["schedule"], inputs))
     except Exception as e:  # noqa: BLE001 - the prediction is context, not the measurement
         row["simulated_s_error"] = str(e)[:200]
     if "simulated_s" in row and "executed" in med:
@@ -513,7 +747,73 @@ def markdown(res: dict) -> str:
                          f"{_ms(s.get('eager'))} | {_ms(r.get('eager_simulated_s'))} | {_ms(s.get('eager-host-issue'))} "
                          f"| {r['correct']} |")
         lines.append("")
+        lines += call_markdown(m)
+        lines += device_markdown(m)
     return "\n".join(lines) + "\n"
+
+
+def call_markdown(m: dict) -> list[str]:
+    """Executed against the captured-call model (``--resimulate --call-us``), where computed."""
+    got = [(k, r) for k, r in m["plans"].items() if "simulated_call_s" in r]
+    if not got:
+        return []
+    lines = ["| plan | executed ms | simulated (overlap + call) ms | executed / that |", "| --- | ---: | ---: | ---: |"]
+    for k, r in got:
+        ex = r.get("seconds", {}).get("executed")
+        lines.append(f"| {k} | {_ms(ex)} | {_ms(r['simulated_call_s'])} | {_ratio(ex, r['simulated_call_s'])} |")
+    return lines + [""]
+
+
+def _ratio(a, b) -> str:
+    return "-" if a is None or not b else f"{a / b:.3f}"
+
+
+def device_markdown(m: dict) -> list[str]:
+    """The device-side tables of one model (runs since session 14; nothing for older files): each device's program
+    timed four ways, and per plan the host and device timings beside each simulation."""
+    totals = m.get("device_totals") or []
+    plans_ = {k: r for k, r in m["plans"].items() if "error" not in r}
+    if not totals and not any(any(k.startswith("device:") for k in r.get("seconds", {})) for r in plans_.values()):
+        return []
+    lines = []
+    if totals:
+        lines += ["Each device's program (one micro-batch) alone: sums of the per-launch costs by method, its launches "
+                  "as one plain CUDA graph, issued back to back without events; overlap = (pair-min3 sum - plain "
+                  "graph) / (launches - 1).", "",
+                  "| device | launches | sum pair-min3 ms | sum pair-median ms | sum between-median ms | "
+                  "plain graph ms | no events ms | overlap us per launch |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for t in totals:
+            pg, n = t.get("plain_graph_s"), t["launches"]
+            ov = "-" if pg is None or n < 2 else f"{(t['sum_pair_min3_s'] - pg) / (n - 1) * 1e6:.2f}"
+            lines.append(f"| {t['device']} | {n} | {_ms(t.get('sum_pair_min3_s'))} | {_ms(t.get('sum_pair_median_s'))} "
+                         f"| {_ms(t.get('sum_between_median_s'))} | {_ms(pg)} | {_ms(t.get('no_events_s'))} | {ov} |")
+        lines.append("")
+    lines += ["Per plan, host wall time of a call against device time (events behind a spin kernel: `device` = the "
+              "whole call, `graph` = the captured graph's replay alone; `plain` = each device's launches as one "
+              "plain graph, max over devices) and the simulations (`sim` = pair-min3 costs whole; `plain-cal` = "
+              "costs calibrated to the plain program graph; `median` / `between` = those cost tables whole).", "",
+              "| plan | executed host ms | executed host issue ms | executed device ms | executed graph ms | "
+              "alone host max ms | "
+              "alone graph max ms | plain max ms | sim ms | sim plain-cal ms | sim median ms | sim between ms | "
+              "host / sim | device / sim | host / plain-cal | device / plain-cal | graph / plain-cal | "
+              "plain / plain-cal |",
+              "| --- |" + " ---: |" * 17]
+    for name, r in plans_.items():
+        sec = r.get("seconds", {})
+        alone = [v for k, v in sec.items() if k.startswith("alone-")]
+        agraph = [v for k, v in sec.items() if k.startswith("device:alone-") and k.endswith("@graph")]
+        plain = [v for k, v in sec.items() if k.startswith("device:plain-")]
+        host, dev, gr = sec.get("executed"), sec.get("device:executed"), sec.get("device:executed@graph")
+        sim, cal = r.get("simulated_s"), r.get("simulated_plain_s")
+        pmax = max(plain) if plain else None
+        lines.append(f"| {name} | {_ms(host)} | {_ms(sec.get('host-issue:executed'))} | {_ms(dev)} | {_ms(gr)} | "
+                     f"{_ms(max(alone) if alone else None)} | "
+                     f"{_ms(max(agraph) if agraph else None)} | {_ms(pmax)} | {_ms(sim)} | {_ms(cal)} | "
+                     f"{_ms(r.get('simulated_pair_median_s'))} | {_ms(r.get('simulated_between_median_s'))} | "
+                     f"{_ratio(host, sim)} | {_ratio(dev, sim)} | {_ratio(host, cal)} | {_ratio(dev, cal)} | "
+                     f"{_ratio(gr, cal)} | {_ratio(pmax, cal)} |")
+    return lines + [""]
 
 
 def write(res: dict, out: Path) -> None:
@@ -541,7 +841,23 @@ def setup_log(out: Path) -> Path:
     return path
 
 
-def resimulate_file(path: Path, out: Path | None, overlap_us: float | None) -> dict:
+def call_simulation(schedule: dict, inputs: dict, model: dict, micro_batches: int, call_s: float,
+                    overlap_s: float | None = None) -> float:
+    """Seconds of one captured call: the schedule with the graph overlap plus
+    :class:`~torch_tessera.scheduler.issue.CallCost` (``call_s`` host seconds per call; the model's saved output and
+    input bytes per micro-batch, none in files before session 14, copied at the home device's DRAM bandwidth)."""
+    from torch_tessera.scheduler.issue import CallCost, GraphIssue
+    from torch_tessera.scheduler.simrecord import resimulate
+
+    nbytes = micro_batches * (model.get("output_bytes", 0) + model.get("input_bytes", 0))
+    mem = inputs.get("memory")
+    bw = mem["device_bandwidth"][0] if mem else 1.0
+    call = CallCost(host=call_s, copy_bytes=nbytes if mem else 0.0, bandwidth=bw, source="--call-us")
+    kw = {} if overlap_s is None else {"overlap": overlap_s, "source": "--overlap-us"}
+    return resimulate(schedule, inputs, graph=GraphIssue(call=call, **kw))
+
+
+def resimulate_file(path: Path, out: Path | None, overlap_us: float | None, call_us: float | None = None) -> dict:
     """Every plan's simulations of a saved ``cut_diagnose.json`` recomputed from its saved costs and schedules
     (:func:`simulations`), with the executed / simulated ratios; written to ``out`` (default: ``path``'s folder) as
     ``cut_diagnose_resimulated.json`` / ``.md``.
@@ -569,6 +885,15 @@ def resimulate_file(path: Path, out: Path | None, overlap_us: float | None) -> d
                 r["executed_over_simulated"] = executed / r["simulated_s"]
             if "eager" in r.get("seconds", {}):
                 r["eager_over_simulated"] = r["seconds"]["eager"] / r["eager_simulated_s"]
+            if call_us is not None:
+                overlap_s = None if overlap_us is None else overlap_us * 1e-6
+                r["simulated_call_s"] = call_simulation(r["schedule"], m["sim_inputs"], m, res["micro_batches"],
+                                                        call_us * 1e-6, overlap_s)
+                if executed is not None:
+                    r["executed_over_call"] = executed / r["simulated_call_s"]
+    if call_us is not None:
+        res["resimulated"] += f"; simulated_call_s: the graph overlap plus {call_us:g} us of host per call and the " \
+                              "copies in and out"
     out = out or path.parent
     out.mkdir(parents=True, exist_ok=True)
     (out / "cut_diagnose_resimulated.json").write_text(json.dumps(res, indent=1, default=str))
@@ -585,6 +910,10 @@ def parse_args(argv=None):
                          "and schedules")
     ap.add_argument("--overlap-us", type=float, default=None,
                     help="with --resimulate: microseconds of graph overlap per launch instead of GraphIssue's default")
+    ap.add_argument("--call-us", type=float, default=None,
+                    help="with --resimulate: also simulate each plan's captured call (simulated_call_s): the graph "
+                         "overlap plus this many microseconds of host work per call and the call's copies in and out "
+                         "(scheduler.issue.CallCost)")
     ap.add_argument("--model", default="llama,mamba,dit", help="comma-separated registry models")
     ap.add_argument("--plans", default=",".join(PLANS), help=f"comma-separated, of {PLANS}")
     ap.add_argument("--modes", default=",".join(MODES),
@@ -599,6 +928,9 @@ def parse_args(argv=None):
     ap.add_argument("--micro-batches", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=5, help="replays timed per mode per round")
+    ap.add_argument("--cost-repeats", type=int, default=5,
+                    help="runs per per-launch timing method (event pair, one event between) and plain-graph replays "
+                         "per device; the primary costs stay the minimum of the first 3 event-pair runs")
     ap.add_argument("--no-eager", dest="eager", action="store_false", help="skip the eager (host-issued) replay")
     ap.add_argument("--budget-s", type=float, default=330.0, help="skip the plans left after this many seconds")
     ap.add_argument("--launch-blocking", action="store_true",
@@ -609,6 +941,8 @@ def parse_args(argv=None):
         ap.error("--out DIR is required (or --resimulate JSON for an offline re-simulation)")
     if args.overlap_us is not None and (args.resimulate is None or args.overlap_us < 0):
         ap.error("--overlap-us takes microseconds >= 0 and goes with --resimulate")
+    if args.call_us is not None and (args.resimulate is None or not args.call_us >= 0):
+        ap.error("--call-us takes microseconds >= 0 and goes with --resimulate")
     if args.launch_blocking:
         import os
 
@@ -634,7 +968,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.resimulate is not None:
-        print(markdown(resimulate_file(args.resimulate, args.out, args.overlap_us)))
+        print(markdown(resimulate_file(args.resimulate, args.out, args.overlap_us, args.call_us)))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     log_path = setup_log(args.out)

@@ -129,7 +129,7 @@ def test_record_errors_name_the_problem():
     with pytest.raises(ConfigError, match="misses \\['costs'"):
         resimulate(record, {"links": None, "memory": None, "wait_seconds": 0.0})
     record["streams"][0][0] = ["launch", 0, 0]
-    with pytest.raises(ConfigError, match="kind 'launch'"):
+    with pytest.raises(ConfigError, match="not a step"):
         schedule_from_json(record)
 
 

@@ -138,14 +138,56 @@ class GraphIssue:
     Attributes:
         overlap: seconds hidden per launch that follows a launch, >= 0.
         source: where ``overlap`` comes from.
+        call: what each call costs outside the graph (:class:`CallCost`), added to the step; ``None``: nothing (the
+            graph's replay alone).
     """
 
     overlap: float = 2.76e-6
     source: str = "docs/BENCHMARKS.md, graph overlap"
+    call: "CallCost | None" = None
 
     def __post_init__(self) -> None:
         if not (self.overlap >= 0.0 and np.isfinite(self.overlap)):
             raise ConfigError(f"GraphIssue.overlap={self.overlap}: give seconds >= 0 hidden per launch (0: none)")
+        if self.call is not None and not isinstance(self.call, CallCost):
+            raise ConfigError(f"GraphIssue.call={self.call!r}: give a CallCost (or None)")
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """What one call of a replay captured as one CUDA graph costs outside the graph
+    (:meth:`torch_tessera.runtime.captured.CapturedReplay.run`): the host's work before the graph starts and after it
+    ends (checks, the graph launch, the wake-up from its wait), during which the GPU idles, and the device copies
+    around the graph (the INPUT-kind inputs copied into the static storages, the outputs cloned out), each byte read
+    and written once at the home device's DRAM bandwidth.
+
+    The host part is a property of the runtime and the host CPU, not of the schedule: measure it on the machine that
+    runs the replay (``bench/gpu_cut_diagnose.py``: host wall time of a call minus its graph's device time).
+
+    Attributes:
+        host: host seconds per call, >= 0.
+        copy_bytes: bytes copied in and cloned out per call (all micro-batches), >= 0.
+        bandwidth: the home device's DRAM bytes/s, > 0.
+        source: where ``host`` comes from.
+    """
+
+    host: float = 0.0
+    copy_bytes: float = 0.0
+    bandwidth: float = 1.0
+    source: str = "not measured"
+
+    def __post_init__(self) -> None:
+        for name in ("host", "copy_bytes"):
+            v = getattr(self, name)
+            if not (v >= 0.0 and np.isfinite(v)):
+                raise ConfigError(f"CallCost.{name}={v}: give a finite value >= 0")
+        if not (self.bandwidth > 0.0 and np.isfinite(self.bandwidth)):
+            raise ConfigError(f"CallCost.bandwidth={self.bandwidth}: give the home device's DRAM bytes/s (> 0)")
+
+    @property
+    def seconds(self) -> float:
+        """Seconds one call adds to its graph's replay: ``host + 2 x copy_bytes / bandwidth``."""
+        return self.host + 2.0 * self.copy_bytes / self.bandwidth
 
 
 def issue_times(schedule: PipelinedSchedule, host: HostIssue, host_order: str = "round-robin") -> list[np.ndarray]:

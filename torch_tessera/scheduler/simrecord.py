@@ -1,13 +1,15 @@
 """What a simulation of a schedule needs, as JSON, so that a GPU run's predictions can be recomputed offline.
 
-A record holds a schedule's steps (:func:`schedule_to_json`), the per-launch costs (:func:`costs_to_json`), the links
-(:func:`links_to_json`) and the DRAM figures (:func:`memory_to_json`); :func:`resimulate` runs
-:func:`~torch_tessera.scheduler.simulate.simulate` on them again, with any issue model. Only what the simulator reads
-is kept: a transfer's byte ranges and a wait's edges are dropped (the simulator uses neither).
+A record holds a schedule (:func:`schedule_to_json`: the lossless form of
+:func:`~torch_tessera.scheduler.pipeline_schedule.schedule_to_data`, every step with its byte ranges and edges), the
+per-launch costs (:func:`costs_to_json`), the links (:func:`links_to_json`) and the DRAM figures
+(:func:`memory_to_json`); :func:`resimulate` runs :func:`~torch_tessera.scheduler.simulate.simulate` on them again,
+with any issue model.
 
-Step format (``"streams"``: one list per device, steps in issue order): ``["run", micro_batch, launch]``,
-``["transfer", micro_batch, src, dst, nbytes, purpose]``, ``["record", micro_batch, event_id]``,
-``["wait", micro_batch, event_id]``.
+:func:`schedule_from_json` also reads the older, lossy form (records written before session 14: ``placement`` a
+mapping, steps ``["run", micro_batch, launch]``, ``["transfer", micro_batch, src, dst, nbytes, purpose]``,
+``["record", micro_batch, event_id]``, ``["wait", micro_batch, event_id]``; transfers without byte ranges, waits
+without edges), enough for the simulator.
 """
 
 from __future__ import annotations
@@ -18,38 +20,37 @@ import numpy as np
 
 from torch_tessera.errors import ConfigError
 from torch_tessera.scheduler.issue import GraphIssue, HostIssue
-from torch_tessera.scheduler.pipeline_schedule import PipelinedSchedule, RecordStep, RunStep, TransferStep, WaitStep
+from torch_tessera.scheduler.pipeline_schedule import (PipelinedSchedule, RecordStep, RunStep, TransferStep, WaitStep,
+                                                       schedule_from_data, schedule_to_data)
 from torch_tessera.scheduler.simulate import MemoryShare, simulate
 from torch_tessera.target.costs import CostTable, Topology
 
 
 def schedule_to_json(schedule: PipelinedSchedule) -> dict[str, Any]:
-    """The steps of ``schedule`` the simulator reads, with its devices, micro-batches, domains and source."""
-    streams = []
-    for d, st in enumerate(schedule.streams):
-        out = []
-        for s in st:
-            t = type(s)
-            if t is RunStep:
-                out.append(["run", s.micro_batch, s.launch])
-            elif t is TransferStep:
-                out.append(["transfer", s.micro_batch, s.src, s.dst, s.nbytes, s.purpose])
-            elif t is RecordStep:
-                out.append(["record", s.micro_batch, s.event_id])
-            else:
-                out.append(["wait", s.micro_batch, s.event_id])
-        streams.append(out)
-    return {"devices": schedule.devices, "micro_batches": schedule.micro_batches, "domains": list(schedule.domains),
-            "placement": {str(k): v for k, v in schedule.placement.items()},
-            "cut_edges": [list(e) for e in schedule.cut_edges], "source": schedule.source, "streams": streams}
+    """``schedule`` as JSON-ready data, lossless
+    (:func:`~torch_tessera.scheduler.pipeline_schedule.schedule_to_data`; :func:`schedule_from_json` reads it back
+    equal)."""
+    return schedule_to_data(schedule)
 
 
 def schedule_from_json(data: Mapping[str, Any]) -> PipelinedSchedule:
-    """The schedule :func:`schedule_to_json` wrote (transfers without byte ranges, waits without edges).
+    """The schedule of a record: :func:`schedule_to_json`'s lossless form, or the older lossy form (the module
+    docstring; its transfers come back without byte ranges and its waits without edges).
 
     Raises:
-        ConfigError: a step of an unknown kind (the message names it and the kinds known).
+        ConfigError: a step of an unknown kind or shape, or a field missing (the message names it).
     """
+    if isinstance(data.get("placement"), Mapping):
+        return _schedule_from_lossy(data)
+    try:
+        return schedule_from_data(data)
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise ConfigError(f"schedule record: {type(e).__name__}: {e}; expected the form schedule_to_json writes "
+                          "(torch_tessera.scheduler.pipeline_schedule.schedule_to_data)") from e
+
+
+def _schedule_from_lossy(data: Mapping[str, Any]) -> PipelinedSchedule:
+    """The older lossy record (transfers without byte ranges, waits without edges)."""
     streams = []
     for d, st in enumerate(data["streams"]):
         out = []
@@ -122,7 +123,7 @@ def resimulate(schedule: Mapping[str, Any], inputs: Mapping[str, Any], *, host: 
     """Seconds of one replay of a recorded schedule (:func:`~torch_tessera.scheduler.simulate.simulate`).
 
     Args:
-        schedule: :func:`schedule_to_json`'s record.
+        schedule: :func:`schedule_to_json`'s record (or the older lossy form).
         inputs: ``{"costs": costs_to_json(...), "links": links_to_json(...), "memory": memory_to_json(...),
             "wait_seconds": float}``.
         host / graph: the issue model (:class:`HostIssue`: eager replay; :class:`GraphIssue`: one CUDA graph with

@@ -30,12 +30,14 @@ step then runs from the host's start (time 0). Without it (a replay captured as 
 Graph overlap. With ``graph`` (:class:`~torch_tessera.scheduler.issue.GraphIssue`, a replay captured as one CUDA graph
 with launch costs timed between CUDA events), a launch that follows another launch on its stream (records between
 them skipped; a wait or transfer between them breaks the chain) takes ``graph.overlap`` seconds less than its cost,
-never below 0 (:func:`graph_overlap`): its launch latency hides behind the previous kernel.
+never below 0 (:func:`graph_overlap`): its launch latency hides behind the previous kernel. With ``graph.call``
+(:class:`~torch_tessera.scheduler.issue.CallCost`), the step also holds what each call costs outside the graph (host
+work while the GPU idles, the input copies and output clones): added to the step and to every device's idle time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -214,7 +216,8 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
         host: host seconds per issued step, for a replay issued step by step from the host; ``None`` (a replay
             captured as one CUDA graph): issue takes no time.
         graph: for a replay captured as one CUDA graph with event-timed costs, the seconds a launch that follows a
-            launch does not pay (:func:`graph_overlap`); ``None``: every launch takes its cost.
+            launch does not pay (:func:`graph_overlap`) and, with ``graph.call``, what each call costs outside the
+            graph; ``None``: every launch takes its cost, nothing outside the graph.
 
     Returns:
         The :class:`SimResult`.
@@ -234,6 +237,15 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
     if memory is not None and not 0.0 < memory.corun_rate <= 1.0:
         raise ConfigError(f"MemoryShare.corun_rate={memory.corun_rate}: give a rate in (0, 1] (1: no co-run "
                           "slowdown)")
+    result = _simulate(schedule, costs, topology, wait_seconds, memory, host, graph)
+    if graph is None or graph.call is None:
+        return result
+    extra = graph.call.seconds
+    return replace(result, step_seconds=result.step_seconds + extra, idle=result.idle + extra)
+
+
+def _simulate(schedule, costs, topology, wait_seconds, memory, host, graph) -> SimResult:
+    D = schedule.devices
     dur, kinds = _durations_and_kinds(schedule, costs, topology, wait_seconds)
     issued = issue_times(schedule, host) if host is not None else None
     if graph is not None:
