@@ -91,6 +91,8 @@ def choose_costs(program: KernelProgram, devices: Sequence[Device], kind: str,
             warn_user(message, TesseraFallbackWarning)
     costs, topology = estimate(program, specs)
     summary = f"model{f' (measuring failed: {why})' if why else ''}: {costs.source}"
+    if all(d.torch_device.type == "cpu" for d in devices):
+        summary += "; CPU virtual devices are never calibrated or measured, only GPUs are"
     return CostChoice(dataclasses.replace(costs, source=summary), topology, "model", summary)
 
 

@@ -97,10 +97,9 @@ def run(args: argparse.Namespace) -> int:
         result["check"] = rows_as_dicts(check)
         status |= 0 if all(r.equal for r in check) else 1
     if not args.no_simulate:
-        print(f"planning {args.model} ({args.size}): the first step lowers it without weights and takes most of "
-              "the time (one to two minutes for llama on a 2-core CPU with empty caches), so the bar's early ETA is "
-              "too high",
-              flush=True)
+        print(f"planning {args.model} ({args.size}): the first step lowers it without weights; with empty caches it "
+              "takes most of the time (one to two minutes for llama on a 2-core CPU), so the bar's early ETA is too "
+              "high; with the lowering cache warm it takes seconds", flush=True)
         with tqdm(total=len(plan_names(len(specs))) + 1, desc=f"plan {args.model} ({args.size}) on {args.devices}",
                   unit="step") as bar:
             rows, meta = simulate_plans(args.model, specs, args.output_tokens, bar, size=args.size,
