@@ -40,7 +40,8 @@ def heldout(tag, detail=False, start=None):
         g = defaultdict(lambda: ([], []))
         for s, e in rows:
             g[(s.model[:5], kind(s.features))]["@" in s.device].append(e)
-        cell = lambda a: f"{np.median(a) * 100:+6.1f} {np.median(np.abs(a)) * 100:5.1f} ({len(a):3d})" if len(a) else " " * 19
+        def cell(a):
+            return f"{np.median(a) * 100:+6.1f} {np.median(np.abs(a)) * 100:5.1f} ({len(a):3d})" if len(a) else " " * 19
         for k in sorted(g):
             w, p = (np.array(x) for x in g[k])
             print(f"   {k[0]:5} {k[1]:12} {cell(w)} | {cell(p)}")

@@ -1,7 +1,7 @@
 """Variants of KernelModel.predict (analysis, not a tool): each replaces the model's predict, then heldout.py's
-held-out fits run on it. Usage, from this directory: python variants.py NAME [NAME...]. Every variant was run over main's kernel model
-(38e43e8: ``_grid(f, sms, threads)``, ``_split_k(f, sms)``), i.e. with PYTHONPATH at a checkout of main; ``splitN``
-hard-codes the H200's 132 SMs (every sample is an H200's). On this branch the committed model is ``split4``."""
+held-out fits run on it. Usage, from this directory: python variants.py NAME [NAME...]. Every variant was run over
+main's kernel model (38e43e8: ``_grid(f, sms, threads)``, ``_split_k(f, sms)``), i.e. with PYTHONPATH at a checkout
+of main; ``splitN`` hard-codes the H200's 132 SMs (every sample is an H200's). This branch commits ``split4``."""
 import math
 import sys
 from dataclasses import field, make_dataclass
