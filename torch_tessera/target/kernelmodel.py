@@ -71,8 +71,9 @@ TILE = 128
 L2_REUSE = 0.5
 #: Shortest reduction slice of a split-K GEMM CTA (four 128-deep pipeline stages).
 SPLIT_K_DEPTH = 512
-#: A library GEMM splits its reduction only when its output tiles are at most the GPU's SMs over this (a GEMM of 32
-#: to 64 tiles on the H200's 132 SMs lasts one tile's whole reduction: docs/BENCHMARKS.md, kernel cost model).
+#: A library GEMM splits its reduction only when its output tiles are at most the GPU's SMs over this (36-tile GEMMs
+#: on the H200's 132 SMs last one tile's whole reduction; the value was chosen among 3-6 by the held-out error:
+#: docs/BENCHMARKS.md, kernel cost model).
 SPLIT_K_SHARE = 4
 #: Exponent of the smooth minimum between the SMs' DRAM draw and the GPU's bandwidth (a shape, not fitted).
 KNEE = 4.0
@@ -197,9 +198,9 @@ def library_waves(f, device: DeviceSpec) -> int:
 
     A tensor-core GEMM run by a library (an extern launch whose reduction length ``f.depth`` is known) of at most
     ``all SMs // SPLIT_K_SHARE`` output tiles (:func:`library_splits`) launches
-    ``tiles x min(all SMs // tiles, K // SPLIT_K_DEPTH)`` CTAs (split-K, at least one part): sized for the SM count the device reports, which inside a green-context partition is still the
-    whole GPU's. On the device's ``sm_count`` SMs (one tile CTA per SM) that grid runs in ``ceil(CTAs / sm_count)``
-    waves.
+    ``tiles x min(all SMs // tiles, K // SPLIT_K_DEPTH)`` CTAs (split-K, at least one part): sized for the SM count
+    the device reports, which inside a green-context partition is still the whole GPU's. On the device's
+    ``sm_count`` SMs (one tile CTA per SM) that grid runs in ``ceil(CTAs / sm_count)`` waves.
     """
     total = device.total_sms
     if f.kernel_class != OpClass.GEMM or not f.tensor_core or f.depth <= 0 or not library_splits(f, total):
