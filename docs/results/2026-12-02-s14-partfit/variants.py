@@ -1,7 +1,9 @@
 """Variants of KernelModel.predict (analysis, not a tool): each replaces the model's predict, then heldout.py's
-held-out fits run on it. Usage, from this directory: python variants.py NAME [NAME...]. Every variant was run over
+held-out fits run on it. Usage, from this directory: python variants.py NAME [NAME...]. The variants were run over
 main's kernel model (38e43e8: ``_grid(f, sms, threads)``, ``_split_k(f, sms)``), i.e. with PYTHONPATH at a checkout
-of main; ``splitN`` hard-codes the H200's 132 SMs (every sample is an H200's). This branch commits ``split4``."""
+of main; ``splitN`` hard-codes the H200's 132 SMs (every sample is an H200's) and runs on main's model only. This
+branch commits ``split4``; ``draw2`` and ``knee2`` were also run over it (NOTES.md: split4 + draw2 / knee2)."""
+import inspect
 import math
 import sys
 from dataclasses import field, make_dataclass
@@ -18,7 +20,8 @@ STARTS = {"wv1": {"wave_cycles": 4000.0}, "wv1d": {"wave_cycles": 4000.0}}
 def parts(self, f, device):
     e = catalog.CATALOG.get(device.catalog_key)
     clock = e.kernel.boost_clock_hz.value
-    blocks, slots, occupied, wave_eff = km._grid(f, device.sm_count, int(e.kernel.max_threads_per_sm.value))
+    extra = (device.total_sms,) if "total_sms" in inspect.signature(km._grid).parameters else ()  # this branch's
+    blocks, slots, occupied, wave_eff = km._grid(f, device.sm_count, int(e.kernel.max_threads_per_sm.value), *extra)
     waves = math.ceil(blocks / slots)
     t_tensor = self._tensor_seconds(f, e, device, clock, waves, occupied, wave_eff)
     t_cuda = f.flops / (e.peak_fp32_flops.value * device.sm_count / device.total_sms * self.eta_cuda * wave_eff) \
