@@ -135,6 +135,23 @@ def test_a_small_library_gemm_runs_its_whole_gpu_grid_in_waves_on_a_partition():
     assert library_waves(shallow, p16) == 1 and library_waves(gemm, p16) == 4
 
 
+def test_a_library_gemm_of_more_than_a_quarter_as_many_tiles_as_sms_runs_one_cta_per_tile():
+    # 768 x 4096 x 768 by cuBLAS: 36 output tiles > 132 // 4: no split-K, 36 CTAs each over the whole K = 4096
+    gemm = dataclasses.replace(feats(OpClass.GEMM, flops=2 * 768 * 4096 * 768, tc=True, blocks=36, threads=256),
+                               depth=4096)
+    per_sm = 989.5e12 / 132
+    assert BARE.predict(gemm, H200) == pytest.approx(gemm.flops / (36 * per_sm), rel=1e-6)
+    assert library_waves(gemm, parse_device("sim:h200@16sm")) == 0  # its grid is its tiles: no split-K waves
+    # on 16 SMs the 36 tiles run in 3 waves (the last a quarter full): the tensor term's wave efficiency
+    assert BARE.predict(gemm, parse_device("sim:h200@16sm")) == pytest.approx(gemm.flops / (16 * per_sm * 36 / 48),
+                                                                               rel=1e-6)
+    # a Triton template of the same shape (depth unknown) and a library GEMM of 32 tiles still split over idle SMs
+    assert BARE.predict(dataclasses.replace(gemm, depth=0), H200) < BARE.predict(gemm, H200) / 2
+    quarter = dataclasses.replace(gemm, flops=gemm.flops * 32 / 36, blocks=32)
+    assert library_waves(quarter, parse_device("sim:h200@16sm")) > 0
+    assert BARE.predict(quarter, H200) < BARE.predict(gemm, H200) / 2
+
+
 def test_each_wave_of_tiles_pays_the_tile_overhead():
     gemm = feats(OpClass.GEMM, flops=2 * 8192**3, tc=True, blocks=108 * 40, threads=256)
     m = dataclasses.replace(BARE, tile_cycles=3000.0)

@@ -27,7 +27,8 @@ where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, e
 * wave quantization: a grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x
   resident CTAs per SM`` (resident threads per SM / threads per CTA; one tensor-core tile CTA per SM); a grid smaller
   than ``slots`` spreads over ``min(SMs, blocks)`` SMs, which run at their full rate; a tensor-core GEMM of fewer
-  tiles than SMs splits its reduction over the idle ones (split-K);
+  tiles than SMs splits its reduction over the idle ones (split-K), except a library GEMM of more than a quarter
+  as many tiles as the GPU's SMs (:data:`SPLIT_K_SHARE`), which runs one CTA per tile over its whole reduction;
 * DRAM: a few SMs cannot draw the GPU's bandwidth (each keeps a bounded number of loads in flight), so a partition or
   a small grid streams at its SMs' draw, a large one at the DRAM's;
 * L2 capacity: reads of buffers touched recently in program order come from L2
@@ -36,8 +37,9 @@ where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, e
 * CUDA-core work: the statements of the Triton kernel's source per element of its padded iteration space
   (:mod:`torch_tessera.target.triton_work`);
 * the board power: tensor cores on most of a GPU's SMs draw more than it, and the clock drops (a partition keeps it);
-* a library (cuBLAS) GEMM of fewer output tiles than the GPU's SMs splits its reduction for the SM count the device
-  reports, which is all of the GPU's also inside a green-context partition (the library cannot see the partition):
+* a library (cuBLAS) GEMM of at most a quarter as many output tiles as the GPU's SMs splits its reduction for the SM
+  count the device reports, which is all of the GPU's also inside a green-context partition (the library cannot see
+  the partition):
   ``tiles x min(all SMs // tiles, K // SPLIT_K_DEPTH)`` CTAs, whose waves on the partition's SMs each take at least
   ``wave_cycles`` (a split-K CTA of a small GEMM is latency-bound: its loads, the partial sums' write and reduction),
   overlapped with its streaming (``t_waves`` inside the max);
@@ -69,6 +71,10 @@ TILE = 128
 L2_REUSE = 0.5
 #: Shortest reduction slice of a split-K GEMM CTA (four 128-deep pipeline stages).
 SPLIT_K_DEPTH = 512
+#: A library GEMM splits its reduction only when its output tiles are at most the GPU's SMs over this (36-tile GEMMs
+#: on the H200's 132 SMs last one tile's whole reduction; the value was chosen among 3-6 by the held-out error:
+#: docs/BENCHMARKS.md, kernel cost model).
+SPLIT_K_SHARE = 4
 #: Exponent of the smooth minimum between the SMs' DRAM draw and the GPU's bandwidth (a shape, not fitted).
 KNEE = 4.0
 
@@ -122,7 +128,8 @@ class KernelModel:
             raise DeviceUnavailableError(f"{device.name} ({device.model}) has no kernel figures in target/catalog.py: "
                                          "profile it instead of modelling it, or add its figures")
         clock = e.kernel.boost_clock_hz.value
-        blocks, slots, occupied, wave_eff = _grid(f, device.sm_count, int(e.kernel.max_threads_per_sm.value))
+        blocks, slots, occupied, wave_eff = _grid(f, device.sm_count, int(e.kernel.max_threads_per_sm.value),
+                                                  device.total_sms)
         t_tensor = self._tensor_seconds(f, e, device, clock, math.ceil(blocks / slots), occupied, wave_eff)
         t_cuda = f.flops / (e.peak_fp32_flops.value * device.sm_count / device.total_sms * self.eta_cuda * wave_eff) \
             if f.flops and not f.tensor_core else 0.0
@@ -167,32 +174,42 @@ class KernelModel:
         return (draw ** -KNEE + cap ** -KNEE) ** (-1 / KNEE)
 
 
-def _split_k(f, sms: int) -> int:
+def _split_k(f, sms: int, total_sms: int) -> int:
     """CTAs of a GEMM grid: a tensor-core GEMM of fewer output tiles than SMs splits its reduction (split-K, as cuBLAS
-    does) into up to ``sms // tiles`` parts of at least :data:`SPLIT_K_DEPTH` each; other grids as they are."""
+    does) into up to ``sms // tiles`` parts of at least :data:`SPLIT_K_DEPTH` each, unless it is a library GEMM of more
+    than ``total_sms // SPLIT_K_SHARE`` tiles (:func:`library_splits`); other grids as they are."""
     if f.kernel_class != OpClass.GEMM or not f.tensor_core or f.blocks >= sms:
+        return f.blocks
+    if f.depth > 0 and not library_splits(f, total_sms):
         return f.blocks
     depth = f.flops / (2 * f.blocks * TILE * TILE)  # reduction length per output tile
     return f.blocks * max(1, min(sms // f.blocks, int(depth // SPLIT_K_DEPTH)))
 
 
+def library_splits(f, total_sms: int) -> bool:
+    """Whether a library (cuBLAS) GEMM ``f`` of known depth splits its reduction on a GPU of ``total_sms`` SMs: only
+    when its output tiles are at most ``total_sms // SPLIT_K_SHARE``; with more, each tile's CTA runs the whole
+    reduction (one CTA per tile, docs/BENCHMARKS.md, kernel cost model)."""
+    return 0 < f.blocks and f.blocks * SPLIT_K_SHARE <= total_sms
+
+
 def library_waves(f, device: DeviceSpec) -> int:
     """Waves of a small library GEMM's grid on ``device``'s SMs; 0 for any other launch.
 
-    A tensor-core GEMM run by a library (an extern launch whose reduction length ``f.depth`` is known) with fewer
-    output tiles than the GPU's SMs launches ``tiles x min(all SMs // tiles, K // SPLIT_K_DEPTH)`` CTAs (split-K, at
-    least one part): sized for the SM count the device reports, which inside a green-context partition is still the
-    whole GPU's. On the device's ``sm_count`` SMs (one tile CTA per SM) that grid runs in ``ceil(CTAs / sm_count)``
-    waves.
+    A tensor-core GEMM run by a library (an extern launch whose reduction length ``f.depth`` is known) of at most
+    ``all SMs // SPLIT_K_SHARE`` output tiles (:func:`library_splits`) launches
+    ``tiles x min(all SMs // tiles, K // SPLIT_K_DEPTH)`` CTAs (split-K, at least one part): sized for the SM count
+    the device reports, which inside a green-context partition is still the whole GPU's. On the device's
+    ``sm_count`` SMs (one tile CTA per SM) that grid runs in ``ceil(CTAs / sm_count)`` waves.
     """
     total = device.total_sms
-    if f.kernel_class != OpClass.GEMM or not f.tensor_core or f.depth <= 0 or not 0 < f.blocks < total:
+    if f.kernel_class != OpClass.GEMM or not f.tensor_core or f.depth <= 0 or not library_splits(f, total):
         return 0
     ctas = f.blocks * max(1, min(total // f.blocks, int(f.depth // SPLIT_K_DEPTH)))
     return math.ceil(ctas / device.sm_count)
 
 
-def _grid(f, sms: int, threads_per_sm: int) -> tuple[int, int, int, float]:
+def _grid(f, sms: int, threads_per_sm: int, total_sms: int) -> tuple[int, int, int, float]:
     """``(CTAs, resident CTA slots, occupied SMs, wave efficiency)`` of a launch's grid on ``sms`` SMs.
 
     A grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x resident CTAs per SM``
@@ -201,7 +218,7 @@ def _grid(f, sms: int, threads_per_sm: int) -> tuple[int, int, int, float]:
     """
     threads = f.threads_per_block or (EXTERN_THREADS if f.tensor_core else 128)
     per_sm = 1 if f.tensor_core else max(1, threads_per_sm // threads)
-    blocks = _split_k(f, sms) if f.blocks else sms * per_sm
+    blocks = _split_k(f, sms, total_sms) if f.blocks else sms * per_sm
     slots = sms * per_sm
     if blocks >= slots:  # full waves and a partial last one
         return blocks, slots, sms, blocks / (math.ceil(blocks / slots) * slots)
@@ -221,8 +238,8 @@ def _tensor_peak(e: catalog.CatalogEntry, dtype: str) -> float:
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
-CALIBRATED = KernelModel(eta_tensor=0.8663, eta_cuda=0.3505, eta_memory=0.7551, dram_bytes_per_clock_per_sm=32.46,
-                         l2_bytes_per_clock_per_sm=512.0, latency_cycles=2306.0, tile_cycles=733.8,
-                         tensor_power=1.104, softmax_ops=1.118, floor_s=4.814e-06, wave_cycles=11850.0,
+CALIBRATED = KernelModel(eta_tensor=0.8747, eta_cuda=0.3498, eta_memory=0.7567, dram_bytes_per_clock_per_sm=31.61,
+                         l2_bytes_per_clock_per_sm=512.0, latency_cycles=2458.0, tile_cycles=735.7,
+                         tensor_power=1.103, softmax_ops=1.131, floor_s=4.78e-06, wave_cycles=12550.0,
                          source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 685 launches of llama, "
                                 "dit, mamba and moe timed back to back")
