@@ -36,6 +36,8 @@ class BufferPool:
         self.device = device
         self.storages: dict[str, torch.Tensor] = {}
         self._typed: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+        # buffers bound to a caller's storage and dropped since (release): a captured graph still addresses them raw
+        self.released: set[str] = set()
 
     def bind(self, name: str, t: torch.Tensor, shift: int = 0) -> None:
         """Bind buffer ``name`` to the storage of tensor ``t``, starting ``shift`` bytes into it."""
@@ -51,6 +53,12 @@ class BufferPool:
     def free(self, name: str) -> None:
         self.storages.pop(name, None)
         self._typed = {k: v for k, v in self._typed.items() if k[0] != name}
+
+    def release(self, name: str) -> None:
+        """Drop buffer ``name``, bound to a caller's storage, without forgetting it was bound (:attr:`released`): a
+        captured graph goes on addressing it, at the address its caller checks before each replay."""
+        self.free(name)
+        self.released.add(name)
 
     def __contains__(self, name: str) -> bool:
         return name in self.storages

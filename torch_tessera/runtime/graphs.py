@@ -117,6 +117,9 @@ class GraphState:
     warned_inference: bool = False  # logged that an inference-tensor static input is copied again every replay
     handed: dict = field(default_factory=dict)  # output index -> the storage it was last handed out in (hand_out)
     copy_back: list = field(default_factory=list)  # (input index, static view) of copied STATE, back after a call
+    # (pool index, buffer) of STATE bound at the caller's address and not an output: released after each call of a
+    # whole graph (release_caller_state)
+    caller_state: list = field(default_factory=list)
 
 
 def segments(steps: Sequence[Any]) -> list[Any]:
@@ -388,6 +391,20 @@ def bind_static(ex: Any, inputs: Sequence[Any], pools: list[BufferPool],
     return static_inputs, bound
 
 
+def release_caller_state(state: GraphState) -> None:
+    """Drop the pools' references to the caller's STATE tensors (K/V caches, say) once a call of a whole graph is
+    issued. The graph addresses them raw, and a replay happens only after :func:`bound_inputs_unmoved` found the
+    caller's tensors at those very addresses, so nothing needs them between calls; held, they would keep a cache the
+    caller dropped alive, and the caller's next cache (transformers makes one per ``generate``) could not be given
+    the same memory, so the graph would capture again at every ``generate``. Segment replays keep them (their copies
+    between segments read the pools)."""
+    if state.whole is None:
+        return
+    for i, b in state.caller_state:
+        if b in state.pools[i]:
+            state.pools[i].release(b)
+
+
 def copy_state_back(state: GraphState, inputs: Sequence[Any]) -> None:
     """Copy the STATE inputs the graph keeps in its own storage (:data:`COPIED_STATE_MAX_BYTES`) back into the
     caller's tensors, on the current stream (the replay was issued on it, or waited for on the host)."""
@@ -598,6 +615,9 @@ class CUDAGraphWrapper:
         ex = self.runnable
         program, home = ex.program, ex.home
         state.addresses = {(i, b): t.data_ptr() for i, p in enumerate(state.pools) for b, t in p.storages.items()}
+        outputs = {o.buffer for o in program.outputs if isinstance(o, TensorArg)}
+        state.caller_state = [(ex.input_pool_index(b), b) for b in bound
+                              if program.buffers[b].kind == BufferKind.STATE and b not in outputs]
         seen: set[str] = set()
         for k, (spec, value) in enumerate(zip(program.inputs, inputs)):
             if isinstance(spec, TensorArg) and spec.buffer in bound and spec.buffer not in seen:
@@ -654,7 +674,9 @@ class CUDAGraphWrapper:
         key = GraphKey()
         state = self.entries.get(key)
         if state is not None and not bound_inputs_unmoved(state, inputs):
-            log.info("an input bound at capture (weights, state) moved; capturing again")
+            moved = [ex.program.inputs[k].buffer for k, p in state.bound_list if inputs[k].data_ptr() != p]
+            log.info("inputs bound at capture (weights, state) moved: %s%s; capturing again", moved[:6],
+                     f" and {len(moved) - 6} more" if len(moved) > 6 else "")
             state = None
         if state is None:
             state, ctx = self.capture(inputs, key)
@@ -664,12 +686,13 @@ class CUDAGraphWrapper:
             ex.calls += 1
             ex.cut_edges_transferred = len(ctx.edges)
             first, state.first_outputs = state.first_outputs, None
+            release_caller_state(state)
             # the warm-up ran this call; replaying now would apply in-place state updates twice
             return [hand_out(state, k, t, fresh=True) if isinstance(t, torch.Tensor) else t
                     for k, t in enumerate(first)]
         if self.check_addresses:
             for (i, b), ptr in state.addresses.items():
-                if state.pools[i].storages[b].data_ptr() != ptr:
+                if b in state.pools[i].storages and state.pools[i].storages[b].data_ptr() != ptr:
                     raise TesseraError(f"buffer {b} on device {i} moved since capture; replay would read stale "
                                        "memory")
         edges: set = set()
@@ -680,6 +703,7 @@ class CUDAGraphWrapper:
         else:
             self._call_on_own_streams(state, inputs, edges)
         copy_state_back(state, inputs)
+        release_caller_state(state)
         ex.cut_edges_transferred = len(edges)
         ex.calls += 1
         home = state.pools[ex.home]
