@@ -42,3 +42,12 @@ _register()
 
 from torch_tessera.backend.checks import InferenceOnlyError  # noqa: E402,F401  (public: the inference-only error)
 from torch_tessera.backend.explain import explain  # noqa: E402,F401  (public: what tessera did with each graph)
+
+
+def __getattr__(name: str):
+    """``torch_tessera.hf`` without importing it first (it imports transformers, so not at ``import torch_tessera``)."""
+    if name == "hf":
+        import importlib
+
+        return importlib.import_module("torch_tessera.hf")
+    raise AttributeError(f"module 'torch_tessera' has no attribute {name!r}")

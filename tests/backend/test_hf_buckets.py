@@ -61,3 +61,15 @@ def test_bad_buckets_and_too_long_prompt():
     gen = compile_for_generate(model, buckets=(4,), backend=RecordingBackend())
     with pytest.raises(ConfigError, match="a prompt of 5 tokens is longer than the largest bucket 4"):
         gen.generate(torch.ones(1, 5, dtype=torch.long))
+
+
+def test_hf_is_reachable_after_import_torch_tessera_alone():
+    """The README's ``torch_tessera.hf.compile_for_generate`` works after ``import torch_tessera`` alone (a fresh
+    interpreter), and that import does not pull in transformers."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch_tessera; assert 'transformers' not in sys.modules; "
+            "print(torch_tessera.hf.compile_for_generate.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "compile_for_generate", out.stderr[-2000:]

@@ -92,7 +92,7 @@ def choose_costs(program: KernelProgram, devices: Sequence[Device], kind: str,
     costs, topology = estimate(program, specs)
     summary = f"model{f' (measuring failed: {why})' if why else ''}: {costs.source}"
     if all(d.torch_device.type == "cpu" for d in devices):
-        summary += "; CPU virtual devices are never calibrated or measured, only GPUs are"
+        summary += "; on CPU virtual devices the model is never calibrated (option costs='measured' times them)"
     return CostChoice(dataclasses.replace(costs, source=summary), topology, "model", summary)
 
 
