@@ -53,3 +53,28 @@ def test_int32_arithmetic_that_overflows_gives_the_same_values_with_the_sanitize
         builder.options = saved
     assert np.array_equal(got[True], got[False]) and np.array_equal(got[False], want), (got, want)
     assert not np.array_equal(want.astype(np.int64), x.numpy().astype(np.int64) * 7 + 4_000_000_000)  # it wrapped
+
+
+@cpu_only
+def test_our_interpreted_launches_run_without_the_sanitizer_and_restore_it():
+    """The library turns the sanitizer off only around its own interpreted launches (``interpreter_libdevice``) and
+    puts the user's options back after: no leaked process state."""
+    from triton.runtime import interpreter
+
+    from torch_tessera.compat.triton import interpreter_libdevice
+
+    builder = interpreter.interpreter_builder
+    saved = builder.options
+    try:
+        builder.options = dataclasses.replace(saved, sanitize_overflow=True)  # as a user's process has it
+        with interpreter_libdevice():
+            assert builder.options.sanitize_overflow is False
+            with interpreter_libdevice():  # re-entrant
+                assert builder.options.sanitize_overflow is False
+            assert builder.options.sanitize_overflow is False
+        assert builder.options.sanitize_overflow is True
+        builder.options = dataclasses.replace(saved, sanitize_overflow=True, debug=True)  # checks can fire: kept
+        with interpreter_libdevice():
+            assert builder.options.sanitize_overflow is True
+    finally:
+        builder.options = saved

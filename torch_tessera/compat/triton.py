@@ -241,6 +241,7 @@ _patch_lock = threading.RLock()
 _patch_depth = 0
 _saved: dict[str, Any] = {}
 _saved_jit_call: list[Callable] = []
+_saved_options: list[Any] = []  # interpreter options overflow_checks_off replaced, restored at the outermost exit
 _interpreted: dict[int, Any] = {}
 _lang_scopes: list[Any] = []
 _env_scopes: list[Any] = []
@@ -295,12 +296,48 @@ def _interpreted_device_call(self: Any, *args: Any, **kwargs: Any) -> Any:
     return _run_rewritten(fn, args, kwargs)
 
 
+def overflow_checks_off() -> Any:
+    """Turn off the Triton interpreter's integer-overflow sanitizer where its checks can never fire; return the
+    options to restore (:func:`restore_overflow_checks`), or None when nothing was changed.
+
+    With ``sanitize_overflow`` on, every int32 add/sub/mul an interpreted kernel does is redone in int64, compared with
+    the int32 range and handed to ``device_assert``, which returns at once unless ``debug`` is set (triton 3.7
+    ``language/semantic.py``: ``binary_op_sanitize_overflow_impl``, ``device_assert``). The interpreter's ``debug``
+    is False unless a user sets it, so that work is discarded: about 45 % of the interpreter's time on a CPU bench run
+    (docs/results/2026-12-02-s14-citime/NOTES.md). Nothing is changed when ``debug`` is on (then the check can fire)
+    or when the interpreter's options are not where triton 3.7 keeps them.
+    """
+    import dataclasses
+
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return None
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if not dataclasses.is_dataclass(options) or getattr(options, "debug", True) or \
+            not getattr(options, "sanitize_overflow", False):
+        return None
+    builder.options = dataclasses.replace(options, sanitize_overflow=False)
+    return options
+
+
+def restore_overflow_checks(saved: Any) -> None:
+    """Put back the interpreter options :func:`overflow_checks_off` replaced (``saved``; None: nothing)."""
+    if saved is not None:
+        from triton.runtime import interpreter
+
+        interpreter.interpreter_builder.options = saved
+
+
 @contextlib.contextmanager
 def interpreter_libdevice() -> Iterator[None]:
     """Within this context, ``triton.language.extra.libdevice`` functions compute with numpy (interpreter only), and
     :func:`cpu_interpreter` holds (``TRITON_INTERPRET=1``, our CPU driver).
 
-    Re-entrant. Outside it the module is untouched, so PTX compilation still resolves the real libdevice.
+    Re-entrant. Outside it the module is untouched, so PTX compilation still resolves the real libdevice. Within it the
+    interpreter's overflow sanitizer, whose checks cannot fire while ``debug`` is off, is off too
+    (:func:`overflow_checks_off`), and restored after.
     """
     global _patch_depth
     import triton.language.extra.libdevice as libdevice_module
@@ -321,6 +358,7 @@ def interpreter_libdevice() -> Iterator[None]:
             _saved_jit_call.append(InterpretedFunction.__call__)
             JITFunction.__call__ = _interpreted_device_call
             InterpretedFunction.__call__ = _fast_interpreted_call
+            _saved_options.append(overflow_checks_off())
         _patch_depth += 1
     try:
         yield
@@ -338,6 +376,7 @@ def interpreter_libdevice() -> Iterator[None]:
 
                 InterpretedFunction.__call__ = _saved_jit_call.pop()
                 JITFunction.__call__ = _saved_jit_call.pop()
+                restore_overflow_checks(_saved_options.pop())
                 _lang_scopes.pop().restore()
                 _env_scopes.pop().__exit__(None, None, None)
 
