@@ -419,9 +419,9 @@ def hand_out(state: GraphState, k: int, view: torch.Tensor, fresh: bool = False)
 
     So an output the caller keeps stays as it was (a fresh clone each call while it is held), and an output the
     caller dropped comes back at the same address. That matters for state a program creates and a later program
-    reads: transformers' static cache is made by the prefill program (its K/V tensors and length counters are
-    outputs) and bound by address in the decode graph, so a new address at every ``generate`` would make the decode
-    graph capture again (warm-up pass, capture, instantiation) once per ``generate``.
+    reads: with transformers 5.24 the prefill program makes the static cache's K/V tensors (they are its outputs),
+    and the decode graph binds them by address, so a new address at every ``generate`` would make the decode graph
+    capture again (warm-up pass, capture, instantiation) once per ``generate``.
 
     The copy runs on the current stream, after any work queued there that read the previous output, like the
     caching allocator's reuse of freed memory. ``fresh``: ``view`` is already a tensor of the wrapper's own (the
