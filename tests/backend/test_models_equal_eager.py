@@ -85,9 +85,9 @@ def test_tiny_llama_two_layers():
 class StatefulCounter(torch.nn.Module):
     """Writes a state buffer in place on every call (like a KV cache or running statistic)."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int = 16) -> None:
         super().__init__()
-        self.register_buffer("state", torch.zeros(16))
+        self.register_buffer("state", torch.zeros(size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.state.mul_(0.5).add_(x.sum(0))

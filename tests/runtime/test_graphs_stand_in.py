@@ -170,25 +170,13 @@ def test_outputs_the_caller_keeps_are_not_overwritten(stand_in_graphs):
         assert again.data_ptr() == address, "a dropped output's storage was not handed out again"
 
 
-class BigState(torch.nn.Module):
-    """A state buffer too large to be copied into the graph (8 KiB): bound at the caller's address."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("state", torch.zeros(2048))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.state.mul_(0.5).add_(x.sum(0))
-        return x * self.state
-
-
 @pytest.mark.parametrize("mode", GRAPH_MODES)
 def test_whole_graph_keeps_no_reference_to_the_callers_state(stand_in_graphs, mode):
     """Between calls a whole graph's pools hold no reference to state bound at the caller's address (so a cache the
     caller drops is freed, and its successor can get the same memory); segment replays keep theirs. Results equal
     eager. (The stand-in's recorded launches hold the tensors themselves, so the count is of the pools' hold.)"""
     torch.manual_seed(0)
-    model, ref = BigState(), BigState()
+    model, ref = StatefulCounter(2048), StatefulCounter(2048)  # 8 KiB of state: bound, not copied into the graph
     backend = RecordingBackend(cuda_graphs=mode, devices="cpu:0", policy="home")
     compiled = torch.compile(model, backend=backend, dynamic=False)
     with torch.no_grad():
