@@ -7,6 +7,7 @@ import importlib
 import logging
 import re
 import sys
+from typing import NoReturn
 
 from torch_tessera.compat.argparse import DefaultsOnceHelpFormatter
 from torch_tessera.errors import TesseraError
@@ -17,8 +18,20 @@ COMMANDS = {"bench": "bench", "inspect": "inspect", "devices": "devices", "plan"
             "pairs": "pairs", "advise": "advise"}
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors (a missing required option, an unknown one, a bad choice) are one
+    line on stderr, ``tessera <command>: error: <what>; see 'tessera <command> --help'``, then exit status 2, instead
+    of argparse's usage block. An unknown option's line also names the command's valid options."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        if message.startswith("unrecognized arguments"):
+            valid = sorted({s for a in self._actions for s in a.option_strings if s.startswith("--") and s != "--help"})
+            message += f" (its options: {', '.join(valid)})"
+        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tessera", description="Kernel-granularity disaggregation across GPUs.")
+    parser = OneLineErrorParser(prog="tessera", description="Kernel-granularity disaggregation across GPUs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
@@ -53,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args, unknown = parser.parse_known_args(_join_negative_values(list(sys.argv[1:] if argv is None else argv)))
-    if unknown:  # said with the subcommand's usage (its valid options), not the top-level one
+    if unknown:  # said with the subcommand's valid options, not the top-level ones
         (getattr(args, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command is None:

@@ -122,6 +122,20 @@ def test_unknown_option_is_reported_with_the_subcommands_usage(capsys):
     assert "tessera bench: error: unrecognized arguments: --frobnicate" in err and "--measure" in err
 
 
+@pytest.mark.parametrize("argv, what", [
+    (["plan", "--model", "llama"], "tessera plan: error: the following arguments are required: --devices"),
+    (["plan", "--model", "llama", "--devices", "cpu:0", "--size", "huge"], "invalid choice: 'huge'"),
+    (["bogus"], "tessera: error: argument COMMAND: invalid choice: 'bogus'"),
+], ids=["missing-required", "bad-choice", "unknown-command"])
+def test_usage_mistakes_print_one_line_and_exit_2(argv, what, capsys):
+    """An ordinary mistake is one line on stderr naming it and the help to read, not argparse's usage block."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert err.count("\n") == 1 and what in err and "--help'" in err and "usage:" not in err, err
+
+
 def test_bench_chart_marks_tessera_not_the_last_bar():
     from torch_tessera.commands.bench import bar_colors
 
