@@ -213,7 +213,12 @@ def check_plans(model: str, devices: Sequence[str], plan_specs: Sequence[DeviceS
 
 @dataclass(frozen=True)
 class SimRow:
-    """One plan's predicted performance on the simulated pair."""
+    """One plan's predicted performance on the simulated pair.
+
+    ``memory_gb`` is per device (GB, 1e9 bytes): ``weights_gb`` (PARAMETER buffers read there) + ``state_gb`` (STATE
+    held there: KV caches, owner and replicas) + ``activation_gb`` (inputs and the activation peak of the kernels
+    placed there); empty tuples where the plan does not apply.
+    """
 
     plan: str
     applies: bool
@@ -225,6 +230,9 @@ class SimRow:
     vs_bound: float
     speedup_vs_best_baseline: float
     memory_gb: tuple[float, ...]
+    weights_gb: tuple[float, ...] = ()
+    state_gb: tuple[float, ...] = ()
+    activation_gb: tuple[float, ...] = ()
 
 
 def _price(spec: DeviceSpec) -> float:
@@ -280,7 +288,8 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
         rows.append(SimRow(name, True, "", p.cycle_seconds, out_s, price, out_s / price if price else math.nan,
                            bound_cycle / p.cycle_seconds if p.cycle_seconds else math.nan,
                            p.throughput_per_s / best_baseline if best_baseline == best_baseline else math.nan,
-                           tuple(round(m / 1e9, 2) for m in p.memory_bytes)))
+                           *(tuple(round(m / 1e9, 2) for m in part) for part in (
+                               p.memory_bytes, p.weight_bytes, p.state_bytes, p.activation_bytes))))
     meta = {"model": model, "size": size, "devices": [s.name for s in specs], "unit": mw.unit, "output_tokens": output_tokens,
             "zero_communication_bound_cycle_s": bound_cycle,
             "zero_communication_bound_output_per_s": mw.output_per_step / bound_cycle if bound_cycle else math.nan,

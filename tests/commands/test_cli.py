@@ -141,3 +141,17 @@ def test_bench_chart_marks_tessera_not_the_last_bar():
 
     colors = bar_colors(["homo-L", "request-dist", "tessera", "tessera-single"])
     assert colors[2] != colors[3] and colors.count(colors[2]) == 1
+
+
+def test_bench_memory_note_names_the_parts_and_the_extra_state():
+    from torch_tessera.benchmark import SimRow
+    from torch_tessera.commands.bench import memory_note
+
+    def row(name, state):
+        return SimRow(name, True, "", 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, tuple(16.0 + s + 1.0 for s in state),
+                      (16.0, 16.0), tuple(state), (1.0, 1.0))
+
+    note = memory_note([row("request-dist", (9.0, 9.0)), row("tessera", (14.5, 18.0))])
+    assert "tessera 16 + 14.5 + 1, 16 + 18 + 1; request-dist 16 + 9 + 1, 16 + 9 + 1" in note
+    assert "holds more STATE" in note
+    assert "holds more STATE" not in memory_note([row("request-dist", (9.0, 9.0)), row("tessera", (9.0, 9.0))])

@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             print(f"{r.plan:13s} {_fmt(r.output_per_s):>10s} {_fmt(r.output_per_s_per_price):>14s} "
                   f"{100 * r.vs_bound:>8.1f}% {_fmt(r.speedup_vs_best_baseline, 'x'):>17s}  {r.memory_gb}")
+        print(memory_note(rows))
         print("prices: " + "; ".join(f"{k} {v[0]:g}/h ({v[1]})" for k, v in meta["prices"].items()))
         print(meta["tessera_choice"])
         result["simulated"] = {"meta": meta, "rows": rows_as_dicts(rows)}
@@ -124,6 +125,26 @@ def run(args: argparse.Namespace) -> int:
     (out_dir / "bench.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"results: {out_dir / 'bench.json'}")
     return status
+
+
+def memory_note(rows) -> str:
+    """One line under the table: what tessera's memory per device is made of (GB of weights, STATE such as KV caches,
+    activations), beside request-dist's, and why its STATE can be larger (a request stream's kernels placed on the
+    other device hold that stream's STATE there as well)."""
+    by = {r.plan: r for r in rows if r.applies and r.weights_gb}
+    t = by.get("tessera")
+    if t is None:
+        return "memory GB/device = weights + STATE (KV caches) + activations"
+    parts = lambda r: ", ".join(f"{w:g} + {st:g} + {a:g}" for w, st, a in zip(  # noqa: E731
+        r.weights_gb, r.state_gb, r.activation_gb))
+    line = f"memory GB/device = weights + STATE (KV caches) + activations: tessera {parts(t)}"
+    rd = by.get("request-dist")
+    if rd is not None:
+        line += f"; request-dist {parts(rd)}"
+        if max(t.state_gb) > max(rd.state_gb) + 0.005:
+            line += (". tessera holds more STATE: kernels of one request stream placed on the other device hold that "
+                     "stream's KV cache there too")
+    return line
 
 
 def bar_colors(plans: list[str]) -> list[str]:
