@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from tests.conftest import TEST_DEVICE, RecordingBackend
@@ -22,9 +23,6 @@ from torch_tessera.lowering.program import BufferKind
 from torch_tessera.models import llama_config
 
 PROMPT, NEW_TOKENS = 8, 32
-
-
-import pytest
 
 
 @pytest.mark.parametrize("options", [{}, {"devices": "cpu:0,cpu:1", "policy": "random", "seed": 3}],
@@ -67,3 +65,32 @@ def test_generate_static_cache_equals_eager(options):
     for b in caches:
         assert b.nbytes % per_position == 0
         assert PROMPT + NEW_TOKENS - 1 <= b.nbytes // per_position <= PROMPT + NEW_TOKENS
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cuda", reason="real CUDA graphs (tests/runtime/test_graphs_stand_in.py checks "
+                                                  "the same on CPU with the stand-in graph)")
+def test_generates_in_a_row_capture_once_on_the_gpu():
+    """The default backend on one GPU: three ``generate`` calls, each with the new static cache transformers makes,
+    give eager's tokens, and the prefill and decode programs are each captured as a CUDA graph once (a capture per
+    ``generate`` cost 7 ms of host time per decode token at 32 layers; see docs/BENCHMARKS.md, session 14)."""
+    from transformers import LlamaForCausalLM
+
+    config = llama_config("tiny")
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval().to(TEST_DEVICE)
+    eager = copy.deepcopy(model)
+    kwargs = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, cache_implementation="static",
+                  disable_compile=True)
+    torch._dynamo.reset()
+    backend = RecordingBackend()  # the defaults a user gets
+    model.forward = torch.compile(model.forward, backend=backend, dynamic=False)
+    with torch.no_grad():
+        for g in range(3):
+            ids = torch.randint(0, config.vocab_size, (1, PROMPT), device=TEST_DEVICE)
+            want = eager.generate(ids, **kwargs)
+            got = model.generate(ids, **kwargs)
+            assert torch.equal(got, want), f"generate {g}: first difference at {int((got != want).nonzero()[0, 1])}"
+    prefill, decode = (r.executor for r in backend.executors)
+    assert (prefill.calls, decode.calls) == (3, 12)
+    assert (prefill.captures, decode.captures) == (1, 1), "a generate captured its programs again"
