@@ -244,7 +244,10 @@ def simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topolog
     return replace(result, step_seconds=result.step_seconds + extra, idle=result.idle + extra)
 
 
-def _simulate(schedule, costs, topology, wait_seconds, memory, host, graph) -> SimResult:
+def _simulate(schedule: PipelinedSchedule, costs: CostTable | np.ndarray, topology: Topology | None,
+              wait_seconds: float, memory: MemoryShare | None, host: HostIssue | None,
+              graph: GraphIssue | None) -> SimResult:
+    """:func:`simulate` after its checks, without the call cost (``graph.call``) it adds on top."""
     D = schedule.devices
     dur, kinds = _durations_and_kinds(schedule, costs, topology, wait_seconds)
     issued = issue_times(schedule, host) if host is not None else None
