@@ -377,10 +377,11 @@ def test_real_capture_on_two_partitions_equals_eager(seed):
 
 @cpu_only
 def test_the_fast_input_check_still_catches_a_moved_or_reshaped_input(stand_in_graphs):
-    """After a full check, a call with the very same inputs takes the fast path (no full check); an input moved or
-    reshaped in place on the same object, or a new tensor of another shape, is checked in full again: a moved weight
-    is captured again and the outputs equal eager; a reshaped input is refused by name (before, a smaller input was
-    broadcast into the static storage and the graph replayed silently)."""
+    """After a full check, a call with the very same weights takes the fast path (no full check). A weight moved or
+    reshaped at the same address (the same object: ``p.data = ...``) is checked in full again: moved, the graph is
+    captured again and the outputs equal eager; reshaped, it is refused by name. A copied input (new tensors each
+    call are fine) is checked at every call: reshaped in place, or a new tensor of a shape ``copy_`` would broadcast
+    (before, the graph replayed it silently), it is refused by name."""
     model, inputs, template, ex, sched = _captured_executor(3, 2)
     replay = ex.replay(sched)
     xs, batches = _batches(template, inputs, 2)
@@ -390,22 +391,29 @@ def test_the_fast_input_check_still_catches_a_moved_or_reshaped_input(stand_in_g
         replay.run(batches)
     assert replay.checked.full_checks == 1 and replay.replays == 2  # the capturing call only
     weight = next(a for a in batches[0] if isinstance(a, torch.Tensor) and a.requires_grad)
-    old = weight.data
-    weight.data = old.clone()  # moved, same object (a raw-address graph would read freed memory)
+    w = next(i for i, a in enumerate(batches[0]) if a is weight)
+    weight.data = weight.data.clone()  # moved, same object (a raw-address graph would read freed memory)
     with torch.no_grad():
         got = replay.run(batches)
     assert replay.checked.full_checks == 2 and replay.captures == 2
     for x, g in zip(xs, got):
         torch.testing.assert_close(g[0], model(*x))
+    kept = weight.data
+    weight.data = kept.view(1, *kept.shape)  # reshaped at the same address
+    with torch.no_grad(), pytest.raises(TesseraError, match=rf"micro-batch 0: input {w} .* has shape \(1, "):
+        replay.run(batches)
+    assert replay.checked.full_checks == 3
+    weight.data = kept
     k = next(i for i, a in enumerate(batches[0]) if isinstance(a, torch.Tensor) and not a.requires_grad)
     with torch.no_grad():
-        replay.run(batches)
-        full = replay.checked.full_checks
-        batches[1][k].unsqueeze_(0)  # reshaped in place, same object and address
+        got = replay.run(batches)  # as the last call that passed: the fast path again
+        assert replay.checked.full_checks == 3
+        for x, g in zip(xs, got):
+            torch.testing.assert_close(g[0], model(*x))
+        batches[1][k].unsqueeze_(0)  # a copied input reshaped in place, same object and address
         with pytest.raises(TesseraError, match=rf"micro-batch 1: input {k} .* has shape \(1, 8, 32\).*lowered"):
             replay.run(batches)
         batches[1][k].squeeze_(0)
         batches[1][k] = batches[1][k][:1]  # another tensor, a shape copy_ would broadcast
         with pytest.raises(TesseraError, match=rf"micro-batch 1: input {k} .* has shape \(1, 32\)"):
             replay.run(batches)
-    assert replay.checked.full_checks == full + 2

@@ -39,10 +39,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from torch_tessera.lowering.program import TensorArg
+from torch_tessera.lowering.program import BufferKind, TensorArg
 from torch_tessera.runtime import graphs
 from torch_tessera.runtime.executor import BufferPool, borrow_pools
 from torch_tessera.runtime.inputcheck import CheckedInputs, check_input_shapes
+from torch_tessera.runtime.pipelining import check_disjoint_state
 from torch_tessera.runtime.realize import CallContext, ExecItem, Runner, report_transfers, run_schedule, \
     wait_replay
 from torch_tessera.runtime.replay import RecordRunner, ReplayContext, RunRunner, ScheduleReplay, TransferRunner, \
@@ -143,7 +144,14 @@ class CapturedReplay:
         self._per_call: tuple = (0, Counter(), Counter())  # launches, transfers, bytes one call adds to the counters
         self._edges: list[int] = []
         placed = frozenset(step.buffer for step in ex.schedule.setup)
-        self.checked = CheckedInputs(lambda b: self._check(b, placed))
+        program = ex.program
+        static = set(getattr(program, "static_inputs", ()))
+        fresh = [i for i, s in enumerate(program.inputs) if isinstance(s, TensorArg)
+                 and program.buffers[s.buffer].kind == BufferKind.INPUT and s.buffer not in static]
+        self._has_state = any(isinstance(s, TensorArg) and program.buffers[s.buffer].kind == BufferKind.STATE
+                              for s in program.inputs)
+        self.checked = CheckedInputs(lambda b: self._check(b, placed), fresh,
+                                     lambda b: self._check_fresh(b, placed, fresh))
 
     def _check(self, batches: list[list], placed: frozenset[str]) -> list[list]:
         """The full check of a call's inputs: :meth:`ScheduleReplay.check_batches` and every tensor input's shape and
@@ -151,6 +159,15 @@ class CapturedReplay:
         batches = self.replay.check_batches(batches)
         check_input_shapes(self.executor.program, batches, placed)
         return batches
+
+    def _check_fresh(self, batches: list[list], placed: frozenset[str], fresh: list[int]) -> None:
+        """The checks of the inputs a call may pass new tensors for (the others matched the last full check):
+        their shapes and strides, and where the program has state, the micro-batches' state storages against
+        them (as :meth:`ScheduleReplay.check_batches`)."""
+        check_input_shapes(self.executor.program, batches, placed, fresh)
+        if self._has_state:
+            check_disjoint_state(self.executor.program, batches, self.schedule.micro_batches,
+                                 "use run_pipelined without a schedule (waves in order)")
 
     def run(self, batches: Sequence[Sequence[Any]], pools: Sequence[Any] | None = None) -> list[list]:
         """Run ``batches`` (a multiple of the schedule's micro-batches), one graph replay per group of them.

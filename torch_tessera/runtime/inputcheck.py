@@ -9,7 +9,9 @@ step of a few milliseconds. Calls of a serving loop or a benchmark pass the very
 check the fingerprint of a call is: the same input objects, position by position (held, so an object's id is never
 reused while it is compared), and every distinct tensor among them still at the same address with the same sizes and
 strides (``x.set_()``, ``x.resize_()``, ``x.unsqueeze_()`` or ``p.data = ...`` on the same object change one of
-them). Anything else is checked in full again.
+them). Anything else is checked in full again. The inputs copied into the graph's static storage (token ids, latents)
+may be new tensors at every call: they are left out of the fingerprint and checked at every call (their shapes, and
+the state storages' disjointness where the program has state).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ _size = torch.Tensor.size
 _stride = torch.Tensor.stride
 
 
-def check_input_shapes(program: Any, batches: Sequence[Sequence[Any]], skip: frozenset[str] = frozenset()) -> None:
+def check_input_shapes(program: Any, batches: Sequence[Sequence[Any]], skip: frozenset[str] = frozenset(),
+                       positions: Sequence[int] | None = None) -> None:
     """Raise :class:`TesseraError` unless every tensor input of every micro-batch has the sizes and strides the
     program was lowered for (what binding an input checks on every eager call; a graph replay binds nothing).
 
@@ -36,8 +39,11 @@ def check_input_shapes(program: Any, batches: Sequence[Sequence[Any]], skip: fro
         program: the lowered program (its ``inputs``).
         batches: one input list per micro-batch, each as long as ``program.inputs`` (checked before).
         skip: buffers not read from the caller's tensor at a replay (weights placed on another device at setup).
+        positions: check only these input positions (default: all).
     """
-    specs = [(i, s) for i, s in enumerate(program.inputs) if isinstance(s, TensorArg) and s.buffer not in skip]
+    wanted = None if positions is None else set(positions)
+    specs = [(i, s) for i, s in enumerate(program.inputs) if isinstance(s, TensorArg) and s.buffer not in skip
+             and (wanted is None or i in wanted)]
     for m, batch in enumerate(batches):
         for i, spec in specs:
             value = batch[i]
@@ -56,28 +62,39 @@ class CheckedInputs:
 
     Args:
         check: the full check, ``check(batches) -> batches as lists``; raises on bad input.
+        fresh: input positions a caller may pass new tensors for at every call (INPUT-kind inputs copied into the
+            graph's static storage: token ids, latents); they are left out of the fingerprint and checked at every
+            call by ``check_fresh`` instead.
+        check_fresh: ``check_fresh(batches)`` raises on bad inputs at the ``fresh`` positions (and whatever depends
+            on them) when the other positions matched the fingerprint.
 
     Attributes:
         full_checks: calls checked in full so far (a test asserts the fast path is taken, and left when it must be).
     """
 
-    def __init__(self, check: Callable[[Sequence[Sequence[Any]]], list[list]]) -> None:
+    def __init__(self, check: Callable[[Sequence[Sequence[Any]]], list[list]], fresh: Sequence[int] = (),
+                 check_fresh: Callable[[list[list]], None] | None = None) -> None:
         self.check = check
+        self.fresh = frozenset(fresh)
+        self.check_fresh = check_fresh
         self.full_checks = 0
-        self._objects: list | None = None  # the inputs of the last full check, flat, held
+        self._objects: list | None = None  # the watched inputs of the last full check, flat, held
         self._lengths: tuple[int, ...] = ()
+        self._pick: Callable[[list], Sequence[Any]] = tuple
         self._tensors: list[torch.Tensor] = []  # the distinct tensors among them
         self._fingerprint: tuple = ()
 
     def __call__(self, batches: Sequence[Sequence[Any]]) -> tuple[list[list], bool]:
-        """``(batches as lists, fast)``: ``fast`` when they match the last full check's fingerprint (nothing else
-        checked), else checked in full by ``check`` (which raises on bad input; the fingerprint is then kept only
-        once :meth:`confirm` is called)."""
+        """``(batches as lists, fast)``: ``fast`` when the inputs outside ``fresh`` match the last full check's
+        fingerprint (then only ``check_fresh`` runs), else checked in full by ``check`` (which raises on bad input;
+        the fingerprint is then kept only once :meth:`confirm` is called)."""
         batches = [b if type(b) is list else list(b) for b in batches]
         objects = self._objects
         if objects is not None and tuple(map(len, batches)) == self._lengths:
-            if (all(map(operator.is_, chain.from_iterable(batches), objects))
+            if (all(map(operator.is_, chain.from_iterable(map(self._pick, batches)), objects))
                     and self._measure(self._tensors) == self._fingerprint):
+                if self.check_fresh is not None:
+                    self.check_fresh(batches)
                 return batches, True
         self.full_checks += 1
         return self.check(batches), False
@@ -85,7 +102,9 @@ class CheckedInputs:
     def confirm(self, batches: list[list]) -> None:
         """Keep ``batches`` (fully checked, and run: inputs bound at capture are at these addresses) as the
         fingerprint later calls are compared with."""
-        flat = [v for b in batches for v in b]
+        watched = [i for i in range(len(batches[0]) if batches else 0) if i not in self.fresh]
+        self._pick = _picker(watched)
+        flat = list(chain.from_iterable(map(self._pick, batches)))
         seen: dict[int, torch.Tensor] = {}
         for v in flat:
             if isinstance(v, torch.Tensor):
@@ -103,3 +122,10 @@ class CheckedInputs:
     @staticmethod
     def _measure(tensors: list[torch.Tensor]) -> tuple:
         return (list(map(_ptr, tensors)), list(map(_size, tensors)), list(map(_stride, tensors)))
+
+
+def _picker(positions: list[int]) -> Callable[[list], Sequence[Any]]:
+    """``f(batch)``: the items of ``batch`` at ``positions``, as a sequence (one C call for two or more)."""
+    if len(positions) >= 2:
+        return operator.itemgetter(*positions)
+    return lambda batch: [batch[i] for i in positions]

@@ -4,7 +4,9 @@ Per model (tiny Mamba, Llama, the MMDiT; the largest compiled program, home plac
 2 micro-batches), the schedule is captured with the pointer-faithful stand-in graph (tests/runtime/graph_stand_in.py),
 then the graph is swapped for one whose replay does nothing: what is left of ``CapturedReplay.run`` is the host work a
 GPU call pays outside the graph (checks, input copies, the graph launch call, output clones, the wait). Median (and
-10th / 90th percentiles) of ``--calls`` calls after ``--warm`` untimed ones; /proc/loadavg before and after.
+10th / 90th percentiles) of ``--calls`` calls after ``--warm`` untimed ones, twice: the same input tensors every call
+(a benchmark's loop), and new tensors for the copied inputs every call (a serving loop's fresh tokens); /proc/loadavg
+before and after.
 
 Run from the repo root::
 
@@ -58,20 +60,25 @@ def measure(name: str, calls: int, warm: int) -> dict:
                 torch.testing.assert_close(x, y)
     assert rep.captures == 1 and rep.replays == 1
     rep.graph = NullGraph()
-    times = []
-    with torch.no_grad():
-        for k in range(warm + calls):
-            t0 = time.perf_counter()
-            rep.run(batches)
-            if k >= warm:
-                times.append(time.perf_counter() - t0)
-    times.sort()
-    q = statistics.quantiles(times, n=10)
-    return {"inputs": len(ex.program.inputs), "outputs": len(ex.program.outputs), "launches": len(ex.program.launches),
-            "copied_inputs": sum(len(s.copy_list) for s in rep.slots),
-            "bound_inputs": sum(len(s.bound_list) for s in rep.slots),
-            "median_us": statistics.median(times) * 1e6, "p10_us": q[0] * 1e6, "p90_us": q[-1] * 1e6,
-            "min_us": times[0] * 1e6, "calls": calls}
+    copied = sorted({k for s in rep.slots for k, _ in s.copy_list})
+    out = {"inputs": len(ex.program.inputs), "outputs": len(ex.program.outputs), "launches": len(ex.program.launches),
+           "copied_inputs": sum(len(s.copy_list) for s in rep.slots),
+           "bound_inputs": sum(len(s.bound_list) for s in rep.slots), "calls": calls}
+    for how in ("same", "fresh"):  # the same input tensors every call / new tensors for the copied inputs
+        times = []
+        with torch.no_grad():
+            for k in range(warm + calls):
+                if how == "fresh":
+                    batches = [[a.clone() if i in copied else a for i, a in enumerate(b)] for b in batches]
+                t0 = time.perf_counter()
+                rep.run(batches)
+                if k >= warm:
+                    times.append(time.perf_counter() - t0)
+        times.sort()
+        q = statistics.quantiles(times, n=10)
+        out[how] = {"median_us": statistics.median(times) * 1e6, "p10_us": q[0] * 1e6, "p90_us": q[-1] * 1e6,
+                    "min_us": times[0] * 1e6}
+    return out
 
 
 def main() -> None:
@@ -89,8 +96,11 @@ def main() -> None:
         for name in a.models.split(","):
             out["models"][name] = r = measure(name, a.calls, a.warm)
             print(f"{name}: {r['inputs']} inputs ({r['copied_inputs']} copied, {r['bound_inputs']} bound over 2 "
-                  f"micro-batches), {r['outputs']} outputs: median {r['median_us']:.1f} us per call "
-                  f"(p10 {r['p10_us']:.1f}, p90 {r['p90_us']:.1f}, min {r['min_us']:.1f})", flush=True)
+                  f"micro-batches), {r['outputs']} outputs", flush=True)
+            for how in ("same", "fresh"):
+                t = r[how]
+                print(f"  {how} inputs: median {t['median_us']:.1f} us per call (p10 {t['p10_us']:.1f}, p90 "
+                      f"{t['p90_us']:.1f}, min {t['min_us']:.1f})", flush=True)
     out["load_after"] = load()
     print("load before / after:", out["load_before"], out["load_after"])
     if a.json:
