@@ -1,4 +1,4 @@
-# commit COMMIT (branch callhost): run from the repo root on one H200 (torch 2.11 / triton 3.6); output under $OUT; ~3.5 min (limit 260 s).
+# commit 284cae2 (branch callhost, or later on it): run from the repo root on one H200 (torch 2.11 / triton 3.6); output under $OUT; ~3.5 min (limit 260 s).
 # Issue 23, session 15: executed against simulated for Mamba, Llama and the MMDiT (8 layers) on cuda:0@104sm,cuda:0@24sm
 # after the captured call's host work was cut (runtime/inputcheck: inputs checked in full once, then by a fingerprint);
 # more host-timed calls where a step is short (--min-timed-s), and the call's host cost measured in the same run
@@ -26,4 +26,9 @@ run_model mamba tessera,homo-L,request-dist 100
 run_model llama tessera,af,homo-L,request-dist $(( $(left) > 170 ? 75 : $(left) / 2 ))
 run_model dit tessera,homo-L,request-dist $(( $(left) - 5 ))
 cat /proc/loadavg
+if [ $(left) -gt 60 ]; then  # this host's CPU: the captured call's host work with the CPU stand-in graph (tiny models)
+  echo "== host_per_call $(left) s left"
+  timeout $(( $(left) - 10 )) python3 docs/results/2026-12-02-s15-callhost/host_per_call.py --calls 500 --warm 50 \
+    --json $OUT/host_per_call.json 2>&1 | grep "inputs\|load"
+fi
 echo "== end $(left) s left"
