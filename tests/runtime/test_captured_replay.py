@@ -417,3 +417,18 @@ def test_the_fast_input_check_still_catches_a_moved_or_reshaped_input(stand_in_g
         batches[1][k] = batches[1][k][:1]  # another tensor, a shape copy_ would broadcast
         with pytest.raises(TesseraError, match=rf"micro-batch 1: input {k} .* has shape \(1, 32\)"):
             replay.run(batches)
+
+
+@cpu_only
+def test_calls_of_several_groups_are_checked_in_full_and_equal_eager(stand_in_graphs):
+    """A call of two groups of the schedule's micro-batches (each group may bind other state) keeps no fingerprint:
+    every such call is checked in full, and each group's outputs equal eager."""
+    model, inputs, template, ex, sched = _captured_executor(3, 2)
+    replay = ex.replay(sched)
+    xs, batches = _batches(template, inputs, 4)
+    for call in range(3):
+        with torch.no_grad():
+            got = replay.run(batches)
+        for x, g in zip(xs, got):
+            torch.testing.assert_close(g[0], model(*x))
+    assert replay.checked.full_checks == 3
