@@ -42,7 +42,7 @@ import torch
 from torch_tessera.lowering.program import BufferKind, TensorArg
 from torch_tessera.runtime import graphs
 from torch_tessera.runtime.executor import BufferPool, borrow_pools
-from torch_tessera.runtime.inputcheck import CheckedInputs, check_input_shapes
+from torch_tessera.runtime.inputcheck import CheckedInputs, check_input_shapes, input_specs
 from torch_tessera.runtime.pipelining import check_disjoint_state
 from torch_tessera.runtime.realize import CallContext, ExecItem, Runner, report_transfers, run_schedule, \
     wait_replay
@@ -150,21 +150,22 @@ class CapturedReplay:
                  and program.buffers[s.buffer].kind == BufferKind.INPUT and s.buffer not in static]
         self._has_state = any(isinstance(s, TensorArg) and program.buffers[s.buffer].kind == BufferKind.STATE
                               for s in program.inputs)
-        self.checked = CheckedInputs(lambda b: self._check(b, placed), fresh,
-                                     lambda b: self._check_fresh(b, placed, fresh))
+        self._specs = input_specs(program, placed)
+        self._fresh_specs = input_specs(program, placed, fresh)
+        self.checked = CheckedInputs(self._check, fresh, self._check_fresh)
 
-    def _check(self, batches: list[list], placed: frozenset[str]) -> list[list]:
+    def _check(self, batches: list[list]) -> list[list]:
         """The full check of a call's inputs: :meth:`ScheduleReplay.check_batches` and every tensor input's shape and
         strides (:func:`~torch_tessera.runtime.inputcheck.check_input_shapes`; a replay binds nothing)."""
         batches = self.replay.check_batches(batches)
-        check_input_shapes(self.executor.program, batches, placed)
+        check_input_shapes(self._specs, batches)
         return batches
 
-    def _check_fresh(self, batches: list[list], placed: frozenset[str], fresh: list[int]) -> None:
+    def _check_fresh(self, batches: list[list]) -> None:
         """The checks of the inputs a call may pass new tensors for (the others matched the last full check):
         their shapes and strides, and where the program has state, the micro-batches' state storages against
         them (as :meth:`ScheduleReplay.check_batches`)."""
-        check_input_shapes(self.executor.program, batches, placed, fresh)
+        check_input_shapes(self._fresh_specs, batches)
         if self._has_state:
             check_disjoint_state(self.executor.program, batches, self.schedule.micro_batches,
                                  "use run_pipelined without a schedule (waves in order)")

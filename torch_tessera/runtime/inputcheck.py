@@ -30,20 +30,29 @@ _size = torch.Tensor.size
 _stride = torch.Tensor.stride
 
 
-def check_input_shapes(program: Any, batches: Sequence[Sequence[Any]], skip: frozenset[str] = frozenset(),
-                       positions: Sequence[int] | None = None) -> None:
-    """Raise :class:`TesseraError` unless every tensor input of every micro-batch has the sizes and strides the
-    program was lowered for (what binding an input checks on every eager call; a graph replay binds nothing).
+def input_specs(program: Any, skip: frozenset[str] = frozenset(),
+                positions: Sequence[int] | None = None) -> list[tuple[int, TensorArg]]:
+    """``(position, spec)`` of the program's tensor inputs that :func:`check_input_shapes` checks.
 
     Args:
         program: the lowered program (its ``inputs``).
-        batches: one input list per micro-batch, each as long as ``program.inputs`` (checked before).
         skip: buffers not read from the caller's tensor at a replay (weights placed on another device at setup).
-        positions: check only these input positions (default: all).
+        positions: only these input positions (default: all).
     """
     wanted = None if positions is None else set(positions)
-    specs = [(i, s) for i, s in enumerate(program.inputs) if isinstance(s, TensorArg) and s.buffer not in skip
-             and (wanted is None or i in wanted)]
+    return [(i, s) for i, s in enumerate(program.inputs) if isinstance(s, TensorArg) and s.buffer not in skip
+            and (wanted is None or i in wanted)]
+
+
+def check_input_shapes(specs: Sequence[tuple[int, TensorArg]], batches: Sequence[Sequence[Any]]) -> None:
+    """Raise :class:`TesseraError` unless the tensor input at each position of ``specs`` (:func:`input_specs`) has,
+    in every micro-batch, the sizes and strides the program was lowered for (what binding an input checks on every
+    eager call; a graph replay binds nothing).
+
+    Args:
+        specs: ``(position, spec)`` pairs to check.
+        batches: one input list per micro-batch, each as long as the program's inputs (checked before).
+    """
     for m, batch in enumerate(batches):
         for i, spec in specs:
             value = batch[i]
