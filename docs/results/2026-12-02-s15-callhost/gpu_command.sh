@@ -1,4 +1,4 @@
-# commit 1ca703e (branch callhost, or later on it): run from the repo root on one H200 (torch 2.11 / triton 3.6); output under $OUT; ~3.5 min (limit 260 s).
+# commit 65e4294 (branch callhost, or later on it): run from the repo root on one H200 (torch 2.11 / triton 3.6); output under $OUT; ~3.5 min (limit 260 s).
 # Issue 23, session 15: executed against simulated for Mamba, Llama and the MMDiT (8 layers) on cuda:0@104sm,cuda:0@24sm
 # after the captured call's host work was cut (runtime/inputcheck: inputs checked in full once, then by a fingerprint);
 # more host-timed calls where a step is short (--min-timed-s), and the call's host cost measured in the same run
