@@ -32,7 +32,9 @@ measured per-launch costs, the planner's bandwidth figures, DRAM shared by SM co
 cost and :class:`~torch_tessera.scheduler.issue.GraphIssue`'s overlap, :class:`~torch_tessera.scheduler.issue.HostIssue`
 for the eager replay), executed / simulated, and the
 lost time per cut edge ``(executed - max(alone)) / (cut edges x micro-batches)``, with the no-wait share of it. Modes
-are timed in ``--rounds`` interleaved rounds (order reversed every round) of ``--calls`` replays, median per mode.
+are timed in ``--rounds`` interleaved rounds (order reversed every round) of ``--calls`` replays (more where a step is
+short: ``--min-timed-s``), median per mode. On a GPU the call's host work outside its graph is measured in the same
+run (:func:`measured_call`) and every plan is also simulated with it (``simulated_call_s``).
 
 Usage (one H200 split in two green-context partitions; about 6 min for the three models)::
 
@@ -67,6 +69,7 @@ import argparse
 import gc
 import json
 import logging
+import math
 import statistics
 import time
 from pathlib import Path
@@ -428,8 +431,10 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
         got = replays[base].run(batches)
         sync()
         say(f"{where}: {base}: second call")
+        t0 = time.perf_counter()
         got = replays[base].run(batches)
         sync()
+        calls = timed_calls(args, time.perf_counter() - t0)
         pools = replays[base].last_pools  # every mode runs in these: each buffer exists and holds real values
         for r in names[1:]:
             say(f"{where}: {r}: first call in {base}'s pools")
@@ -444,8 +449,8 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
         dtimes: dict[str, list[float]] = {k: [] for k in device}
         for rnd in range(args.rounds):
             for r in (names if rnd % 2 == 0 else names[::-1]):
-                say(f"{where}: {r}: round {rnd}, {args.calls} timed calls")
-                for _ in range(args.calls):
+                say(f"{where}: {r}: round {rnd}, {calls} timed calls")
+                for _ in range(calls):
                     sync()
                     t0 = time.perf_counter()
                     replays[r].run(batches, None if r == base else pools)
@@ -468,7 +473,15 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
         med["eager-host-issue"] = statistics.median(issue)
     med.update({f"host-issue:{k}": statistics.median(v) for k, v in host_issue.items() if v})
     med["captures"] = sum(getattr(r, "captures", 0) for r in replays.values())
+    med["timed_calls"] = calls * args.rounds
     return med, got
+
+
+def timed_calls(args, step_s: float) -> int:
+    """Host-timed calls per mode per round: ``--calls``, or more where a step is short, so that each mode's calls
+    over all rounds take about ``--min-timed-s`` (a short step's host part is noisy), at most ``--max-calls``."""
+    want = math.ceil(args.min_timed_s / max(args.rounds, 1) / max(step_s, 1e-6))
+    return max(args.calls, min(args.max_calls, want))
 
 
 #: seconds of spin-kernel lead before a device-timed call: more than the host's prelude to a graph replay (input
@@ -656,7 +669,47 @@ def diagnose_model(name: str, args, res: dict, deadline: float) -> None:
         if on_gpu:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
+    measured_call(out, args.micro_batches)
+    write(res, args.out)
     out["seconds"] = time.perf_counter() - t0
+
+
+def measured_call(m: dict, micro_batches: int) -> None:
+    """The host seconds of a captured call outside its graph, measured in this run, and each plan simulated with it.
+
+    Per plan with device timings, ``call_host_s`` = host wall time of the executed call - the captured graph's device
+    time - the call's copies in and out (:class:`~torch_tessera.scheduler.issue.CallCost`'s copy term at the home
+    device's DRAM bandwidth); the model's ``call_host_s`` is their median over its plans (one constant for every
+    plan), and each plan gets ``simulated_call_s`` (graph overlap + that CallCost) and ``executed_over_call``.
+    Nothing where no plan has device timings (CPU runs)."""
+    from torch_tessera.scheduler.issue import CallCost
+
+    inputs = m.get("sim_inputs") or {}
+    mem = inputs.get("memory")
+    nbytes = micro_batches * (m.get("output_bytes", 0) + m.get("input_bytes", 0))
+    copies = CallCost(copy_bytes=nbytes, bandwidth=mem["device_bandwidth"][0]).seconds if mem else 0.0
+    got = []
+    for r in m["plans"].values():
+        sec = r.get("seconds", {})
+        if "error" in r or sec.get("executed") is None or sec.get("device:executed@graph") is None:
+            continue
+        r["call_host_s"] = sec["executed"] - sec["device:executed@graph"] - copies
+        got.append(r["call_host_s"])
+    if not got:
+        return
+    m["call_host_s"] = call_s = max(0.0, statistics.median(got))
+    m["call_source"] = f"median over {len(got)} plans of this run: host - graph - copies"
+    for r in m["plans"].values():
+        if "error" in r or "schedule" not in r:
+            continue
+        try:
+            r["simulated_call_s"] = call_simulation(r["schedule"], inputs, m, micro_batches, call_s)
+        except Exception as e:  # noqa: BLE001 - the prediction is context, not the measurement
+            r["simulated_call_s_error"] = str(e)[:200]
+            continue
+        executed = r.get("seconds", {}).get("executed")
+        if executed is not None:
+            r["executed_over_call"] = executed / r["simulated_call_s"]
 
 
 def run_plan(plan_name, placement, made, runner, batches, want, costs, topo, args, on_gpu, where, inputs) -> dict:
@@ -709,6 +762,13 @@ def run_plan(plan_name, placement, made, runner, batches, want, costs, topo, arg
     return row
 
 
+def _more_calls(res: dict) -> str:
+    if "min_timed_s" not in res:  # files before session 15
+        return ""
+    return (f" at least (more where a step is short: about {res['min_timed_s']:g} s of calls per mode, at most "
+            f"{res['max_calls']} per round)")
+
+
 def _ms(x) -> str:
     return "-" if x is None else f"{x * 1e3:.3f}"
 
@@ -716,7 +776,7 @@ def _ms(x) -> str:
 def markdown(res: dict) -> str:
     lines = [f"# Cut cost with the captured schedule: {res['layers']} layers on {res['devices']}", "",
              f"{res['micro_batches']} micro-batches per step; torch {res['torch']}; {res['rounds']} rounds x "
-             f"{res['calls']} calls per mode. Modes and definitions: bench/gpu_cut_diagnose.py.", ""]
+             f"{res['calls']} calls per mode{_more_calls(res)}. Modes and definitions: bench/gpu_cut_diagnose.py.", ""]
     if "resimulated" in res:
         lines += [f"Simulations recomputed offline: {res['resimulated']}.", ""]
     if "stopped" in res:
@@ -757,10 +817,20 @@ def call_markdown(m: dict) -> list[str]:
     got = [(k, r) for k, r in m["plans"].items() if "simulated_call_s" in r]
     if not got:
         return []
-    lines = ["| plan | executed ms | simulated (overlap + call) ms | executed / that |", "| --- | ---: | ---: | ---: |"]
+    lines = []
+    if "call_host_s" in m:
+        lines += [f"The call's host work outside its graph: {m['call_host_s'] * 1e6:.0f} us ({m['call_source']}).", ""]
+    lines += ["| plan | executed ms | timed calls | call host us (this plan) | simulated ms | executed / simulated | "
+              "simulated with overlap ms | executed / that | simulated (overlap + call) ms | executed / that |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for k, r in got:
-        ex = r.get("seconds", {}).get("executed")
-        lines.append(f"| {k} | {_ms(ex)} | {_ms(r['simulated_call_s'])} | {_ratio(ex, r['simulated_call_s'])} |")
+        sec = r.get("seconds", {})
+        ex = sec.get("executed")
+        own = "-" if r.get("call_host_s") is None else f"{r['call_host_s'] * 1e6:.0f}"
+        lines.append(f"| {k} | {_ms(ex)} | {sec.get('timed_calls', '-')} | {own} | {_ms(r.get('simulated_s'))} | "
+                     f"{_ratio(ex, r.get('simulated_s'))} | {_ms(r.get('simulated_overlap_s'))} | "
+                     f"{_ratio(ex, r.get('simulated_overlap_s'))} | {_ms(r['simulated_call_s'])} | "
+                     f"{_ratio(ex, r['simulated_call_s'])} |")
     return lines + [""]
 
 
@@ -872,6 +942,8 @@ def resimulate_file(path: Path, out: Path | None, overlap_us: float | None, call
     how = "the default graph overlap" if overlap_us is None else f"a graph overlap of {overlap_us:g} us"
     res["resimulated"] = f"from {path.name} with {how} (bench/gpu_cut_diagnose.py --resimulate)"
     for name, m in res.get("models", {}).items():
+        if call_us is not None:
+            m["call_host_s"], m["call_source"] = call_us * 1e-6, "--call-us"
         for plan_name, r in m.get("plans", {}).items():
             if "error" in r:
                 continue
@@ -927,7 +999,11 @@ def parse_args(argv=None):
                          "unrolls its torch scan over 1024 steps: the build alone takes minutes); others: registry")
     ap.add_argument("--micro-batches", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--calls", type=int, default=5, help="replays timed per mode per round")
+    ap.add_argument("--calls", type=int, default=5, help="replays timed per mode per round (at least)")
+    ap.add_argument("--min-timed-s", type=float, default=0.3,
+                    help="more host-timed calls per mode where a step is short: each mode's calls over all rounds "
+                         "take about this many seconds (median over all of them)")
+    ap.add_argument("--max-calls", type=int, default=200, help="at most this many timed calls per mode per round")
     ap.add_argument("--cost-repeats", type=int, default=5,
                     help="runs per per-launch timing method (event pair, one event between) and plain-graph replays "
                          "per device; the primary costs stay the minimum of the first 3 event-pair runs")
@@ -975,7 +1051,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     deadline = t0 + args.budget_s
     res = {"layers": args.layers, "devices": args.devices, "micro_batches": args.micro_batches, "rounds": args.rounds,
-           "calls": args.calls, "torch": torch.__version__, "plans": args.plans, "modes": args.modes, "models": {}}
+           "calls": args.calls, "min_timed_s": args.min_timed_s, "max_calls": args.max_calls, "torch": torch.__version__, "plans": args.plans, "modes": args.modes, "models": {}}
     say(f"gpu_cut_diagnose: models {args.model}, plans {args.plans}, modes {args.modes}; log {log_path}")
     names = [m for m in args.model.split(",") if m]
     for i, name in enumerate(names):

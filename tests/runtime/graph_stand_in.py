@@ -68,6 +68,12 @@ class _capture:
 @pytest.fixture
 def stand_in_graphs(monkeypatch):
     """CUDA graphs replaced by the pointer-faithful stand-in; executors accept ``cuda_graphs=True`` on CPU devices."""
+    install_stand_in(monkeypatch)
+
+
+def install_stand_in(monkeypatch) -> None:
+    """What :func:`stand_in_graphs` does, through ``monkeypatch`` (a ``pytest.MonkeyPatch``; undone with it): for a
+    script that measures the captured replay's host work on CPU."""
     orig_launch = executor_mod.KernelLauncher.launch
 
     def launch(self, launch, pool, stream=None):

@@ -189,3 +189,26 @@ def test_concurrent_counts_are_capped_and_ignore_programs_that_never_run():
     counts = concurrent_counts({"big": 0.999, "tiny": 0.001}, 8, MIN_CONCURRENT_CALLS)
     assert counts["big"] == round(0.999 * MAX_CONCURRENT_STEPS)  # not 16 / 0.001 steps
     assert concurrent_counts({"a": 1.0, "idle": 0.0}, 8, MIN_CONCURRENT_CALLS) == {"a": 16, "idle": 1}
+
+
+def test_cut_diagnose_times_more_calls_for_short_steps_and_measures_the_call_cost():
+    """bench/gpu_cut_diagnose.py: ``timed_calls`` gives each mode about ``--min-timed-s`` of calls over all rounds
+    (at least ``--calls``, at most ``--max-calls``); ``measured_call`` takes per plan host - graph - the call's copies
+    (CallCost's copy term) and the model's median over plans, leaving failed plans and CPU runs alone."""
+    from bench.gpu_cut_diagnose import measured_call, timed_calls
+
+    args = SimpleNamespace(min_timed_s=0.3, rounds=2, calls=3, max_calls=200)
+    assert timed_calls(args, 5e-3) == 30  # 0.3 s / 2 rounds / 5 ms
+    assert timed_calls(args, 0.1) == 3 and timed_calls(args, 1e-6) == 200
+    plans = {"a": {"seconds": {"executed": 5.0e-3, "device:executed@graph": 4.5e-3}},
+             "b": {"seconds": {"executed": 6.0e-3, "device:executed@graph": 5.2e-3}},
+             "c": {"seconds": {"executed": 4.0e-3, "device:executed@graph": 3.9e-3}},
+             "d": {"error": "skipped"}}
+    m = {"output_bytes": 1500, "input_bytes": 500, "sim_inputs": {"memory": {"device_bandwidth": [1e9]}},
+         "plans": plans}
+    measured_call(m, 2)  # copies: 2 micro-batches x 2000 bytes, read and written at 1 GB/s: 8 us
+    assert [plans[k]["call_host_s"] for k in "abc"] == pytest.approx([492e-6, 792e-6, 92e-6])
+    assert m["call_host_s"] == pytest.approx(492e-6) and "call_host_s" not in plans["d"]
+    cpu = {"plans": {"a": {"seconds": {"executed": 5.0e-3}}}}
+    measured_call(cpu, 2)
+    assert "call_host_s" not in cpu

@@ -373,3 +373,62 @@ def test_real_capture_on_two_partitions_equals_eager(seed):
             for k, (x, g) in enumerate(zip(xs, got)):
                 torch.testing.assert_close(g[0], model(x), msg=lambda e: f"call {call}, micro-batch {k}: {e}")
     assert (replay.captures, replay.replays, replay.fallback) == (1, 3, False)
+
+
+@cpu_only
+def test_the_fast_input_check_still_catches_a_moved_or_reshaped_input(stand_in_graphs):
+    """After a full check, a call with the very same weights takes the fast path (no full check). A weight moved or
+    reshaped at the same address (the same object: ``p.data = ...``) is checked in full again: moved, the graph is
+    captured again and the outputs equal eager; reshaped, it is refused by name. A copied input (new tensors each
+    call are fine) is checked at every call: reshaped in place, or a new tensor of a shape ``copy_`` would broadcast
+    (before, the graph replayed it silently), it is refused by name."""
+    model, inputs, template, ex, sched = _captured_executor(3, 2)
+    replay = ex.replay(sched)
+    xs, batches = _batches(template, inputs, 2)
+    with torch.no_grad():
+        replay.run(batches)  # capture: checked in full
+        replay.run(batches)
+        replay.run(batches)
+    assert replay.checked.full_checks == 1 and replay.replays == 2  # the capturing call only
+    weight = next(a for a in batches[0] if isinstance(a, torch.Tensor) and a.requires_grad)
+    w = next(i for i, a in enumerate(batches[0]) if a is weight)
+    weight.data = weight.data.clone()  # moved, same object (a raw-address graph would read freed memory)
+    with torch.no_grad():
+        got = replay.run(batches)
+    assert replay.checked.full_checks == 2 and replay.captures == 2
+    for x, g in zip(xs, got):
+        torch.testing.assert_close(g[0], model(*x))
+    kept = weight.data
+    weight.data = kept.view(1, *kept.shape)  # reshaped at the same address
+    with torch.no_grad(), pytest.raises(TesseraError, match=rf"micro-batch 0: input {w} .* has shape \(1, "):
+        replay.run(batches)
+    assert replay.checked.full_checks == 3
+    weight.data = kept
+    k = next(i for i, a in enumerate(batches[0]) if isinstance(a, torch.Tensor) and not a.requires_grad)
+    with torch.no_grad():
+        got = replay.run(batches)  # as the last call that passed: the fast path again
+        assert replay.checked.full_checks == 3
+        for x, g in zip(xs, got):
+            torch.testing.assert_close(g[0], model(*x))
+        batches[1][k].unsqueeze_(0)  # a copied input reshaped in place, same object and address
+        with pytest.raises(TesseraError, match=rf"micro-batch 1: input {k} .* has shape \(1, 8, 32\).*lowered"):
+            replay.run(batches)
+        batches[1][k].squeeze_(0)
+        batches[1][k] = batches[1][k][:1]  # another tensor, a shape copy_ would broadcast
+        with pytest.raises(TesseraError, match=rf"micro-batch 1: input {k} .* has shape \(1, 32\)"):
+            replay.run(batches)
+
+
+@cpu_only
+def test_calls_of_several_groups_are_checked_in_full_and_equal_eager(stand_in_graphs):
+    """A call of two groups of the schedule's micro-batches (each group may bind other state) keeps no fingerprint:
+    every such call is checked in full, and each group's outputs equal eager."""
+    model, inputs, template, ex, sched = _captured_executor(3, 2)
+    replay = ex.replay(sched)
+    xs, batches = _batches(template, inputs, 4)
+    for call in range(3):
+        with torch.no_grad():
+            got = replay.run(batches)
+        for x, g in zip(xs, got):
+            torch.testing.assert_close(g[0], model(*x))
+    assert replay.checked.full_checks == 3

@@ -39,9 +39,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from torch_tessera.lowering.program import TensorArg
+from torch_tessera.lowering.program import BufferKind, TensorArg
 from torch_tessera.runtime import graphs
 from torch_tessera.runtime.executor import BufferPool, borrow_pools
+from torch_tessera.runtime.inputcheck import CheckedInputs, check_input_shapes, input_specs
+from torch_tessera.runtime.pipelining import check_disjoint_state
 from torch_tessera.runtime.realize import CallContext, ExecItem, Runner, report_transfers, run_schedule, \
     wait_replay
 from torch_tessera.runtime.replay import RecordRunner, ReplayContext, RunRunner, ScheduleReplay, TransferRunner, \
@@ -141,6 +143,32 @@ class CapturedReplay:
         self.on_step: Callable[[str], None] | None = None
         self._per_call: tuple = (0, Counter(), Counter())  # launches, transfers, bytes one call adds to the counters
         self._edges: list[int] = []
+        placed = frozenset(step.buffer for step in ex.schedule.setup)
+        program = ex.program
+        static = set(getattr(program, "static_inputs", ()))
+        fresh = [i for i, s in enumerate(program.inputs) if isinstance(s, TensorArg)
+                 and program.buffers[s.buffer].kind == BufferKind.INPUT and s.buffer not in static]
+        self._has_state = any(isinstance(s, TensorArg) and program.buffers[s.buffer].kind == BufferKind.STATE
+                              for s in program.inputs)
+        self._specs = input_specs(program, placed)
+        self._fresh_specs = input_specs(program, placed, fresh)
+        self.checked = CheckedInputs(self._check, fresh, self._check_fresh)
+
+    def _check(self, batches: list[list]) -> list[list]:
+        """The full check of a call's inputs: :meth:`ScheduleReplay.check_batches` and every tensor input's shape and
+        strides (:func:`~torch_tessera.runtime.inputcheck.check_input_shapes`; a replay binds nothing)."""
+        batches = self.replay.check_batches(batches)
+        check_input_shapes(self._specs, batches)
+        return batches
+
+    def _check_fresh(self, batches: list[list]) -> None:
+        """The checks of the inputs a call may pass new tensors for (the others matched the last full check):
+        their shapes and strides, and where the program has state, the micro-batches' state storages against
+        them (as :meth:`ScheduleReplay.check_batches`)."""
+        check_input_shapes(self._fresh_specs, batches)
+        if self._has_state:
+            check_disjoint_state(self.executor.program, batches, self.schedule.micro_batches,
+                                 "use run_pipelined without a schedule (waves in order)")
 
     def run(self, batches: Sequence[Sequence[Any]], pools: Sequence[Any] | None = None) -> list[list]:
         """Run ``batches`` (a multiple of the schedule's micro-batches), one graph replay per group of them.
@@ -161,23 +189,29 @@ class CapturedReplay:
             TesseraError: as :meth:`ScheduleReplay.run`.
             TransferTimeout: the replay did not complete within the executor's ``timeout_s``.
         """
-        batches = self.replay.check_batches(batches)
+        batches, fast = self.checked(batches)
         M = self.schedule.micro_batches
         outputs: list[list] = []
         per_batch: list[int] = []
         for g in range(0, len(batches), M):
-            outputs += self._call(batches[g:g + M], g, pools)
+            outputs += self._call(batches[g:g + M], g, pools, fast)
             per_batch += self.executor.cut_edges_per_batch
+        if not fast and len(batches) == M:  # several groups may bind different state: each is checked in full
+            self.checked.confirm(batches)
         note_cut_edges(self.executor, per_batch)
         self.executor.calls += len(batches)
         return outputs
 
-    def _call(self, group: list[list], first: int, pools: Sequence[Any] | None) -> list[list]:
+    def _call(self, group: list[list], first: int, pools: Sequence[Any] | None, fast: bool = False) -> list[list]:
+        """One call of ``group`` (checked in full, or ``fast``: the very inputs of the last fully checked call, at the
+        same addresses, sizes and strides (:class:`~torch_tessera.runtime.inputcheck.CheckedInputs`), so the inputs
+        bound at capture have not moved)."""
         ex = self.executor
         if self.fallback:
             return self.replay.replay_group(group, first)
         t0 = time.perf_counter()
-        if self.graph is None or not all(graphs.bound_inputs_unmoved(s, b) for s, b in zip(self.slots, group)):
+        if self.graph is None or not (fast or all(graphs.bound_inputs_unmoved(s, b)
+                                                  for s, b in zip(self.slots, group))):
             if self.graph is not None:
                 log.info("an input bound at capture (weights, state) moved; capturing the schedule again")
             return self._capture(group, first, pools)
@@ -256,6 +290,7 @@ class CapturedReplay:
         m = ex.machine
         self._synchronize()  # earlier replays may still read the old static storages
         self.graph, self.keep_alive = None, []
+        self.checked.forget()
         ex.join_caller()
         if not ex.setup_done or ex.stale_static(group[0], ex.static_placed):
             ex.bind_call(group[0])  # weights and static inputs placed once, on the executor's streams

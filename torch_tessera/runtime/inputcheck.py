@@ -1,0 +1,140 @@
+"""The input checks of a captured replay's call, done in full once per distinct set of inputs and then confirmed by a
+cheap fingerprint (:class:`CheckedInputs`).
+
+A captured graph holds raw addresses, so before each replay its caller's inputs must be what the capture saw: the
+right number of micro-batches and inputs, each tensor input with the shape and strides the program was lowered for,
+the weights shared by every micro-batch, the micro-batches' state storages disjoint, and the inputs bound at capture
+at their capture-time addresses. Checking all of that per call costs ~1 us per input and micro-batch in Python, on a
+step of a few milliseconds. Calls of a serving loop or a benchmark pass the very same tensors again, so after a full
+check the fingerprint of a call is: the same input objects, position by position (held, so an object's id is never
+reused while it is compared), and every distinct tensor among them still at the same address with the same sizes and
+strides (``x.set_()``, ``x.resize_()``, ``x.unsqueeze_()`` or ``p.data = ...`` on the same object change one of
+them). Anything else is checked in full again. The inputs copied into the graph's static storage (token ids, latents)
+may be new tensors at every call: they are left out of the fingerprint and checked at every call (their shapes, and
+the state storages' disjointness where the program has state).
+"""
+
+from __future__ import annotations
+
+import operator
+from itertools import chain
+from typing import Any, Callable, Sequence
+
+import torch
+
+from torch_tessera.errors import TesseraError
+from torch_tessera.lowering.program import TensorArg
+
+_ptr = torch.Tensor.data_ptr
+_size = torch.Tensor.size
+_stride = torch.Tensor.stride
+
+
+def input_specs(program: Any, skip: frozenset[str] = frozenset(),
+                positions: Sequence[int] | None = None) -> list[tuple[int, TensorArg]]:
+    """``(position, spec)`` of the program's tensor inputs that :func:`check_input_shapes` checks.
+
+    Args:
+        program: the lowered program (its ``inputs``).
+        skip: buffers not read from the caller's tensor at a replay (weights placed on another device at setup).
+        positions: only these input positions (default: all).
+    """
+    wanted = None if positions is None else set(positions)
+    return [(i, s) for i, s in enumerate(program.inputs) if isinstance(s, TensorArg) and s.buffer not in skip
+            and (wanted is None or i in wanted)]
+
+
+def check_input_shapes(specs: Sequence[tuple[int, TensorArg]], batches: Sequence[Sequence[Any]]) -> None:
+    """Raise :class:`TesseraError` unless the tensor input at each position of ``specs`` (:func:`input_specs`) has,
+    in every micro-batch, the sizes and strides the program was lowered for (what binding an input checks on every
+    eager call; a graph replay binds nothing).
+
+    Args:
+        specs: ``(position, spec)`` pairs to check.
+        batches: one input list per micro-batch, each as long as the program's inputs (checked before).
+    """
+    for m, batch in enumerate(batches):
+        for i, spec in specs:
+            value = batch[i]
+            if not isinstance(value, torch.Tensor):
+                raise TesseraError(f"micro-batch {m}: input {i} ({spec.buffer}) should be a tensor, got "
+                                   f"{type(value).__name__}")
+            if tuple(value.shape) != spec.size or tuple(value.stride()) != spec.stride:
+                raise TesseraError(
+                    f"micro-batch {m}: input {i} ({spec.buffer}) has shape {tuple(value.shape)} and strides "
+                    f"{tuple(value.stride())}; the program was lowered (and its graph captured) for {spec.size} / "
+                    f"{spec.stride}: pass a tensor of that shape, or recompile for this one")
+
+
+class CheckedInputs:
+    """The last fully checked call's inputs and their fingerprint (the module docstring).
+
+    Args:
+        check: the full check, ``check(batches) -> batches as lists``; raises on bad input.
+        fresh: input positions a caller may pass new tensors for at every call (INPUT-kind inputs copied into the
+            graph's static storage: token ids, latents); they are left out of the fingerprint and checked at every
+            call by ``check_fresh`` instead.
+        check_fresh: ``check_fresh(batches)`` raises on bad inputs at the ``fresh`` positions (and whatever depends
+            on them) when the other positions matched the fingerprint.
+
+    Attributes:
+        full_checks: calls checked in full so far (a test asserts the fast path is taken, and left when it must be).
+    """
+
+    def __init__(self, check: Callable[[Sequence[Sequence[Any]]], list[list]], fresh: Sequence[int] = (),
+                 check_fresh: Callable[[list[list]], None] | None = None) -> None:
+        self.check = check
+        self.fresh = frozenset(fresh)
+        self.check_fresh = check_fresh
+        self.full_checks = 0
+        self._objects: list | None = None  # the watched inputs of the last full check, flat, held
+        self._lengths: tuple[int, ...] = ()
+        self._pick: Callable[[list], Sequence[Any]] = tuple
+        self._tensors: list[torch.Tensor] = []  # the distinct tensors among them
+        self._fingerprint: tuple = ()
+
+    def __call__(self, batches: Sequence[Sequence[Any]]) -> tuple[list[list], bool]:
+        """``(batches as lists, fast)``: ``fast`` when the inputs outside ``fresh`` match the last full check's
+        fingerprint (then only ``check_fresh`` runs), else checked in full by ``check`` (which raises on bad input;
+        the fingerprint is then kept only once :meth:`confirm` is called)."""
+        batches = [b if type(b) is list else list(b) for b in batches]
+        objects = self._objects
+        if objects is not None and tuple(map(len, batches)) == self._lengths:
+            if (all(map(operator.is_, chain.from_iterable(map(self._pick, batches)), objects))
+                    and self._measure(self._tensors) == self._fingerprint):
+                if self.check_fresh is not None:
+                    self.check_fresh(batches)
+                return batches, True
+        self.full_checks += 1
+        return self.check(batches), False
+
+    def confirm(self, batches: list[list]) -> None:
+        """Keep ``batches`` (fully checked, and run: inputs bound at capture are at these addresses) as the
+        fingerprint later calls are compared with."""
+        watched = [i for i in range(len(batches[0]) if batches else 0) if i not in self.fresh]
+        self._pick = _picker(watched)
+        flat = list(chain.from_iterable(map(self._pick, batches)))
+        seen: dict[int, torch.Tensor] = {}
+        for v in flat:
+            if isinstance(v, torch.Tensor):
+                seen.setdefault(id(v), v)
+        self._tensors = list(seen.values())
+        self._fingerprint = self._measure(self._tensors)
+        self._objects = flat
+        self._lengths = tuple(map(len, batches))
+
+    def forget(self) -> None:
+        """Check the next call in full (the graph was captured again: its bound addresses may differ)."""
+        self._objects = None
+        self._tensors = []
+
+    @staticmethod
+    def _measure(tensors: list[torch.Tensor]) -> tuple:
+        return (list(map(_ptr, tensors)), list(map(_size, tensors)), list(map(_stride, tensors)))
+
+
+def _picker(positions: list[int]) -> Callable[[list], Sequence[Any]]:
+    """``f(batch)``: the items of ``batch`` at ``positions``, as a sequence (one C call for two or more)."""
+    if len(positions) >= 2:
+        return operator.itemgetter(*positions)
+    return lambda batch: [batch[i] for i in positions]
