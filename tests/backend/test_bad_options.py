@@ -17,6 +17,8 @@ from torch_tessera.options import BACKEND_POLICIES
     ({"devices": 123}, "option devices=123 must be a string such as 'cuda:0,cuda:1'"),
     ({"devices": ["cpu:0", 1]}, "or a list of such strings"),
     ({"devices": "mem=1KB,cpu:0"}, "option devices='mem=1KB,cpu:0': bad device string"),
+    ({"devices": "cpu:0,cpu:0"}, "option devices='cpu:0,cpu:0': cpu:0 appears twice; give each device once"),
+    ({"devices": "cpu:0,mem=abc,cpu:1"}, "'mem=abc' of device 'cpu:0': 'abc' is not a size"),
     ({"seed": "x"}, "option seed='x' must be an int"),
     ({"policy": "thruput"}, "option policy='thruput' is not one of ('throughput', 'latency'"),
     ({"policy": "thruput"}, "Did you mean 'throughput'?"),
