@@ -142,8 +142,8 @@ def memory_note(rows) -> str:
     if rd is not None:
         line += f"; request-dist {parts(rd)}"
         if max(t.state_gb) > max(rd.state_gb) + 0.005:
-            line += (". tessera holds more STATE: kernels of one request stream placed on the other device hold that "
-                     "stream's KV cache there too")
+            line += (". tessera holds more STATE: kernels of one request stream placed on the other device need that "
+                     "stream's KV cache there too, so those caches are held on both devices")
     return line
 
 
