@@ -124,7 +124,7 @@ class TesseraConfig:
 
 def _devices(value: Any) -> tuple[str, ...]:
     """One string per device (``"cpu:0,mem=1KB"``) from a comma-separated string or a sequence of strings."""
-    from torch_tessera.target.devices import parse_size, split_devices
+    from torch_tessera.target.devices import parse_size, repeated_devices, split_devices
 
     if isinstance(value, str):
         items: list[str] = [value]
@@ -139,11 +139,10 @@ def _devices(value: Any) -> tuple[str, ...]:
         groups = tuple(split_devices(items))
     except DeviceUnavailableError as e:
         raise ConfigError(f"option devices={value!r}: {e}") from None
-    names = [g.split(",")[0].strip() for g in groups]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise ConfigError(f"option devices={value!r}: {', '.join(dup)} appears twice; give each device once "
-                          "(two partitions of one GPU are cuda:0@104sm,cuda:0@24sm)")
+    twice = repeated_devices([g.split(",")[0].strip() for g in groups])
+    if twice:
+        raise ConfigError(f"option devices={value!r}: {twice} (two partitions of one GPU are "
+                          "cuda:0@104sm,cuda:0@24sm)")
     for g in groups:
         for piece in g.split(",")[1:]:
             key, _, size = piece.partition("=")

@@ -426,6 +426,12 @@ def split_devices(devices: str | Sequence[str]) -> list[str]:
     return [",".join(g) for g in groups]
 
 
+def repeated_devices(names: Sequence[str]) -> str | None:
+    """``"<names> appears twice; give each device once"`` when a device name is given more than once, else None."""
+    dup = sorted({n for n in names if names.count(n) > 1})
+    return f"{', '.join(dup)} appears twice; give each device once" if dup else None
+
+
 def parse_devices(s: str | Sequence[str], *, assume_gpu: str | None = None) -> list[DeviceSpec]:
     """Several devices separated by commas; ``key=value`` pieces belong to the device before them
     (:func:`split_devices`).
@@ -434,10 +440,9 @@ def parse_devices(s: str | Sequence[str], *, assume_gpu: str | None = None) -> l
         DeviceUnavailableError: as :func:`parse_device`, or a name appears twice.
     """
     specs = [parse_device(d, assume_gpu=assume_gpu) for d in split_devices(s)]
-    names = [d.name for d in specs]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise _bad(s if isinstance(s, str) else ",".join(s), f"{', '.join(sorted(dup))} appears twice; give each device once")
+    twice = repeated_devices([d.name for d in specs])
+    if twice:
+        raise _bad(s if isinstance(s, str) else ",".join(s), twice)
     _check_shared_budgets(specs, s if isinstance(s, str) else ",".join(s), assume_gpu)
     return specs
 
