@@ -94,6 +94,18 @@ def borrow_pools(pools: Sequence[BufferPool]) -> list[BufferPool]:
     return [made.setdefault(id(p), p.borrow()) for p in pools]
 
 
+def check_input_tensor(spec: TensorArg, value: Any, index: int, where: str = "") -> None:
+    """Raise :class:`TesseraError` unless graph input ``value`` (at position ``index``) is a tensor with the sizes and
+    strides ``spec`` was lowered for; ``where`` prefixes the message (``"micro-batch 1: "``)."""
+    if not isinstance(value, torch.Tensor):
+        raise TesseraError(f"{where}input {index} ({spec.buffer}) should be a tensor, got {type(value).__name__}")
+    if tuple(value.shape) != spec.size or tuple(value.stride()) != spec.stride:
+        raise TesseraError(
+            f"{where}input {index} ({spec.buffer}) has shape {tuple(value.shape)} and strides "
+            f"{tuple(value.stride())}; the program was lowered for {spec.size} / {spec.stride}: recompile for this shape"
+        )
+
+
 def bind_input(pool: BufferPool, spec: TensorArg, value: Any, index: int) -> None:
     """Bind graph input ``value`` so that the program's views of buffer ``spec.buffer`` address its elements.
 
@@ -104,13 +116,7 @@ def bind_input(pool: BufferPool, spec: TensorArg, value: Any, index: int) -> Non
     Raises:
         TesseraError: the input is not a tensor, or sits before the recorded offset in a storage too small to shift.
     """
-    if not isinstance(value, torch.Tensor):
-        raise TesseraError(f"input {index} ({spec.buffer}) should be a tensor, got {type(value).__name__}")
-    if tuple(value.shape) != spec.size or tuple(value.stride()) != spec.stride:
-        raise TesseraError(
-            f"input {index} ({spec.buffer}) has shape {tuple(value.shape)} and strides {tuple(value.stride())}; the "
-            f"program was lowered for {spec.size} / {spec.stride}: recompile for this shape"
-        )
+    check_input_tensor(spec, value, index)
     shift = (value.storage_offset() - spec.offset) * value.element_size()
     if shift < 0 or value.untyped_storage().nbytes() - shift < spec.byte_span[1]:
         raise TesseraError(

@@ -22,8 +22,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from torch_tessera.errors import TesseraError
 from torch_tessera.lowering.program import TensorArg
+from torch_tessera.runtime.executor import check_input_tensor
 
 _ptr = torch.Tensor.data_ptr
 _size = torch.Tensor.size
@@ -45,7 +45,8 @@ def input_specs(program: Any, skip: frozenset[str] = frozenset(),
 
 
 def check_input_shapes(specs: Sequence[tuple[int, TensorArg]], batches: Sequence[Sequence[Any]]) -> None:
-    """Raise :class:`TesseraError` unless the tensor input at each position of ``specs`` (:func:`input_specs`) has,
+    """Raise :class:`~torch_tessera.errors.TesseraError` (:func:`~torch_tessera.runtime.executor.check_input_tensor`)
+    unless the tensor input at each position of ``specs`` (:func:`input_specs`) has,
     in every micro-batch, the sizes and strides the program was lowered for (what binding an input checks on every
     eager call; a graph replay binds nothing).
 
@@ -55,15 +56,7 @@ def check_input_shapes(specs: Sequence[tuple[int, TensorArg]], batches: Sequence
     """
     for m, batch in enumerate(batches):
         for i, spec in specs:
-            value = batch[i]
-            if not isinstance(value, torch.Tensor):
-                raise TesseraError(f"micro-batch {m}: input {i} ({spec.buffer}) should be a tensor, got "
-                                   f"{type(value).__name__}")
-            if tuple(value.shape) != spec.size or tuple(value.stride()) != spec.stride:
-                raise TesseraError(
-                    f"micro-batch {m}: input {i} ({spec.buffer}) has shape {tuple(value.shape)} and strides "
-                    f"{tuple(value.stride())}; the program was lowered (and its graph captured) for {spec.size} / "
-                    f"{spec.stride}: pass a tensor of that shape, or recompile for this one")
+            check_input_tensor(spec, batch[i], i, f"micro-batch {m}: ")
 
 
 class CheckedInputs:
