@@ -33,7 +33,10 @@ cost and :class:`~torch_tessera.scheduler.issue.GraphIssue`'s overlap, :class:`~
 for the eager replay), executed / simulated, and the
 lost time per cut edge ``(executed - max(alone)) / (cut edges x micro-batches)``, with the no-wait share of it. Modes
 are timed in ``--rounds`` interleaved rounds (order reversed every round) of ``--calls`` replays (more where a step is
-short: ``--min-timed-s``), median per mode. On a GPU the call's host work outside its graph is measured in the same
+short: ``--min-timed-s``): per round, the calls issued back to back with one synchronisation at the end (the steady
+state of a loop of calls; a call over one GPU returns before its replay ends, so the next call's host work overlaps
+it), one sample per round, and the same number of calls each synchronized after (``sync:M``: the host's work before
+each replay adds to the step); median per mode. On a GPU the call's host work outside its graph is measured in the same
 run (:func:`measured_call`) and every plan is also simulated with it (``simulated_call_s``).
 
 Usage (one H200 split in two green-context partitions; about 6 min for the three models)::
@@ -423,6 +426,7 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
         if hasattr(rep, "on_step"):
             rep.on_step = lambda stage, r=r: (sync(), say(f"{where}: {r}: {stage} done"))
     times: dict[str, list[float]] = {k: [] for k in names}
+    sync_times: dict[str, list[float]] = {k: [] for k in names}
     issue: list[float] = []
     host_issue: dict[str, list[float]] = {k: [] for k in names}
     base = names[0]
@@ -449,17 +453,24 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
         dtimes: dict[str, list[float]] = {k: [] for k in device}
         for rnd in range(args.rounds):
             for r in (names if rnd % 2 == 0 else names[::-1]):
-                say(f"{where}: {r}: round {rnd}, {calls} timed calls")
-                for _ in range(calls):
-                    sync()
-                    t0 = time.perf_counter()
-                    replays[r].run(batches, None if r == base else pools)
-                    times[r].append(time.perf_counter() - t0)
+                say(f"{where}: {r}: round {rnd}, {calls} timed calls back to back, {calls} synchronized")
+                lent = None if r == base else pools
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(calls):  # the steady state of a loop of calls: one sample per round
+                    replays[r].run(batches, lent)
                     if r == "eager":
                         issue.append(replays[r].last_issue_seconds)
                     elif hasattr(replays[r], "last_issue_seconds"):
                         host_issue[r].append(replays[r].last_issue_seconds)
                 sync()
+                times[r].append((time.perf_counter() - t0) / calls)
+                for _ in range(calls):  # one call at a time: the host's work before each replay is not hidden
+                    sync()
+                    t0 = time.perf_counter()
+                    replays[r].run(batches, lent)
+                    sync()
+                    sync_times[r].append(time.perf_counter() - t0)
                 mine = (r, f"{r}@graph", f"plain-{r[6:]}" if r.startswith("alone-") else None)
                 for k in [k for k in device if k in mine]:
                     for _ in range(args.calls):
@@ -468,6 +479,7 @@ def time_modes(ex, sched, batches, args, checked: bool, captured: bool, where: s
                             dtimes[k].append(got_s)
                 sync()
     med = {k: statistics.median(v) for k, v in times.items()}
+    med.update({f"sync:{k}": statistics.median(v) for k, v in sync_times.items() if v})
     med.update({f"device:{k}": statistics.median(v) for k, v in dtimes.items() if v})
     if issue:
         med["eager-host-issue"] = statistics.median(issue)
@@ -820,14 +832,16 @@ def call_markdown(m: dict) -> list[str]:
     lines = []
     if "call_host_s" in m:
         lines += [f"The call's host work outside its graph: {m['call_host_s'] * 1e6:.0f} us ({m['call_source']}).", ""]
-    lines += ["| plan | executed ms | timed calls | call host us (this plan) | simulated ms | executed / simulated | "
+    lines += ["| plan | executed ms (back to back) | each call synchronized ms | timed calls | call host us (this plan) | "
+              "simulated ms | executed / simulated | "
               "simulated with overlap ms | executed / that | simulated (overlap + call) ms | executed / that |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for k, r in got:
         sec = r.get("seconds", {})
         ex = sec.get("executed")
         own = "-" if r.get("call_host_s") is None else f"{r['call_host_s'] * 1e6:.0f}"
-        lines.append(f"| {k} | {_ms(ex)} | {sec.get('timed_calls', '-')} | {own} | {_ms(r.get('simulated_s'))} | "
+        lines.append(f"| {k} | {_ms(ex)} | {_ms(sec.get('sync:executed'))} | {sec.get('timed_calls', '-')} | {own} | "
+                     f"{_ms(r.get('simulated_s'))} | "
                      f"{_ratio(ex, r.get('simulated_s'))} | {_ms(r.get('simulated_overlap_s'))} | "
                      f"{_ratio(ex, r.get('simulated_overlap_s'))} | {_ms(r['simulated_call_s'])} | "
                      f"{_ratio(ex, r['simulated_call_s'])} |")

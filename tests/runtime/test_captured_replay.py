@@ -328,12 +328,9 @@ def test_on_step_names_each_stage_of_the_capturing_call_and_of_each_replay(stand
     assert stages == [("bind", 0, 0), ("warm-up", 0, 0), ("capture", 1, 0), ("replay", 1, 1), ("replay", 1, 2)]
 
 
-@pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="a real CUDA graph capture")
-@pytest.mark.parametrize("seed", [0, 1])
-def test_real_capture_on_two_partitions_equals_eager(seed):
-    """The real thing: an MLP compiled on two CUDA devices, a random placement, 2 micro-batches; the capturing call
-    and three graph replays with fresh inputs equal eager PyTorch, with one capture, no fallback; synchronized after
-    every call (a CUDA error surfaces in the call that caused it)."""
+def _real_partition_replay(seed):
+    """An MLP compiled on two CUDA devices (``TESSERA_TEST_CUDA_PAIR``, default two partitions of cuda:0), a random
+    placement, 2 micro-batches: ``(model, template, x0, replay)``, the replay captured on its first call."""
     import os
 
     from tests.conftest import RecordingBackend
@@ -363,6 +360,15 @@ def test_real_capture_on_two_partitions_equals_eager(seed):
     sched = build_pipelined_schedule(runner.dag, placement, 2, domains=ex.domains, devices=len(ex.devices))
     replay = ex.replay(sched, captured=True)
     assert isinstance(replay, CapturedReplay)
+    return model, template, x0, replay
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="a real CUDA graph capture")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_real_capture_on_two_partitions_equals_eager(seed):
+    """The real thing: the capturing call and three graph replays with fresh inputs equal eager PyTorch, with one
+    capture, no fallback; synchronized after every call (a CUDA error surfaces in the call that caused it)."""
+    model, template, x0, replay = _real_partition_replay(seed)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     for call in range(4):
         xs = [torch.randn(8, 32, device="cuda", generator=gen) for _ in range(2)]
@@ -373,6 +379,87 @@ def test_real_capture_on_two_partitions_equals_eager(seed):
             for k, (x, g) in enumerate(zip(xs, got)):
                 torch.testing.assert_close(g[0], model(x), msg=lambda e: f"call {call}, micro-batch {k}: {e}")
     assert (replay.captures, replay.replays, replay.fallback) == (1, 3, False)
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="a real CUDA graph capture")
+def test_replays_on_one_gpu_return_at_once_ordered_on_the_callers_stream():
+    """On partitions of one GPU (one memory domain) a call does not wait for its replay on the host: queued behind
+    50 ms of spin on the caller's stream, the call returns while the caller's stream is still busy. Calls issued back
+    to back with fresh inputs and no synchronisation, each input freed right after its call, still equal eager:
+    the replay waits for the caller's stream and the caller's stream for the replay."""
+    from torch_tessera.compat import torch_cuda
+
+    model, template, x0, replay = _real_partition_replay(0)
+    if len({str(d.torch_device) for d in replay.executor.devices}) > 1:
+        pytest.skip("TESSERA_TEST_CUDA_PAIR names two GPUs: those calls wait on the host")
+    assert replay.host_wait is False
+    with torch.no_grad():
+        replay.run([[x0 if a is x0 else a for a in template]] * 2)  # the capturing call
+    torch.cuda.synchronize()
+    if not torch_cuda.spin(0.05):
+        pytest.skip("this torch has no torch.cuda._sleep")
+    with torch.no_grad():
+        replay.run([[x0 if a is x0 else a for a in template] for _ in range(2)])
+    assert not torch.cuda.current_stream().query(), "the call waited on the host for its replay"
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    got, want = [], []
+    with torch.no_grad():
+        for call in range(6):
+            xs = [torch.randn(8, 32, device="cuda", generator=gen) for _ in range(2)]
+            want.append([model(x) for x in xs])
+            got.append(replay.run([[x if a is x0 else a for a in template] for x in xs]))
+            del xs  # the caller frees its inputs at once; the allocator may hand their memory out again
+            torch.empty(8, 32, device="cuda").fill_(float("nan"))
+    torch.cuda.synchronize()
+    for call, (g, w) in enumerate(zip(got, want)):
+        for k in range(2):
+            torch.testing.assert_close(g[k][0], w[k], msg=lambda e: f"call {call}, micro-batch {k}: {e}")
+
+
+@cpu_only
+def test_only_calls_over_one_memory_domain_skip_the_host_wait(stand_in_graphs, monkeypatch):
+    """CPU virtual devices are separate memory domains: the call waits for its replay on the host (a replay that
+    never completes raises TransferTimeout: the test above). A replay marked as one domain returns without querying
+    its completion event, and its outputs are right."""
+    from torch_tessera.runtime import realize
+
+    model, inputs, template, ex, sched = _captured_executor(3, 2)
+    replay = ex.replay(sched)
+    assert replay.host_wait is True
+    xs, batches = _batches(template, inputs, 2)
+    with torch.no_grad():
+        replay.run(batches)  # the capturing call
+    replay.host_wait = False
+    ex.timeout_s = 0.05
+    monkeypatch.setattr(devices_mod.CpuEvent, "query", lambda self: False)
+    monkeypatch.setattr(realize, "SPIN_S", 0.0)
+    with torch.no_grad():
+        got = replay.run(batches)
+    assert replay.replays == 1
+    for x, g in zip(xs, got):
+        torch.testing.assert_close(g[0], model(*x))
+
+
+@cpu_only
+def test_the_input_fingerprint_does_not_keep_a_dropped_input_alive():
+    """The fast input check watches the last fully checked call's tensors through weak references: a tensor the
+    caller drops (a finished request's KV cache) is freed at once, and a call with a new tensor is checked in full."""
+    import gc
+    import weakref
+
+    from torch_tessera.runtime.inputcheck import CheckedInputs
+
+    checked = CheckedInputs(lambda batches: [list(b) for b in batches])
+    cache = torch.zeros(4, 4)
+    batches, fast = checked([[cache, 3]])
+    checked.confirm(batches)
+    assert checked([[cache, 3]])[1] is True and checked.full_checks == 1
+    gone = weakref.ref(cache)
+    del cache, batches
+    gc.collect()
+    assert gone() is None, "the input check kept the dropped tensor alive"
+    assert checked([[torch.zeros(4, 4), 3]])[1] is False and checked.full_checks == 2
+    assert checked([[torch.zeros(4, 4), 4]])[1] is False
 
 
 @cpu_only

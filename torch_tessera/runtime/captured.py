@@ -25,8 +25,13 @@ Every other stream joins the capture from the home device's stream through an ev
    says so and later calls replay the schedule step by step from the host.
 2. Every later call: the home stream waits for the callers' current streams, each micro-batch's INPUT-kind inputs
    are copied into its static storages, the graph replays, the outputs are cloned (the next replay rewrites the
-   static storages), and the host waits for an event recorded after it, bounded by the executor's ``timeout_s``
-   (:class:`~torch_tessera.errors.TransferTimeout` names the transfers inside the graph).
+   static storages) and an event is recorded after them. Where the executor's devices span more than one memory
+   domain (whole GPUs: the graph holds transfers over a link), the host waits for that event, bounded by the
+   executor's ``timeout_s`` (:class:`~torch_tessera.errors.TransferTimeout` names the transfers inside the graph).
+   Where they share one domain (partitions of one GPU: a cut is an event wait inside the graph, no transfer that
+   could hang), the call returns at once and the callers' current streams wait on that event, as after any CUDA
+   kernel: the outputs are ordered on the caller's stream, and the next call's host work (its input checks and
+   copies, the graph launch) runs while this replay is still on the GPU.
 """
 
 from __future__ import annotations
@@ -141,6 +146,8 @@ class CapturedReplay:
         self.last_pools: list | None = None
         self.fallback = False
         self.on_step: Callable[[str], None] | None = None
+        #: the call waits for its replay on the host (devices in more than one memory domain; the module docstring)
+        self.host_wait = len(set(ex.domains)) > 1
         self._per_call: tuple = (0, Counter(), Counter())  # launches, transfers, bytes one call adds to the counters
         self._edges: list[int] = []
         placed = frozenset(step.buffer for step in ex.schedule.setup)
@@ -187,7 +194,8 @@ class CapturedReplay:
 
         Raises:
             TesseraError: as :meth:`ScheduleReplay.run`.
-            TransferTimeout: the replay did not complete within the executor's ``timeout_s``.
+            TransferTimeout: the replay did not complete within the executor's ``timeout_s`` (where the call waits
+                for it on the host: :attr:`host_wait`).
         """
         batches, fast = self.checked(batches)
         M = self.schedule.micro_batches
@@ -240,7 +248,10 @@ class CapturedReplay:
         counters.bytes_moved.update(nbytes)
         ex.cut_edges_per_batch = list(self._edges)
         ex.cut_edges_transferred = sum(self._edges)
-        wait_replay(ex.machine, self.copies, done, ex.timeout_s)
+        if self.host_wait:
+            wait_replay(ex.machine, self.copies, done, ex.timeout_s)
+        else:
+            self._order_callers(done, main)
         self._stage("replay")
         return outs
 
@@ -258,6 +269,18 @@ class CapturedReplay:
                 caller = torch.cuda.current_stream(dev)
                 if caller.cuda_stream != main.cuda_stream:
                     main.wait_stream(caller)
+
+    def _order_callers(self, done: Any, main: Any) -> None:
+        """The callers' current stream on every GPU the executor uses waits on ``done`` (recorded on ``main`` after
+        the replay and the output clones): what the caller issues next, and memory it frees, come after the call."""
+        seen = set()
+        for d in self.executor.devices:
+            dev = d.torch_device
+            if dev.type == "cuda" and dev not in seen:
+                seen.add(dev)
+                caller = torch.cuda.current_stream(dev)
+                if caller.cuda_stream != main.cuda_stream:
+                    caller.wait_event(done)
 
     def _synchronize(self) -> None:
         for d in self.executor.devices:

@@ -6,9 +6,10 @@ right number of micro-batches and inputs, each tensor input with the shape and s
 the weights shared by every micro-batch, the micro-batches' state storages disjoint, and the inputs bound at capture
 at their capture-time addresses. Checking all of that per call costs ~1 us per input and micro-batch in Python, on a
 step of a few milliseconds. Calls of a serving loop or a benchmark pass the very same tensors again, so after a full
-check the fingerprint of a call is: the same input objects, position by position (held, so an object's id is never
-reused while it is compared), and every distinct tensor among them still at the same address with the same sizes and
-strides (``x.set_()``, ``x.resize_()``, ``x.unsqueeze_()`` or ``p.data = ...`` on the same object change one of
+check the fingerprint of a call is: the same input objects, position by position (tensors watched through weak
+references, so a tensor the caller drops, such as a finished request's KV cache, is freed at once, and a new object at
+a recycled address never passes for it), and every distinct tensor among them still at the same address with the same
+sizes and strides (``x.set_()``, ``x.resize_()``, ``x.unsqueeze_()`` or ``p.data = ...`` on the same object change one of
 them). Anything else is checked in full again. The inputs copied into the graph's static storage (token ids, latents)
 may be new tensors at every call: they are left out of the fingerprint and checked at every call (their shapes, and
 the state storages' disjointness where the program has state).
@@ -17,6 +18,7 @@ the state storages' disjointness where the program has state).
 from __future__ import annotations
 
 import operator
+import weakref
 from itertools import chain
 from typing import Any, Callable, Sequence
 
@@ -80,10 +82,10 @@ class CheckedInputs:
         self.fresh = frozenset(fresh)
         self.check_fresh = check_fresh
         self.full_checks = 0
-        self._objects: list | None = None  # the watched inputs of the last full check, flat, held
+        self._refs: list | None = None  # the watched inputs of the last full check, flat: tensors as weak references
         self._lengths: tuple[int, ...] = ()
         self._pick: Callable[[list], Sequence[Any]] = tuple
-        self._tensors: list[torch.Tensor] = []  # the distinct tensors among them
+        self._distinct: Callable[[list], Sequence[Any]] = tuple  # the distinct tensors among the flat inputs
         self._fingerprint: tuple = ()
 
     def __call__(self, batches: Sequence[Sequence[Any]]) -> tuple[list[list], bool]:
@@ -91,10 +93,11 @@ class CheckedInputs:
         fingerprint (then only ``check_fresh`` runs), else checked in full by ``check`` (which raises on bad input;
         the fingerprint is then kept only once :meth:`confirm` is called)."""
         batches = [b if type(b) is list else list(b) for b in batches]
-        objects = self._objects
-        if objects is not None and tuple(map(len, batches)) == self._lengths:
-            if (all(map(operator.is_, chain.from_iterable(map(self._pick, batches)), objects))
-                    and self._measure(self._tensors) == self._fingerprint):
+        refs = self._refs
+        if refs is not None and tuple(map(len, batches)) == self._lengths:
+            flat = list(chain.from_iterable(map(self._pick, batches)))
+            if (all(map(operator.is_, flat, map(_deref, refs)))
+                    and self._measure(self._distinct(flat)) == self._fingerprint):
                 if self.check_fresh is not None:
                     self.check_fresh(batches)
                 return batches, True
@@ -107,23 +110,38 @@ class CheckedInputs:
         watched = [i for i in range(len(batches[0]) if batches else 0) if i not in self.fresh]
         self._pick = _picker(watched)
         flat = list(chain.from_iterable(map(self._pick, batches)))
-        seen: dict[int, torch.Tensor] = {}
-        for v in flat:
+        first: dict[int, int] = {}
+        for k, v in enumerate(flat):
             if isinstance(v, torch.Tensor):
-                seen.setdefault(id(v), v)
-        self._tensors = list(seen.values())
-        self._fingerprint = self._measure(self._tensors)
-        self._objects = flat
+                first.setdefault(id(v), k)
+        self._distinct = _picker(list(first.values()))
+        self._fingerprint = self._measure(self._distinct(flat))
+        self._refs = [weakref.ref(v) if isinstance(v, torch.Tensor) else _Held(v) for v in flat]
         self._lengths = tuple(map(len, batches))
 
     def forget(self) -> None:
         """Check the next call in full (the graph was captured again: its bound addresses may differ)."""
-        self._objects = None
-        self._tensors = []
+        self._refs = None
 
     @staticmethod
-    def _measure(tensors: list[torch.Tensor]) -> tuple:
+    def _measure(tensors: Sequence[torch.Tensor]) -> tuple:
         return (list(map(_ptr, tensors)), list(map(_size, tensors)), list(map(_stride, tensors)))
+
+
+class _Held:
+    """A watched input that is not a tensor (an int, None), held as it is; called like a weak reference."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __call__(self) -> Any:
+        return self.value
+
+
+def _deref(ref: Callable[[], Any]) -> Any:
+    return ref()
 
 
 def _picker(positions: list[int]) -> Callable[[list], Sequence[Any]]:
