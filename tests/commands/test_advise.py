@@ -1,5 +1,6 @@
 """tessera advise: bad input is refused with the fix; a GPU too small marks its option "does not fit"."""
 
+import json
 import math
 
 import pytest
@@ -72,3 +73,23 @@ def test_pareto_front():
     d = Option(("d", "d"), False, "does not fit", math.nan, 0.5, math.nan)
     assert pareto([a, b, c, d]) == [a, b]
 
+
+def _strict(text: str):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_advise_json_is_strict_and_prints_the_whole_reason(tmp_path, monkeypatch, capsys):
+    from torch_tessera.cli import main
+    from torch_tessera.commands import advise
+
+    small = lambda pair, options="": pair_specs(pair, ",mem=1KB")  # noqa: E731  (every GPU too small)
+    monkeypatch.setattr(advise, "pair_specs", small)
+    assert main(["advise", "--model", "mlp", "--size", "tiny", "--gpus", "a100", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    data = _strict((tmp_path / "advise_mlp.json").read_text())
+    (o,) = data["options"]
+    assert o["fits"] is False and o["output_per_s"] is None and o["per_price"] is None
+    assert o["reason"].startswith("mlp (tiny) does not fit") and o["reason"].endswith("more memory.")
+    assert f"a100+a100: {o['reason']}\n" in out  # printed in full, as written

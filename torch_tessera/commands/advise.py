@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from torch_tessera import jsonout
 
 HELP = "rank GPU pairs for a model by SIMULATED throughput and throughput per price, with the plan of each"
 
@@ -269,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     png = out / f"advise_{args.model}.png"
     plot(shown, front, args.model, unit, png)
-    (out / f"advise_{args.model}.json").write_text(json.dumps(
+    (out / f"advise_{args.model}.json").write_text(jsonout.dumps(
         {"label": "SIMULATED", "model": args.model, "options": [asdict(o) for o in options],
          "pareto": [list(o.gpus) for o in front]}, indent=1, default=str))
     print(f"wrote {png} and {out / f'advise_{args.model}.json'} in {time.perf_counter() - t0:.0f} s")

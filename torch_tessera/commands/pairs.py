@@ -10,10 +10,11 @@ Tessera is planned over a space that contains every baseline's placement, reques
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
+
+from torch_tessera import jsonout
 
 HELP = "SIMULATED throughput of every baseline and tessera on the paper's three GPU pairs, the paper's Fig. 6 beside"
 
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             print(format_pair(res), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "pairs.json").write_text(json.dumps({"label": "SIMULATED", "results": results}, indent=1))
+    (out / "pairs.json").write_text(jsonout.dumps({"label": "SIMULATED", "results": results}, indent=1))
     print(f"wrote {out / 'pairs.json'} (SIMULATED)")
     if failed:
         print(f"tessera pairs: {len(failed)} of {len(results)} rows not planned ({', '.join(sorted(set(failed)))}: "
