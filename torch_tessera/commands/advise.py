@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=float, default=None, help="highest price per hour of a pair (prices.py units)")
     parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size")
     parser.add_argument("--decode-batch", type=int, default=None,
-                        help="sequences per decode step of an LLM (default 64; fewer: a smaller KV cache and less memory)")
+                        help="sequences per decode step of an LLM (default: 64; fewer: a smaller KV cache)")
     parser.add_argument("--time-limit", type=float, default=2.0, help="seconds of MILP per mixed pair")
     parser.add_argument("--out", default="tessera_out", help="directory for advise.json and advise_<model>.png")
 
