@@ -75,16 +75,10 @@ def parse_gpus(text: str | None) -> list[str]:
 
 def pair_specs(pair: tuple[str, str], options: str = ""):
     """``sim:<a>`` and ``sim:<b>`` (``options`` such as ``",mem=1GB"`` appended to each); the second of two identical
-    GPUs is named ``<name>#2`` so that the pair's cost tables and links tell them apart."""
-    import dataclasses
+    GPUs is named ``<name>#2`` (:func:`~torch_tessera.target.devices.parse_devices`)."""
+    from torch_tessera.target.devices import parse_devices
 
-    from torch_tessera.target.devices import parse_device, parse_devices
-
-    a = parse_devices(f"sim:{pair[0]}{options}")[0]
-    b = parse_devices(f"sim:{pair[1]}{options}")[0]
-    if a.name == b.name:
-        b = dataclasses.replace(b, name=f"{b.name}#2")
-    return [a, b]
+    return parse_devices(f"sim:{pair[0]}{options},sim:{pair[1]}{options}")
 
 
 #: What advise plans on every pair, identical or mixed: each baseline, then tessera (the best plan of a space holding
