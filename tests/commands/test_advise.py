@@ -93,3 +93,17 @@ def test_advise_json_is_strict_and_prints_the_whole_reason(tmp_path, monkeypatch
     assert o["fits"] is False and o["output_per_s"] is None and o["per_price"] is None
     assert o["reason"].startswith("mlp (tiny) does not fit") and o["reason"].endswith("more memory.")
     assert f"a100+a100: {o['reason']}\n" in out  # printed in full, as written
+
+
+def test_bench_and_pairs_say_whole_why_a_plan_does_not_fit():
+    """The predicted bench (and pairs, which prints its rows) gives each plan that does not fit one whole sentence:
+    the short GPU, the GB it needs and has, the fix; no internal names, not cut short."""
+    from torch_tessera.benchmark import simulate_plans
+
+    rows, meta = simulate_plans("llama", pair_specs(("a100", "h100"), ",mem=60MB"), size="tiny")
+    why = {r.plan: r.reason for r in rows if not r.applies}
+    assert why["request-dist"] == ("does not fit: GPU 1 (NVIDIA A100 80GB SXM) needs 72.09 MB and has 60.00 MB (short by "
+                                   "12.09 MB). Fix: GPUs with more memory, or a plan that spreads the weights over "
+                                   "both GPUs (layer, tessera)"), why
+    assert all("memory_budgets" not in w for w in why.values())
+    assert "memory_budgets" not in meta["tessera_choice"]

@@ -155,15 +155,16 @@ def does_not_fit(model: str, specs, errors: dict, decode_batch: int | None = Non
         errors: placement name -> the :class:`~torch_tessera.errors.InfeasiblePlanError` it raised.
         decode_batch: sequences per decode step the model was planned with (prefill/decode models), for the fix.
     """
+    from torch_tessera.benchmark import gpu_names, shortfall_lines
     from torch_tessera.target.devices import format_bytes
 
-    gpu = {s.name: f"GPU {i + 1} ({s.model})" for i, s in enumerate(specs)}
+    gpu = gpu_names(specs)
     mem = " and ".join(f"{gpu[s.name]} {format_bytes(s.memory_bytes)}" for s in specs)
     fix = (f", or fewer sequences per decode step (--decode-batch below {decode_batch}: the KV cache shrinks with "
            "it)" if decode_batch and decode_batch > 1 else "")
 
-    def short(n: str) -> list:  # (gpu, need, have) of each GPU short by more than 0.1 % of what it has
-        return [(gpu.get(d, d), need, have) for d, need, have in errors[n].shortfalls if need - have > 1e-3 * have]
+    def short(n: str) -> float:  # bytes short in all
+        return sum(need - have for _, need, have in errors[n].shortfalls if need - have > 1e-3 * have)
 
     def full(n: str) -> list:  # the GPUs of a placement that are filled to their memory but not short
         return [gpu.get(d, d) for d, need, have in errors[n].shortfalls if 0 <= need - have <= 1e-3 * have]
@@ -171,11 +172,10 @@ def does_not_fit(model: str, specs, errors: dict, decode_batch: int | None = Non
     head = f"{model} does not fit in this pair's memory ({mem})"
     if not errors:
         return f"{head}: no placement applies. Fix: choose GPUs with more memory{fix}."
-    closest = min(errors, key=lambda n: (sum(need - have for _, need, have in short(n)) or math.inf, n != "tessera"))
-    least = " at least" if errors[closest].lower_bound else ""
-    lines = ", and ".join(f"{g} needs{least} {format_bytes(need)} and has {format_bytes(have)} (short by "
-                          f"{format_bytes(need - have)})" for g, need, have in short(closest))
-    if full(closest):
+    closest = min(errors, key=lambda n: (short(n) or math.inf, n != "tessera"))
+    least = errors[closest].lower_bound
+    lines = ", and ".join(shortfall_lines(errors[closest], specs))
+    if lines and full(closest):
         lines += f", with {' and '.join(full(closest))} filled to its memory"
     others = [n for n in errors if n != closest]
     return (f"{head}: the placement that comes closest, {closest} ({HOLDS.get(closest, closest)}), "

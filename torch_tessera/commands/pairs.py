@@ -91,7 +91,7 @@ def format_pair(res: dict) -> str:
         ratio = p["predicted"] / p["paper"] if p["predicted"] and p["paper"] else None
         lines.append(f"  {p['plan']:26} {_fmt(p['predicted']):>10} {_fmt(p['paper']):>9} {_fmt(ratio):>10} "
                      f"{_fmt(p['price_per_hour']):>8} {_fmt(p['per_price']):>10}" +
-                     (f"  n/a: {p['reason'][:60]}" if p["reason"] else ""))
+                     (f"  n/a: {p['reason']}" if p["reason"] else ""))
     plans = {p["plan"]: p for p in res["plans"]}
     t = plans.get("tessera", {}).get("predicted")
     base = [p["predicted"] for n, p in plans.items() if n in PLANS[:-1] and p["predicted"]]
