@@ -109,7 +109,8 @@ def choose_tessera(plans: dict[str, Any], workload: Any = None, topology: Any = 
         try:
             cands[STREAMS] = plan_streams(workload, topology, **stream_options)
         except InfeasiblePlanError as e:  # each stream holds its own state: may not fit where one placement does
-            missing = f"; {_label(STREAMS)} does not fit: {str(e).splitlines()[0]}"
+            missing = f"; {_label(STREAMS)} does not fit: " + (", and ".join(shortfall_lines(e, ()))
+                                                                 or " ".join(str(e).split(". Fix")[0].split()))
     cands.update((n, p) for n, p in plans.items() if n not in ("tessera", SINGLE) and isinstance(p, Plan)
                  and (takeover is None or takeover(n, p)))
     scores = {n: float(score(p)) for n, p in cands.items()}
@@ -239,6 +240,34 @@ def _price(spec: DeviceSpec) -> float:
     return float(spec.price_per_hour)
 
 
+def gpu_names(specs: Sequence[DeviceSpec]) -> dict[str, str]:
+    """Device name -> how the CLI names it to a person: ``"GPU 1 (NVIDIA L4)"``, in ``specs`` order."""
+    return {s.name: f"GPU {i + 1} ({s.model})" for i, s in enumerate(specs)}
+
+
+def shortfall_lines(error: Exception, specs: Sequence[DeviceSpec], min_share: float = 1e-3) -> list[str]:
+    """Each device an :class:`~torch_tessera.errors.InfeasiblePlanError` names as short of memory, as
+    ``"GPU 2 (NVIDIA L4) needs 83.38 GB and has 24.00 GB (short by 59.38 GB)"`` ("needs at least" when the error
+    knows only a lower bound); devices short by at most ``min_share`` of what they have are left out."""
+    from torch_tessera.target.devices import format_bytes
+
+    gpu = gpu_names(specs)
+    least = " at least" if getattr(error, "lower_bound", False) else ""
+    return [f"{gpu.get(d, d)} needs{least} {format_bytes(need)} and has {format_bytes(have)} (short by "
+            f"{format_bytes(need - have)})" for d, need, have in getattr(error, "shortfalls", ())
+            if need - have > min_share * have]
+
+
+def error_reason(error: Exception, specs: Sequence[DeviceSpec]) -> str:
+    """Why a plan has no number, whole and in the CLI's terms: for a plan that does not fit memory, each short GPU
+    with the GB it needs and has, and the fix; else the error's own message on one line."""
+    lines = shortfall_lines(error, specs)
+    if not lines:
+        return " ".join(str(error).split())
+    return ("does not fit: " + ", and ".join(lines) + ". Fix: GPUs with more memory, or a plan that spreads the "
+            "weights over both GPUs (layer, tessera)")
+
+
 def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float = 129.0,
                    progress: Any = None, size: str = "full", streams: bool = True) -> tuple[list[SimRow], dict]:
     """Predicted throughput of every plan of ``model`` (``size``, default full) on ``specs`` (see module docstring);
@@ -279,7 +308,7 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
                          and isinstance(p, Plan)), default=float("nan"))
     for name, p in plans.items():
         if not isinstance(p, Plan):
-            rows.append(SimRow(name, False, str(p).split("\n")[0][:120], math.nan, math.nan, math.nan, math.nan,
+            rows.append(SimRow(name, False, error_reason(p, specs), math.nan, math.nan, math.nan, math.nan,
                                math.nan, math.nan, ()))
             continue
         used = [g for g in range(len(specs)) if p.kernels_on(g) or g in p.replicas]

@@ -1,5 +1,6 @@
 """tessera advise: bad input is refused with the fix; a GPU too small marks its option "does not fit"."""
 
+import json
 import math
 
 import pytest
@@ -26,7 +27,35 @@ def test_a_gpu_too_small_marks_the_option_does_not_fit():
     o = evaluate(mw, ("a100", "a100"), 1.0, specs=small)
     assert not o.fits and o.plan.startswith("does not fit") and math.isnan(o.output_per_s)
     ok = evaluate(mw, ("a100", "a100"), 1.0, specs=specs)
-    assert ok.fits and ok.output_per_s > 0 and ok.plan in ("request-dist", "homo-L", "homo-R")
+    assert ok.fits and ok.output_per_s > 0 and ok.plan.startswith("tessera") and not ok.reason
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    return model_workload("llama", pair_specs(("a100", "a100")), size="tiny")
+
+
+def test_identical_and_mixed_pairs_are_judged_on_the_same_placements(tiny_llama):
+    # 60 MB each: a whole copy of tiny Llama (72 MB with its KV cache and activations) fits neither GPU, the weights
+    # spread over both fit. Two identical GPUs fit exactly when a mixed pair of the same memory fits.
+    same = evaluate(tiny_llama, ("a100", "a100"), 1.0, specs=pair_specs(("a100", "a100"), ",mem=60MB"))
+    mixed = evaluate(tiny_llama, ("a100", "h100"), 1.0, specs=pair_specs(("a100", "h100"), ",mem=60MB"))
+    assert mixed.fits and mixed.plan.startswith("tessera")
+    assert same.fits and same.plan.startswith("tessera"), same.reason
+
+
+def test_does_not_fit_is_one_full_sentence_with_gpu_gb_placement_and_fix(tiny_llama):
+    o = evaluate(tiny_llama, ("a100", "h100"), 1.0, specs=pair_specs(("a100", "h100"), ",mem=40MB"),
+                 model="llama (tiny)", decode_batch=64)
+    assert not o.fits and o.plan == "does not fit" and math.isnan(o.output_per_s)
+    r = o.reason
+    assert r.startswith("llama (tiny) does not fit in this pair's memory (GPU 1 (NVIDIA A100 80GB SXM) 40.00 MB and "
+                        "GPU 2 (NVIDIA H100 SXM) 40.00 MB): the placement that comes closest, tessera"), r
+    assert "needs" in r and "and has 40.00 MB (short by" in r  # which GPU needs how much against what it has
+    assert "request-dist, homo-L, homo-R, pd, af, layer" in r  # every placement tried is named
+    assert r.endswith("Fix: choose GPUs with more memory, or fewer sequences per decode step (--decode-batch below 64:"
+                      " the KV cache shrinks with it).")
+    assert len(r) > 200 and "memory_budgets" not in r and "sim:" not in r and "\n" not in r
 
 
 def test_budget_no_option_fits_says_so(capsys):
@@ -43,3 +72,38 @@ def test_pareto_front():
     c = Option(("c", "c"), True, "x", 15.0, 3.0, 5.0)  # dearer and slower than b
     d = Option(("d", "d"), False, "does not fit", math.nan, 0.5, math.nan)
     assert pareto([a, b, c, d]) == [a, b]
+
+
+def _strict(text: str):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_advise_json_is_strict_and_prints_the_whole_reason(tmp_path, monkeypatch, capsys):
+    from torch_tessera.cli import main
+    from torch_tessera.commands import advise
+
+    small = lambda pair, options="": pair_specs(pair, ",mem=1KB")  # noqa: E731  (every GPU too small)
+    monkeypatch.setattr(advise, "pair_specs", small)
+    assert main(["advise", "--model", "mlp", "--size", "tiny", "--gpus", "a100", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    data = _strict((tmp_path / "advise_mlp.json").read_text())
+    (o,) = data["options"]
+    assert o["fits"] is False and o["output_per_s"] is None and o["per_price"] is None
+    assert o["reason"].startswith("mlp (tiny) does not fit") and o["reason"].endswith("more memory.")
+    assert f"a100+a100: {o['reason']}\n" in out  # printed in full, as written
+
+
+def test_bench_and_pairs_say_whole_why_a_plan_does_not_fit():
+    """The predicted bench (and pairs, which prints its rows) gives each plan that does not fit one whole sentence:
+    the short GPU, the GB it needs and has, the fix; no internal names, not cut short."""
+    from torch_tessera.benchmark import simulate_plans
+
+    rows, meta = simulate_plans("llama", pair_specs(("a100", "h100"), ",mem=60MB"), size="tiny")
+    why = {r.plan: r.reason for r in rows if not r.applies}
+    assert why["request-dist"] == ("does not fit: GPU 1 (NVIDIA A100 80GB SXM) needs 72.09 MB and has 60.00 MB (short by "
+                                   "12.09 MB). Fix: GPUs with more memory, or a plan that spreads the weights over "
+                                   "both GPUs (layer, tessera)"), why
+    assert all("memory_budgets" not in w for w in why.values())
+    assert "memory_budgets" not in meta["tessera_choice"]

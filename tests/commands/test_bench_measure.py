@@ -30,7 +30,7 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
                "--concurrent-steps", "2", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0, out
-    result = json.loads((tmp_path / "bench.json").read_text())["measured"]
+    result = _load(tmp_path / "bench.json")["measured"]
     rows = {r["plan"]: r for r in result["rows"]}
     assert [n for n in rows if n != "tessera-single"] == list(plan_names(2))
     meta = result["meta"]
@@ -125,8 +125,18 @@ def measured(tmp_path_factory):
     return runs
 
 
+def _load(path) -> dict:
+    """bench.json read with a strict parser (no NaN/Infinity tokens: the CLI writes them as null), then as the reports
+    read it (the rows' nulls NaN again)."""
+    from torch_tessera.measure.report import with_nan
+
+    def refuse(constant):
+        raise ValueError(f"bench.json holds {constant}, which is not JSON")
+    return with_nan(json.loads(path.read_text(), parse_constant=refuse))
+
+
 def _rows(out_dir) -> tuple[dict, dict]:
-    result = json.loads((out_dir / "bench.json").read_text())["measured"]
+    result = _load(out_dir / "bench.json")["measured"]
     return {r["plan"]: r for r in result["rows"]}, result["meta"]
 
 

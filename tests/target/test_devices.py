@@ -266,3 +266,12 @@ def test_partition_price_is_its_sm_share():
     assert part.price_per_hour == pytest.approx(whole.price_per_hour * 24 / 132)
     assert "SM share 24/132" in part.price_source
     assert parse_device("cpu:0").price_per_hour == 0.0
+
+
+def test_a_simulated_gpu_given_twice_is_two_gpus_of_that_model():
+    ds = parse_devices("sim:h100,sim:h100,mem=40GB,sim:h100")
+    assert [d.name for d in ds] == ["sim:h100", "sim:h100,mem=40GB", "sim:h100#2"]
+    ds = parse_devices("sim:h100,sim:h100")
+    assert [d.name for d in ds] == ["sim:h100", "sim:h100#2"] and ds[0].memory_bytes == ds[1].memory_bytes
+    with pytest.raises(DeviceUnavailableError, match="appears twice"):
+        parse_devices("cuda:0,cuda:0", assume_gpu="h200")

@@ -101,12 +101,16 @@ def default_decode_context(prefill_tokens: int, mean_output_tokens: float) -> in
     return int(prefill_tokens + round(mean_output_tokens / 2))
 
 
+#: Sequences per decode step :func:`model_workload` plans an LLM with unless told otherwise.
+DECODE_BATCH = 64
+
+
 def model_workload(
     name: str,
     specs: Sequence[DeviceSpec],
     size: str = "full",
     prefill_tokens: int = 1024,
-    decode_batch: int = 64,
+    decode_batch: int = DECODE_BATCH,
     mean_output_tokens: float = 129.0,
     batch: int | None = None,
     decode_context: int | None = None,

@@ -8,9 +8,10 @@ A100 + L40S pair (simulated from datasheet figures). Writes ``bench.json`` and `
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
+
+from torch_tessera import jsonout
 
 HELP = "compare tessera with every baseline on a model: checked on CPU, predicted on a device pair"
 
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         result["simulated"] = {"meta": meta, "rows": rows_as_dicts(rows)}
         _chart(rows, meta, unit, out_dir / "bench.png")
         print(f"bar chart: {out_dir / 'bench.png'}")
-    (out_dir / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+    (out_dir / "bench.json").write_text(jsonout.dumps(result, indent=1, default=str))
     print(f"results: {out_dir / 'bench.json'}")
     return status
 

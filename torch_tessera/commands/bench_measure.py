@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import math
 from pathlib import Path
+
+from torch_tessera import jsonout
 
 
 def _fmt(x: float, unit: str = "") -> str:
@@ -47,7 +48,7 @@ def run_measured(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     print_table(rows, meta)
-    (out_dir / "bench.json").write_text(json.dumps({"model": args.model, "devices": devices, "measured": {
+    (out_dir / "bench.json").write_text(jsonout.dumps({"model": args.model, "devices": devices, "measured": {
         "meta": meta, "rows": rows_as_dicts(rows)}}, indent=1, default=str))
     chart(rows, meta, out_dir / "bench.png")
     print(f"results: {out_dir / 'bench.json'}; bar chart: {out_dir / 'bench.png'}")

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from torch_tessera import jsonout
+
 HELP = "fit the kernel cost model's free constants to measured launches (held-out error per model)"
 
 #: The free constants fitted, with their search bounds (log-uniform).
@@ -129,7 +131,7 @@ def load_samples(results: str, min_s: float) -> tuple[list[Sample], list[str]]:
         meta = json.loads(Path(path).read_text()).get("measured", {}).get("meta", {})
         if "kernel_seconds" in meta and "launch_names" in meta:
             shape = {k: meta["settings"].get(k) for k in SHAPE_KEYS}  # what the programs depend on
-            by_setting.setdefault(json.dumps(shape, sort_keys=True), []).append(meta)
+            by_setting.setdefault(jsonout.dumps(shape, sort_keys=True), []).append(meta)
     samples, coverage, specs = [], [], {}
     for setting, metas in by_setting.items():
         for meta in metas:
@@ -298,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         path = Path(args.out) / "calibrate.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"data": args.data, "min_us": args.min_us, "coverage": coverage,
-                                    "held_out": rows, "constants": consts}, indent=1))
+        path.write_text(jsonout.dumps({"data": args.data, "min_us": args.min_us, "coverage": coverage,
+                                       "held_out": rows, "constants": consts}, indent=1))
         print(f"wrote {path}")
     return 0

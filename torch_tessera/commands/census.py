@@ -13,7 +13,6 @@ devices instead (the measured bench's programs and profiler).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import asdict, dataclass
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from torch_tessera import jsonout
 
 HELP = "per-kernel census of a workload on two devices: share of kernels faster on each, their share of time"
 
@@ -266,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     png = out / f"census_{args.model}.png"
     histogram(tables, names, args.model, png, args.measure, rows)
-    (out / f"census_{args.model}.json").write_text(json.dumps(
+    (out / f"census_{args.model}.json").write_text(jsonout.dumps(
         {"model": args.model, "devices": names, "measured": args.measure,
          "label": "MEASURED" if args.measure else "SIMULATED", "rows": [asdict(r) for r in rows]}, indent=1))
     print(f"wrote {png} and {out / f'census_{args.model}.json'}")

@@ -41,6 +41,7 @@ import sys
 import time
 from typing import Any
 
+from torch_tessera import jsonout
 from torch_tessera.commands.dist_report import format_result, rank_row
 from torch_tessera.errors import ConfigError, TesseraError
 
@@ -403,7 +404,7 @@ def _checks(got: Any, want: Any, inprocess: list | None, every: list, cuts: int,
 
 def _report(args: argparse.Namespace, result: dict) -> None:
     """Rank 0's table (or, with ``--json``, every rank's JSON line); ``--json PATH``: the record in a file too."""
-    line = json.dumps(result, default=str)
+    line = jsonout.dumps(result, default=str)
     if args.json == "-":
         print(line, flush=True)
     elif result["rank"] == 0:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
+
+from torch_tessera import jsonout
 
 HELP = "lower a model with the tessera backend and print its kernel program"
 
@@ -44,6 +45,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"\noutput equals eager PyTorch (torch.testing.assert_close) for model {args.model!r} ({args.size})")
     if args.json_path:
         with open(args.json_path, "w") as f:
-            json.dump([program_to_json(p) for p in programs], f, indent=1)  # each loads with load_program
+            jsonout.dump([program_to_json(p) for p in programs], f, indent=1)  # each loads with load_program
         print(f"program written to {args.json_path}")
     return 0

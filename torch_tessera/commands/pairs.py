@@ -10,10 +10,11 @@ Tessera is planned over a space that contains every baseline's placement, reques
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
+
+from torch_tessera import jsonout
 
 HELP = "SIMULATED throughput of every baseline and tessera on the paper's three GPU pairs, the paper's Fig. 6 beside"
 
@@ -90,7 +91,7 @@ def format_pair(res: dict) -> str:
         ratio = p["predicted"] / p["paper"] if p["predicted"] and p["paper"] else None
         lines.append(f"  {p['plan']:26} {_fmt(p['predicted']):>10} {_fmt(p['paper']):>9} {_fmt(ratio):>10} "
                      f"{_fmt(p['price_per_hour']):>8} {_fmt(p['per_price']):>10}" +
-                     (f"  n/a: {p['reason'][:60]}" if p["reason"] else ""))
+                     (f"  n/a: {p['reason']}" if p["reason"] else ""))
     plans = {p["plan"]: p for p in res["plans"]}
     t = plans.get("tessera", {}).get("predicted")
     base = [p["predicted"] for n, p in plans.items() if n in PLANS[:-1] and p["predicted"]]
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             print(format_pair(res), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "pairs.json").write_text(json.dumps({"label": "SIMULATED", "results": results}, indent=1))
+    (out / "pairs.json").write_text(jsonout.dumps({"label": "SIMULATED", "results": results}, indent=1))
     print(f"wrote {out / 'pairs.json'} (SIMULATED)")
     if failed:
         print(f"tessera pairs: {len(failed)} of {len(results)} rows not planned ({', '.join(sorted(set(failed)))}: "

@@ -96,14 +96,23 @@ def plan_all(dag_or_workload: DependencyGraph | Workload, costs: CostTable | Map
 PLANNER = "throughput-planner"
 
 
+def step_seconds(p: Plan) -> float:
+    """Seconds per workload step ``tessera plan`` ranks throughput plans by: the simulated step of the plan's
+    pipelined schedules (:attr:`Plan.simulated_seconds`, what the planner scores its own placements by), or, for a
+    plan that is not simulated (request-dist's replicas: no cut edge, each replica alone on its GPU), its cycle,
+    which is what the simulator takes for programs each wholly on their own device."""
+    return p.simulated_seconds if p.simulated_seconds is not None else p.cycle_seconds
+
+
 def best_throughput(plans: Mapping[str, Plan | TesseraError], workload: Workload, topology: Topology,
                     **stream_options) -> tuple[dict[str, Plan | TesseraError], str]:
-    """``plans`` with ``throughput`` the highest-throughput plan of a space that contains every baseline's placement:
-    the planner's single placement, one request stream per device (:func:`~torch_tessera.scheduler.plan_streams`,
-    whose space holds request-dist), and each baseline plan in ``plans`` (homo-*, request-dist, pd, af, layer), by
-    the rule ``tessera bench`` chooses tessera by (:func:`torch_tessera.benchmark.choose_tessera`). So no baseline's
-    predicted throughput is above the throughput plan's. When another plan wins, the planner's own placement stays
-    as :data:`PLANNER`.
+    """``plans`` with ``throughput`` the fastest plan of a space that contains every baseline's placement: the
+    planner's single placement, one request stream per device (:func:`~torch_tessera.scheduler.plan_streams`, whose
+    space holds request-dist), and each baseline plan in ``plans`` (homo-*, request-dist, pd, af, layer); the space
+    ``tessera bench`` chooses tessera from (:func:`torch_tessera.benchmark.choose_tessera`), ranked here by
+    :func:`step_seconds` (the simulated step, the planner's own score). So no baseline's simulated step is below the
+    throughput plan's. When another plan wins, the planner's own placement stays as :data:`PLANNER` and the note
+    gives its simulated step beside the best baseline's, and why its cycle differs when it does by more than 10 %.
 
     Args:
         plans: :func:`plan_all`'s result for the throughput policy (with its baselines).
@@ -119,19 +128,52 @@ def best_throughput(plans: Mapping[str, Plan | TesseraError], workload: Workload
     if not isinstance(mine, Plan):
         return dict(plans), ""
     work = {("tessera" if k == "throughput" else k): v for k, v in plans.items() if k != "latency"}
+    rank = dict(score=step_seconds, scored="simulated step")
     try:
-        choice = choose_tessera(work, workload if isinstance(workload, Workload) else None, topology,
+        choice = choose_tessera(work, workload if isinstance(workload, Workload) else None, topology, **rank,
                                 **stream_options)
     except (NotApplicableError, ValueError) as e:
         log.warning("throughput plan: the one-request-stream-per-device plan was not made (%s)", e)
-        choice = choose_tessera(work, streams=False)
+        choice = choose_tessera(work, streams=False, **rank)
     out = dict(plans)
     if choice.chosen == "tessera":
         return out, ""
     out["throughput"] = choice.plans["tessera"]
     out[PLANNER] = choice.plans[SINGLE]
-    return out, ("throughput plan: " + choice.note.replace("tessera = ", "", 1).replace("tessera's space",
-                 "a space holding every baseline's placement").replace(SINGLE, PLANNER))
+    note = ("throughput plan: " + choice.note.replace("tessera = ", "", 1).replace("tessera's space",
+            "a space holding every baseline's placement").replace(SINGLE, PLANNER))
+    return out, note + "\n" + _planner_line(mine, work, topology)
+
+
+def _planner_line(mine: Plan, work: Mapping[str, Plan | TesseraError], topology: Topology) -> str:
+    """The planner's single placement against the best baseline, both by :func:`step_seconds`; and, when its cycle
+    is more than 10 % off its simulated step, how much of the cycle is the per-cut charge the simulator replaces."""
+    import numpy as np
+
+    from torch_tessera.scheduler.modulo import WAIT_SECONDS
+
+    base = {k: v for k, v in work.items() if k != "tessera" and isinstance(v, Plan)}
+    line = f"{PLANNER} (the planner's single placement): simulated {step_seconds(mine) * 1e3:.4g} ms/step"
+    if base:
+        best = min(base, key=lambda k: step_seconds(base[k]))
+        line += (f", {step_seconds(base[best]) / step_seconds(mine):.2f}x the best baseline, {best} "
+                 f"({step_seconds(base[best]) * 1e3:.4g} ms/step)")
+    sim = mine.simulated_seconds
+    if sim is None or abs(mine.cycle_seconds - sim) <= 0.1 * sim:
+        return line + "."
+    line += f". Its cycle/step, {mine.cycle_seconds * 1e3:.4g} ms, is {mine.cycle_seconds / sim:.2f}x that"
+    hop = np.asarray(topology.hop_overhead if topology.hop_overhead is not None else 0.0, dtype=float)
+    busiest = int(np.argmax(mine.device_seconds)) if mine.device_seconds else 0
+    charged = mine.hop_seconds[busiest] if len(mine.hop_seconds) > busiest else 0.0
+    if mine.cut_edges and charged > 0.05 * mine.cycle_seconds:
+        line += (f": {charged * 1e3:.4g} ms of it on {mine.devices[busiest]} is the cycle model's per-cut charge "
+                 f"({float(hop.max()) * 1e6:.3g} us per cut edge per micro-batch on both GPUs, and a share of each "
+                 f"copy; docs/BENCHMARKS.md, per-hop charge) over its {len(mine.cut_edges)} cut edges, where the "
+                 f"simulator charges a {WAIT_SECONDS * 1e6:.3g} us wait and the link")
+    else:
+        line += (": the cycle model assumes micro-batches overlap across steps, the simulator runs each step's "
+                 "micro-batches with their fill and drain")
+    return line + "."
 
 
 def report(plans: Mapping[str, Plan | TesseraError], policy: str) -> str:

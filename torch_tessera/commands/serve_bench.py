@@ -18,11 +18,10 @@ and planned once for every policy, then served on the wall clock)::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import math
 import pathlib
 
+from torch_tessera import jsonout
 from torch_tessera.commands.devices import format_table
 from torch_tessera.errors import ConfigError
 from torch_tessera.serving.clock import SimClock, WallClock
@@ -145,17 +144,6 @@ def plot(points: list[SweepPoint], slo_ms: float, path: pathlib.Path) -> None:
     plt.close(fig)
 
 
-def _finite(value: object) -> object:
-    """``value`` with NaN and infinities replaced by None (strict JSON)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
     """Sweep, print the table and the SLO crossings, write JSON and the plot; returns 0."""
     rates = sorted(_floats(args.rates, "rates"))
@@ -184,8 +172,8 @@ def run(args: argparse.Namespace) -> int:
 
     def on_point(p) -> None:
         with partial.open("a") as f:
-            f.write(json.dumps(_finite({"policy": p.policy, "rate": p.rate, "slo_met": p.slo_met,
-                                        **p.summary.to_dict()})) + "\n")
+            f.write(jsonout.dumps({"policy": p.policy, "rate": p.rate, "slo_met": p.slo_met,
+                                   **p.summary.to_dict()}) + "\n")
         bar.set_description(f"{p.policy} at {p.rate:g} req/s: {p.summary.norm_latency_mean_s * 1e3:.3g} ms/token")
         bar.update(1)
 
@@ -214,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
                          for p in points],
               "highest_swept_rate": sustained, "bisected_rate": searched,
               "plans": plans}
-    (out / "serve_bench.json").write_text(json.dumps(_finite(report), indent=1))
+    (out / "serve_bench.json").write_text(jsonout.dumps(report, indent=1))
     plot(points, args.slo_ms, out / "latency_vs_rate.png")
     partial.unlink(missing_ok=True)  # complete: serve_bench.json holds every point
     print(f"\nwrote {out / 'serve_bench.json'} and {out / 'latency_vs_rate.png'}")

@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from torch_tessera import jsonout
 from torch_tessera.errors import ConfigError
 
 FORMAT, VERSION = "torch_tessera.LaunchTimes", 1
@@ -272,7 +273,7 @@ def write_launch_times(path: str | os.PathLike, *, model: str, device: str, sim_
     data = {"format": FORMAT, "version": VERSION, "model": model, "device": device, "sim_device": sim_device,
             "gpu": gpu, "settings": dict(settings), "method": method, "versions": dict(versions),
             "programs": {k: dict(v) for k, v in programs.items()}}
-    Path(path).write_text(json.dumps(data, indent=1))
+    Path(path).write_text(jsonout.dumps(data, indent=1))
 
 
 def load_launch_times(path: str | os.PathLike) -> list[LaunchTimes]:

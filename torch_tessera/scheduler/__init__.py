@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from torch_tessera import jsonout
 from torch_tessera.errors import ConfigError, InfeasiblePlanError
 from torch_tessera.options import SCHEDULER_POLICIES, homo_names
 from torch_tessera.graph.types import DependencyGraph
@@ -176,7 +177,6 @@ _CHARGE_FREE_MEMOS = ("holder_entries", "link_coef", "preds", "state_edges", "la
 
 def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:
     """Write ``result`` as ``plan_<policy>_<n>.json``: placements, predicted seconds, gap, solver notes."""
-    import json
 
     os.makedirs(dump_dir, exist_ok=True)
     n = len([f for f in os.listdir(dump_dir) if f.startswith(f"plan_{policy}_")])
@@ -186,7 +186,7 @@ def _dump_plan(result: Plan, policy: str, dump_dir: str) -> None:
             "placements": {name: {str(k): int(v) for k, v in p.items()} for name, p in result.placements.items()}}
     path = os.path.join(dump_dir, f"plan_{policy}_{n}.json")
     with open(path, "w") as f:
-        json.dump(data, f, indent=1)
+        jsonout.dump(data, f, indent=1)
     log.info("wrote plan %s to %s", policy, path)
 
 

@@ -434,17 +434,34 @@ def repeated_devices(names: Sequence[str]) -> str | None:
 
 def parse_devices(s: str | Sequence[str], *, assume_gpu: str | None = None) -> list[DeviceSpec]:
     """Several devices separated by commas; ``key=value`` pieces belong to the device before them
-    (:func:`split_devices`).
+    (:func:`split_devices`). A simulated catalog GPU given again is another GPU of that model: the second is named
+    ``<name>#2``, the third ``<name>#3`` (``sim:h100,sim:h100`` -> ``sim:h100``, ``sim:h100#2``).
 
     Raises:
-        DeviceUnavailableError: as :func:`parse_device`, or a name appears twice.
+        DeviceUnavailableError: as :func:`parse_device`, or a real device (``cuda:N``, ``cpu:N``...) appears twice.
     """
-    specs = [parse_device(d, assume_gpu=assume_gpu) for d in split_devices(s)]
+    specs = _number_repeated_sims([parse_device(d, assume_gpu=assume_gpu) for d in split_devices(s)])
     twice = repeated_devices([d.name for d in specs])
     if twice:
         raise _bad(s if isinstance(s, str) else ",".join(s), twice)
     _check_shared_budgets(specs, s if isinstance(s, str) else ",".join(s), assume_gpu)
     return specs
+
+
+def _number_repeated_sims(specs: list[DeviceSpec]) -> list[DeviceSpec]:
+    """``specs`` with each repeat of a simulated device (``sim:``, no CUDA index) renamed ``<name>#<k>``: two catalog
+    GPUs of one model are two GPUs, and cost tables and links tell devices apart by name."""
+    import dataclasses
+
+    seen: dict[str, int] = {}
+    out = []
+    for sp in specs:
+        if sp.name.startswith("sim:") and sp.index is None:
+            seen[sp.name] = seen.get(sp.name, 0) + 1
+            if seen[sp.name] > 1:
+                sp = dataclasses.replace(sp, name=f"{sp.name}#{seen[sp.name]}")
+        out.append(sp)
+    return out
 
 
 def _check_shared_budgets(specs: Sequence[DeviceSpec], text: str, assume_gpu: str | None) -> None:

@@ -43,4 +43,20 @@ def load_run(path: str | Path) -> dict:
         raise ConfigError(f"{p}: not readable as JSON ({e})") from e
     if not isinstance(data, dict) or "measured" not in data:
         raise ConfigError(f"{p}: no 'measured' section (not a `tessera bench --measure` output)")
+    return with_nan(data)
+
+
+def with_nan(data: dict) -> dict:
+    """``data`` (a ``bench.json``) with each measured row's float field written as null (a NaN: the CLI writes strict
+    JSON, :mod:`torch_tessera.jsonout`) NaN again, as :class:`~torch_tessera.measure.rows.MeasuredRow` holds it."""
+    import dataclasses
+    import math
+
+    from torch_tessera.measure.rows import MeasuredRow
+
+    floats = [f.name for f in dataclasses.fields(MeasuredRow) if f.type in ("float", float)]
+    for row in data.get("measured", {}).get("rows", []):
+        for k in floats:
+            if k in row and row[k] is None:
+                row[k] = math.nan
     return data

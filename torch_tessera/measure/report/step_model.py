@@ -27,6 +27,7 @@ import numpy as np
 
 from torch_tessera.errors import ConfigError
 from torch_tessera.measure.execute import MIN_CONCURRENT_CALLS, TAKEOVER_BASELINES, concurrent_counts
+from torch_tessera.measure.report import with_nan
 from torch_tessera.scheduler.evaluate import fill_drain_seconds
 from torch_tessera.target.costs import CostTable
 
@@ -78,7 +79,7 @@ def records(paths: list[Path]) -> list[dict]:
         found += [(f, p) for f in (p.rglob("bench.json") if p.is_dir() else [p])]
     out = []
     for f, given in sorted(found):
-        measured = json.loads(f.read_text()).get("measured", {})
+        measured = with_nan(json.loads(f.read_text())).get("measured", {})
         meta = measured.get("meta", {})
         if "kernel_seconds" not in meta or "plans" not in meta:
             continue
