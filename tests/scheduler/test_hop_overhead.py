@@ -160,6 +160,11 @@ def test_topology_figures():
     assert h200.hop_overhead[0, 1] == pytest.approx(52e-6) and h200.copy_exposure[0, 1] == pytest.approx(0.6)
     assert h200.hop_overhead[0, 0] == 0.0
     assert "bench/fit_hop_overhead.py" in h200.overhead_source and "2026-11-29" in h200.overhead_source
+    from torch_tessera.target.devices import parse_devices
+
+    parts = build_topology(parse_devices("cuda:0@104sm,cuda:0@24sm", assume_gpu="h200"))  # measured, not carried over
+    assert parts.hop_overhead[0, 1] == pytest.approx(8e-6) and parts.copy_exposure[0, 1] == 0.0
+    assert "SM partitions of one H200" in parts.overhead_source and "measured" in parts.overhead_source
     pair = build_topology(["sim:a100", "sim:l40s"])
     assert pair.hop_overhead[0, 1] == HOP_FIGURES["other-gpu"].overhead_s
     assert "not measured on this pair" in pair.overhead_source
