@@ -64,6 +64,14 @@ def _fmt(x: float, unit: str = "") -> str:
     return f"{x:,.1f}{unit}" if abs(x) >= 10 else f"{x:.3g}{unit}"
 
 
+def missing_gpu_fix(args: argparse.Namespace) -> str:
+    """The remedy when --devices names a GPU this machine lacks (only --measure opens the devices)."""
+    return (f"--measure runs and times every plan on the devices it names: run it on a machine with them. On this one, "
+            f"--devices cpu:0,cpu:1 runs the same measurement on two CPU virtual devices (checked against eager; not "
+            f"GPU speeds), and `tessera bench --model {args.model} --devices {args.devices}` without --measure "
+            f"predicts the pair (a missing cuda:N modelled as an H200).")
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 

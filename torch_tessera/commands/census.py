@@ -241,6 +241,16 @@ def scan_unroll_notice(family: str, size: str, prefill_tokens: int) -> str | Non
             "2-core CPU (later runs reuse the cache). For a quick census pass --prefill-tokens 32.")
 
 
+def missing_gpu_fix(args: argparse.Namespace) -> str:
+    """The remedy when --devices names a GPU this machine lacks."""
+    predict = ("name the GPUs from the catalog as sim:NAME (e.g. --devices sim:h200,sim:l40s; `tessera devices` "
+               "lists the catalog)")
+    if args.measure:
+        return (f"--measure times every launch on the devices it names: run it on a machine with them, or leave out "
+                f"--measure to predict the census and {predict}.")
+    return f"Without --measure the census is predicted: {predict}."
+
+
 def run(args: argparse.Namespace) -> int:
     from torch_tessera.errors import ConfigError
     from torch_tessera.models import get_model

@@ -156,6 +156,13 @@ def _finite(value: object) -> object:
     return value
 
 
+def missing_gpu_fix(args: argparse.Namespace) -> str:
+    """The remedy when --devices names a GPU this machine lacks (only --engine real opens the devices)."""
+    return ("--engine real runs the compiled model on the devices it names: run it on a machine with them. On this "
+            "one, --devices cpu:0,cpu:1 --size tiny runs it on two CPU virtual devices, and --engine sim (the "
+            "default) sweeps the policies' simulated costs without devices.")
+
+
 def run(args: argparse.Namespace) -> int:
     """Sweep, print the table and the SLO crossings, write JSON and the plot; returns 0."""
     rates = sorted(_floats(args.rates, "rates"))
