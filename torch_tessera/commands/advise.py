@@ -19,6 +19,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from torch_tessera.outpaths import DEFAULT_OUT_DIR
+
 HELP = "rank GPU pairs for a model by SIMULATED throughput and throughput per price, with the plan of each"
 
 
@@ -49,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=float, default=None, help="highest price per hour of a pair (prices.py units)")
     parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size")
     parser.add_argument("--time-limit", type=float, default=2.0, help="seconds of MILP per mixed pair")
-    parser.add_argument("--out", default="tessera_out", help="directory for advise.json and advise_<model>.png")
+    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for advise.json and advise_<model>.png")
 
 
 def parse_gpus(text: str | None) -> list[str]:

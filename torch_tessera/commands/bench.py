@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from torch_tessera.outpaths import DEFAULT_OUT_DIR
+
 HELP = "compare tessera with every baseline on a model: checked on CPU, predicted on a device pair"
 
 
@@ -26,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-check", action="store_true", help="skip the CPU check")
     parser.add_argument("--no-simulate", action="store_true", help="skip the full-size prediction")
     parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size to predict for")
-    parser.add_argument("--out", default="tessera_out", help="directory for bench.json and bench.png")
+    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for bench.json and bench.png")
     m = parser.add_argument_group("measured mode (--measure): run and time every plan on --devices")
     m.add_argument("--measure", action="store_true",
                    help="compile once, profile every launch on each device, plan from the measured costs, run and "

@@ -22,6 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
+from torch_tessera.outpaths import DEFAULT_OUT_DIR
+
 HELP = "per-kernel census of a workload on two devices: share of kernels faster on each, their share of time"
 
 #: The paper's A100 vs L40S census (reference/tessera_paper.md §2.2): per registry model, (share of kernels faster on
@@ -71,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=None, help="--measure: repeated blocks kept (default: 8 full)")
     parser.add_argument("--prefill-tokens", type=int, default=1024,
                         help="prompt tokens of an LLM/SSM's prefill program (predicted census)")
-    parser.add_argument("--out", default="tessera_out", help="directory for census.json and census_<model>.png")
+    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for census.json and census_<model>.png")
 
 
 def census_rows(tables: Sequence[tuple[str, float, np.ndarray, Sequence[str]]],
