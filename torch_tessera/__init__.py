@@ -13,6 +13,7 @@ import logging
 from torch_tessera.errors import (  # noqa: F401
     ConfigError,
     DeviceUnavailableError,
+    GpuNotPresentError,
     InfeasiblePlanError,
     LoweringError,
     NotApplicableError,

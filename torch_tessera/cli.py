@@ -10,7 +10,7 @@ import sys
 from typing import NoReturn
 
 from torch_tessera.compat.argparse import DefaultsOnceHelpFormatter
-from torch_tessera.errors import TesseraError
+from torch_tessera.errors import GpuNotPresentError, TesseraError
 
 #: Subcommand name -> module under ``torch_tessera.commands``.
 COMMANDS = {"bench": "bench", "inspect": "inspect", "devices": "devices", "plan": "plan", "serve-bench": "serve_bench",
@@ -61,7 +61,8 @@ def _join_negative_values(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. Ordinary mistakes (bad option values, unwritable output paths, devices this machine lacks)
-    print one line ``tessera <command>: error: ...`` and return 2."""
+    print one line ``tessera <command>: error: ...`` and return 2. A GPU this machine lacks gets the remedy of the
+    command's ``missing_gpu_fix(args)`` when its module has one."""
     from torch_tessera.commands.paths import check_output_paths
 
     parser = build_parser()
@@ -75,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_output_paths(args)
         return int(args.command_module.run(args) or 0)
+    except GpuNotPresentError as e:  # the remedy that fits this command, where it has one
+        fix = getattr(args.command_module, "missing_gpu_fix", None)
+        print(f"tessera {args.command}: error: {e.with_fix(fix(args)) if fix else e}", file=sys.stderr)
+        return 2
     except TesseraError as e:
         print(f"tessera {args.command}: error: {e}", file=sys.stderr)
         return 2

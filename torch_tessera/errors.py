@@ -66,6 +66,24 @@ class DeviceUnavailableError(TesseraError):
     """A device string names a device that this machine does not have, or is malformed."""
 
 
+class GpuNotPresentError(DeviceUnavailableError):
+    """A ``cuda:N`` device names a GPU this process does not see.
+
+    Attributes:
+        fact: what is missing (``"cuda:0 is not present: this process sees 0 CUDA GPU(s) ..."``).
+        fix: the remedy for where the device was asked for (the backend's option, a CLI command, the Python API);
+            the message is ``fact`` then ``fix``. :meth:`with_fix` gives the same error with another remedy.
+    """
+
+    def __init__(self, fact: str, fix: str = "") -> None:
+        super().__init__(f"{fact} {fix}".strip())
+        self.fact, self.fix = fact, fix
+
+    def with_fix(self, fix: str) -> "GpuNotPresentError":
+        """The same missing GPU with ``fix`` as its remedy (raise it ``from None`` in place of this one)."""
+        return GpuNotPresentError(self.fact, fix)
+
+
 class TransferTimeout(TesseraError):
     """A cross-device transfer did not complete within the timeout. The message names the edge and the devices."""
 

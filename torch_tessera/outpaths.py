@@ -7,6 +7,10 @@ import os
 
 from torch_tessera.errors import ConfigError
 
+#: The directory every CLI command writes its results to unless ``--out`` names another (relative to the working
+#: directory); each command's files have their own names in it (``bench.json``, ``census.json``, ``serve_bench.json``).
+DEFAULT_OUT_DIR = "tessera_out"
+
 
 def check_output_dir(path: str | os.PathLike, option: str) -> str:
     """Create directory ``path`` (and its parents) if needed and check that it can be written.

@@ -3,6 +3,7 @@ and no TRITON_INTERPRET left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
@@ -148,8 +149,46 @@ def test_one_warning_when_a_function_recompiles_too_often():
             torch.testing.assert_close(f(torch.ones(n)), fn(torch.ones(n)))
     recompiles = [str(w.message) for w in got if issubclass(w.category, TesseraRecompileWarning)]
     assert len(recompiles) == 1, recompiles
-    assert f"compiled fn (" in recompiles[0] and f"{RECOMPILE_WARN_AFTER + 1} times" in recompiles[0]
+    assert ".<locals>.fn (" in recompiles[0] and f"{RECOMPILE_WARN_AFTER + 1} times" in recompiles[0]
     assert "compile_for_generate" in recompiles[0]
+
+
+class _Doubler(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+
+@contextlib.contextmanager
+def _noop():
+    yield
+
+
+class _Stepper:
+    @_noop()  # contextlib's ContextDecorator: Dynamo's root frame is contextlib's `inner`
+    def step(self, x):
+        return torch.relu(x) - 1.0
+
+
+@pytest.mark.parametrize("make, subject", [
+    (lambda: _Doubler(), "_Doubler (torch.nn.Module, forward at "),
+    (lambda: _Stepper().step, "_Stepper.step ("),
+], ids=["module", "decorated-method"])
+def test_recompile_warning_names_what_the_user_compiled_and_the_failed_guard(make, subject):
+    from torch_tessera.backend.explain import RECOMPILE_WARN_AFTER
+    from torch_tessera.errors import TesseraRecompileWarning
+
+    torch._dynamo.reset()
+    fn = make()
+    f = torch.compile(fn, backend="tessera", dynamic=False)
+    with warnings.catch_warnings(record=True) as got, torch.no_grad():
+        warnings.simplefilter("always")
+        for n in range(2, RECOMPILE_WARN_AFTER + 3):
+            torch.testing.assert_close(f(torch.ones(n)), fn(torch.ones(n)))
+    (msg,) = [str(w.message) for w in got if issubclass(w.category, TesseraRecompileWarning)]
+    assert f"compiled {subject}" in msg and os.path.basename(__file__) in msg, msg
+    assert "inner" not in msg and "contextlib" not in msg, msg
+    last = RECOMPILE_WARN_AFTER + 1  # the compile that warns: input length n = last + 1 after length last
+    assert f"Last failed guard: tensor " in msg and f"expected {last}, actual {last + 1}" in msg, msg
 
 
 def test_fallback_warning_names_the_callers_line():

@@ -57,6 +57,18 @@ def test_missing_device_raises_device_unavailable_error():
         _call({"devices": "cpu:0,sim:a100"})
 
 
+def test_missing_gpu_names_the_fixes_that_apply_to_the_backend():
+    with pytest.raises(torch_tessera.DeviceUnavailableError, match=r"^cuda:9 is not present: this process sees ") as e:
+        _call({"devices": "cpu:0,cuda:9"})
+    msg = str(e.value)
+    assert isinstance(e.value, torch_tessera.GpuNotPresentError) and e.value.fact in msg, msg
+    assert "Run on a machine with that GPU" in msg and "options={'devices': 'cpu:0,cpu:1'}" in msg, msg
+    assert "tessera plan --program dump/program_0.json" in msg, msg
+    assert "--assume-gpu" not in msg and "tessera devices" not in msg, msg  # a CLI remedy that does not apply here
+    back = pickle.loads(pickle.dumps(e.value))
+    assert type(back) is torch_tessera.GpuNotPresentError and str(back) == msg and back.fix == e.value.fix
+
+
 def test_policy_that_does_not_apply_names_the_option_and_the_fix():
     with pytest.raises(torch_tessera.NotApplicableError, match=r"^option policy='af' does not apply to this graph: "
                        r"af needs attention kernels.*Fix: use policy='throughput'"):

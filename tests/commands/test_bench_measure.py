@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,17 @@ def test_measure_on_cpu_virtual_devices(tmp_path, capsys, monkeypatch):
     rc = main(["bench", "--measure", "--model", "llama", "--size", "tiny", "--devices", "cpu:0,cpu:1",
                "--layers", "1", "--repeats", "1", "--warmup", "0", "--profile-repeats", "1", "--micro-batches", "2",
                "--concurrent-steps", "2", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert rc == 0, out
+    # said up front (stderr): what runs and how many calls; then the estimate once planned, and after each plan
+    assert err.startswith("tessera bench --measure: llama (tiny, 1 layer(s)) on cpu:0,cpu:1\n"), err[:300]
+    assert re.search(r"\n  about [\d,]+ calls of the compiled programs in step 4", err), err[:2000]
+    planned = re.search(r"planned: 7 plans to run and time \(homo-L, .*\); about [\d.]+ (s|min) left: ([\d,]+) calls",
+                        err)
+    assert planned, err
+    ran = {m.group(1): int(m.group(2)) for m in re.finditer(r"ran (\S+): (\d+) calls in \d+ s", err)}
+    assert sum(ran.values()) == int(planned.group(2).replace(",", "")), (ran, planned.group(0))
+    assert ran["homo-L"] == 2 * (1 + 0 + 1)  # per program: 1 checked + 0 warm-up + 1 timed, at home: no pipelining
     result = _load(tmp_path / "bench.json")["measured"]
     rows = {r["plan"]: r for r in result["rows"]}
     assert [n for n in rows if n != "tessera-single"] == list(plan_names(2))
@@ -363,3 +373,19 @@ def test_tessera_taking_pds_placement_is_derived_as_pds_row(monkeypatch):
     assert by["tessera"].output_per_s == pytest.approx(s.composition.output_per_step / cycle)
     other, _ = rows_mod.compose_rows(progs, {**choice.plans, "tessera": plans["homo-L"]}, runs, 0.001, s)
     assert {r.plan: r for r in other}["tessera"].how == "n/a: not run"  # not derived unless it took pd's placement
+
+
+def test_plan_calls_follow_run_plan():
+    """Calls run_plan makes per plan: per program 1 checked + warm-up + timed; off the home device micro-batches x
+    (1 + repeats // 2) pipelined; over several devices the concurrent timing's calls (concurrent_counts)."""
+    from torch_tessera.measure import MeasureSettings
+    from torch_tessera.measure.estimate import expected_calls, plan_calls
+
+    s = MeasureSettings(model="llama", size="tiny", repeats=10, warmup=2, micro_batches=4, concurrent_steps=8)
+    freq = dict(s.composition.frequencies)  # prefill 1, decode 32.25 per workload step
+    assert plan_calls(s, {"prefill": (0,), "decode": (0,)}, freq, on_cpu=True) == 2 * 13
+    assert plan_calls(s, {"prefill": (1,), "decode": (1,)}, freq, on_cpu=True) == 2 * (13 + 4 * 6)
+    both = 2 * (13 + 4 * 6) + sum(concurrent_counts(freq, 8, 1).values())
+    assert plan_calls(s, {"prefill": (0, 1), "decode": (0, 1)}, freq, on_cpu=True) == both == 2 * 37 + 8 + 258
+    calls = expected_calls(s, plan_names(2), 2, on_cpu=True)
+    assert "pd" not in calls and calls["homo-L"] == 26 and calls["homo-R"] == 74 and calls["af"] == both

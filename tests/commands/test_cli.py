@@ -36,6 +36,13 @@ def test_bench_checks_every_plan_and_predicts(tmp_path, capsys):
         assert sim["tessera-single"]["output_per_s"] <= sim["tessera"]["output_per_s"]
     assert meta["tessera_choice"] in out and "one request stream per device" in meta["tessera_choice"]
     assert all(r["vs_bound"] <= 1 + 1e-9 for r in sim.values() if r["applies"])  # the bound bounds them
+    # memory: GB per device under a header naming the devices, not Python tuples; the JSON keeps the numbers
+    assert "memory per device (sim:a100 | sim:l40s)" in out, out
+    line = next(l for l in out.split("PREDICTED")[1].splitlines() if l.startswith("tessera "))
+    cells = " | ".join(f"{gb:>6.2f} GB" for gb in sim["tessera"]["memory_gb"])
+    assert line.endswith(cells) and "(" not in line, line
+    assert all(isinstance(gb, float) for gb in sim["tessera"]["memory_gb"])
+    assert "sim:a100 " in out.split("memory per device, GB = weights + STATE (KV caches) + activations:")[1], out
 
 
 def test_bench_streams_is_the_default_and_no_streams_leaves_them_out(tmp_path, capsys):
@@ -151,7 +158,13 @@ def test_bench_memory_note_names_the_parts_and_the_extra_state():
         return SimRow(name, True, "", 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, tuple(16.0 + s + 1.0 for s in state),
                       (16.0, 16.0), tuple(state), (1.0, 1.0))
 
-    note = memory_note([row("request-dist", (9.0, 9.0)), row("tessera", (14.5, 18.0))])
-    assert "tessera 16 + 14.5 + 1, 16 + 18 + 1; request-dist 16 + 9 + 1, 16 + 9 + 1" in note
-    assert "holds more STATE" in note
-    assert "holds more STATE" not in memory_note([row("request-dist", (9.0, 9.0)), row("tessera", (9.0, 9.0))])
+    devices = ("sim:a100", "sim:l40s")
+    note = memory_note([row("request-dist", (9.0, 9.0)), row("tessera", (14.5, 18.0))], devices)
+    lines = note.splitlines()
+    assert lines[0] == "memory per device, GB = weights + STATE (KV caches) + activations:"
+    assert lines[1] == ("  tessera       sim:a100 31.50 GB = weights 16.00 + STATE 14.50 + activations 1.00; "
+                        "sim:l40s 35.00 GB = weights 16.00 + STATE 18.00 + activations 1.00"), lines[1]
+    assert lines[2].startswith("  request-dist  sim:a100 26.00 GB = weights 16.00 + STATE 9.00 + activations 1.00; ")
+    assert "holds more STATE" in lines[3]
+    assert "holds more STATE" not in memory_note([row("request-dist", (9.0, 9.0)), row("tessera", (9.0, 9.0))],
+                                                 devices)

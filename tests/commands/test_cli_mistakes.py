@@ -31,6 +31,28 @@ def test_mistake_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeyp
     assert err.startswith(f"tessera {argv[0]}: error: ") and message in err, err
 
 
+@pytest.mark.parametrize("argv, fix", [
+    (["bench", "--measure", "--model", "llama", "--devices", "cuda:9,cuda:8"],
+     "On this one, --devices cpu:0,cpu:1 runs the same measurement on two CPU virtual devices"),
+    (["census", "--model", "llama", "--devices", "cuda:9,cuda:8"],
+     "Without --measure the census is predicted: name the GPUs from the catalog as sim:NAME"),
+    (["census", "--model", "llama", "--devices", "cuda:9,cuda:8", "--measure"], "or leave out --measure"),
+    (["serve-bench", "--engine", "real", "--devices", "cuda:9,cuda:8", "--rates", "1", "--out", "OUT"],
+     "--devices cpu:0,cpu:1 --size tiny runs it on two CPU virtual devices, and --engine sim"),
+    (["devices", "--devices", "cuda:9"], "add --assume-gpu h200"),
+], ids=["bench-measure", "census", "census-measure", "serve-bench-real", "devices"])
+def test_missing_gpu_gives_the_fix_of_the_command(argv, fix, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    line = err.splitlines()[-1]
+    assert "Traceback" not in err and line.startswith(f"tessera {argv[0]}: error: cuda:9 is not present: "), err
+    assert fix in line, line
+    if argv[0] != "devices":  # `tessera devices --assume-gpu` describes a GPU; it does not run or measure one
+        assert "--assume-gpu" not in line, line
+
+
 def test_negative_numbers_are_values():
     assert _join_negative_values(["serve-bench", "--rates", "-1,2", "-v"]) == ["serve-bench", "--rates=-1,2", "-v"]
     assert _join_negative_values(["--seed", "-3"]) == ["--seed=-3"]

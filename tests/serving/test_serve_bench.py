@@ -111,3 +111,22 @@ def test_real_engine_report_keeps_each_plan(tmp_path, capsys):
     assert home["prefill"]["launches_per_device"][0] > 0
     assert report["plans"]["tessera/latency"]["2"]["objective"] == "latency"
     assert report["plans"]["tessera/throughput"]["2"]["objective"] == "cycle"
+
+
+def test_default_out_is_tessera_out_as_every_command(tmp_path, capsys, monkeypatch):
+    """Without --out the results go to tessera_out/ in the working directory, as bench's, census's, pairs' and
+    advise's do (not a serve_bench/ directory of its own); --out still names another (the tests above)."""
+    from torch_tessera.cli import build_parser
+    from torch_tessera.outpaths import DEFAULT_OUT_DIR
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")  # noqa: SLF001 - argparse's subparsers
+    outs = {name: next(a.default for a in p._actions if a.dest == "out")  # noqa: SLF001
+            for name, p in sub.choices.items() if any(a.dest == "out" for a in p._actions)}  # noqa: SLF001
+    assert DEFAULT_OUT_DIR == "tessera_out"
+    assert {n: d for n, d in outs.items() if n != "calibrate"} == {
+        n: DEFAULT_OUT_DIR for n in ("bench", "serve-bench", "census", "pairs", "advise")}, outs
+    monkeypatch.chdir(tmp_path)
+    code, _ = run(capsys, "--rates", "2", "--sim-costs", str(_cost_file(tmp_path)), "--requests", "4",
+                  "--input-len", "16", "--output-len", "2", "--buckets", "1,2")
+    assert code == 0
+    assert (tmp_path / "tessera_out" / "serve_bench.json").exists() and not (tmp_path / "serve_bench").exists()

@@ -53,9 +53,11 @@ def test_sources_cover_every_figure(capsys):
 
 
 def test_bad_device_string_exits_2_with_the_forms(capsys):
-    code, out = run(capsys, "--devices", "cuda:1@24smx")
-    assert code == 2
-    assert "accepted device strings" in out and "cuda:N@Ksm" in out
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    assert command.run(parser.parse_args(["--devices", "cuda:1@24smx"])) == 2
+    err = capsys.readouterr().err  # on stderr, as every command's errors
+    assert err.startswith("tessera devices: error: ") and "accepted device strings" in err and "cuda:N@Ksm" in err
 
 
 def test_partitions_of_one_gpu_show_their_shared_memory(capsys):

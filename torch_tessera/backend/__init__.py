@@ -16,12 +16,19 @@ from torch_tessera.backend.costs import choose_costs, plan_source, resolve_costs
 from torch_tessera.backend.explain import (NO_PLAN_ONE_DEVICE, GraphRecord, abandon_record, add_executor,
                                            close_record, explain, open_record)
 from torch_tessera.compat.dynamo import as_user_error
-from torch_tessera.errors import (ConfigError, DeviceUnavailableError, InfeasiblePlanError, LoweringError,
-                                  NotApplicableError, TesseraFallbackWarning, warn_user)
+from torch_tessera.errors import (ConfigError, DeviceUnavailableError, GpuNotPresentError, InfeasiblePlanError,
+                                  LoweringError, NotApplicableError, TesseraFallbackWarning, warn_user)
 
 log = logging.getLogger("torch_tessera.backend")
 
 __all__ = ["tessera_backend", "TesseraConfig", "register", "explain", "USER_ERRORS"]
+
+#: The remedy when option ``devices`` names a GPU this machine does not have.
+MISSING_GPU_FIX = ("Run on a machine with that GPU. On this one, options={'devices': 'cpu:0,cpu:1'} runs the split "
+                   "program on two CPU virtual devices (to check it computes what eager does; not a speed figure); "
+                   "for the plan your GPUs would get, compile with options={'devices': 'cpu:0,cpu:1', 'dump_dir': "
+                   "'dump'} and run `tessera plan --program dump/program_0.json --devices cuda:0,cuda:1` (missing "
+                   "GPUs are modelled as H200s; sim:NAME devices model others).")
 
 #: Errors the user's input causes (options, devices, a policy that does not apply, a model that does not fit,
 #: ``fallback="raise"``): the backend raises them to the caller of the compiled model as themselves. Any other error
@@ -146,7 +153,10 @@ def _placed_runner(captured: Any, config: TesseraConfig, graphs: bool | str, rec
     from torch_tessera.runtime.runner import TesseraRunner
 
     program = captured.program
-    devices = [open_device(d) for d in (config.devices or (program.device,))]
+    try:
+        devices = [open_device(d) for d in (config.devices or (program.device,))]
+    except GpuNotPresentError as e:
+        raise e.with_fix(MISSING_GPU_FIX) from None
     home = torch.device(program.device)
     if devices[0].torch_device.type != home.type or (home.type == "cuda" and devices[0].torch_device != home):
         raise ConfigError(

@@ -166,7 +166,8 @@ class Explanation:
 
 def open_record(gm: Any, example_inputs: Any) -> GraphRecord:
     """Start the record of a graph the backend was handed; warns when its function recompiles too often."""
-    from torch_tessera.compat.dynamo import compile_attempt, compile_id, frame_compiles, traced_code, user_code
+    from torch_tessera.compat.dynamo import (compile_attempt, compile_id, compiled_subject, frame_compiles,
+                                             recompile_reason, traced_code)
 
     codes = traced_code()
     tensors = {id(t): weakref.ref(t) for t in [*example_inputs, *gm.parameters(), *gm.buffers()]
@@ -181,16 +182,24 @@ def open_record(gm: Any, example_inputs: Any) -> GraphRecord:
         _records.append(record)
     _, n = frame_compiles(gm) or (None, 0)
     # once per function: its compile count passes the threshold once (not again for a restarted attempt)
-    warn = n == RECOMPILE_WARN_AFTER + 1 and record.attempt == 0
-    root = user_code(codes)
-    if warn:
-        where = f"{root.co_name} ({root.co_filename}:{root.co_firstlineno})" if root is not None else "a function"
-        warn_user(
-            f"tessera has compiled {where} {n} times: each new input "
-            "shape is a new program and costs a compile, and Dynamo runs the function eagerly once its recompile limit "
-            "is reached. Pad inputs to a few shapes (torch_tessera.hf.compile_for_generate pads prompts to length "
-            "buckets) and use a static KV cache for decode loops.", TesseraRecompileWarning)
+    if n == RECOMPILE_WARN_AFTER + 1 and record.attempt == 0:
+        warn_user(recompile_message(compiled_subject(codes), n, recompile_reason()), TesseraRecompileWarning)
     return record
+
+
+def recompile_message(subject: str | None, compiles: int, guard: str | None) -> str:
+    """The text of :class:`TesseraRecompileWarning`.
+
+    Args:
+        subject: what the user compiled (``"MyNet (torch.nn.Module, forward at f.py:12)"``), ``None`` if unknown.
+        compiles: how many times Dynamo has compiled it.
+        guard: the guard whose failure caused the last compile (Dynamo's text), ``None`` if unknown.
+    """
+    why = f" Last failed guard: {guard}." if guard else ""
+    return (f"tessera has compiled {subject or 'a function'} {compiles} times.{why} Each new input shape is a new "
+            "program and costs a compile, and Dynamo runs the function eagerly once its recompile limit is reached. "
+            "Pad inputs to a few shapes (torch_tessera.hf.compile_for_generate pads prompts to length buckets) and "
+            "use a static KV cache for decode loops; TORCH_LOGS=recompiles lists every failed guard.")
 
 
 def _released(record: GraphRecord) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from torch_tessera import jsonout
+from torch_tessera.outpaths import DEFAULT_OUT_DIR
 
 HELP = "rank GPU pairs for a model by SIMULATED throughput and throughput per price, with the plan of each"
 
@@ -56,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decode-batch", type=int, default=None,
                         help="sequences per decode step of an LLM (default: 64; fewer: a smaller KV cache)")
     parser.add_argument("--time-limit", type=float, default=2.0, help="seconds of MILP per mixed pair")
-    parser.add_argument("--out", default="tessera_out", help="directory for advise.json and advise_<model>.png")
+    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for advise.json and advise_<model>.png")
 
 
 def parse_gpus(text: str | None) -> list[str]:

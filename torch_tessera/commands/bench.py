@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import Sequence
+
+from torch_tessera.outpaths import DEFAULT_OUT_DIR
 
 from torch_tessera import jsonout
 
@@ -26,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-check", action="store_true", help="skip the CPU check")
     parser.add_argument("--no-simulate", action="store_true", help="skip the full-size prediction")
     parser.add_argument("--size", default="full", choices=["full", "tiny"], help="model size to predict for")
-    parser.add_argument("--out", default="tessera_out", help="directory for bench.json and bench.png")
+    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for bench.json and bench.png")
     m = parser.add_argument_group("measured mode (--measure): run and time every plan on --devices")
     m.add_argument("--measure", action="store_true",
                    help="compile once, profile every launch on each device, plan from the measured costs, run and "
@@ -63,6 +66,14 @@ def _fmt(x: float, unit: str = "") -> str:
     if x != x:
         return "-"
     return f"{x:,.1f}{unit}" if abs(x) >= 10 else f"{x:.3g}{unit}"
+
+
+def missing_gpu_fix(args: argparse.Namespace) -> str:
+    """The remedy when --devices names a GPU this machine lacks (only --measure opens the devices)."""
+    return (f"--measure runs and times every plan on the devices it names: run it on a machine with them. On this one, "
+            f"--devices cpu:0,cpu:1 runs the same measurement on two CPU virtual devices (checked against eager; not "
+            f"GPU speeds), and `tessera bench --model {args.model} --devices {args.devices}` without --measure "
+            f"predicts the pair (a missing cuda:N modelled as an H200).")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,14 +121,14 @@ def run(args: argparse.Namespace) -> int:
               f"{args.devices}")
         print(f"zero-communication bound: {_fmt(meta['zero_communication_bound_output_per_s'])} {unit}")
         print(f"{'plan':13s} {unit:>10s} {unit + ' per price':>14s} {'vs bound':>9s} {'vs best baseline':>17s}  "
-              "memory GB/device")
+              f"memory per device ({' | '.join(meta['devices'])})")
         for r in rows:
             if not r.applies:
                 print(f"{r.plan:13s} {'n/a':>10s}  {r.reason}")
                 continue
             print(f"{r.plan:13s} {_fmt(r.output_per_s):>10s} {_fmt(r.output_per_s_per_price):>14s} "
-                  f"{100 * r.vs_bound:>8.1f}% {_fmt(r.speedup_vs_best_baseline, 'x'):>17s}  {r.memory_gb}")
-        print(memory_note(rows))
+                  f"{100 * r.vs_bound:>8.1f}% {_fmt(r.speedup_vs_best_baseline, 'x'):>17s}  {memory_cell(r.memory_gb)}")
+        print(memory_note(rows, meta["devices"]))
         print("prices: " + "; ".join(f"{k} {v[0]:g}/h ({v[1]})" for k, v in meta["prices"].items()))
         print(meta["tessera_choice"])
         result["simulated"] = {"meta": meta, "rows": rows_as_dicts(rows)}
@@ -128,24 +139,37 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def memory_note(rows) -> str:
-    """One line under the table: what tessera's memory per device is made of (GB of weights, STATE such as KV caches,
-    activations), beside request-dist's, and why its STATE can be larger (a request stream's kernels placed on the
-    other device hold that stream's STATE there as well)."""
+def memory_cell(memory_gb: Sequence[float]) -> str:
+    """The table's memory cell: GB per device in the order of the header's devices, ``" 26.33 GB |   0.00 GB"``."""
+    return " | ".join(f"{gb:>6.2f} GB" for gb in memory_gb)
+
+
+def memory_note(rows, devices: Sequence[str]) -> str:
+    """Lines under the table: what tessera's memory on each device is made of (GB of weights, STATE such as KV
+    caches, activations), beside request-dist's, and why its STATE can be larger (a request stream's kernels placed
+    on the other device hold that stream's STATE there as well).
+
+    Args:
+        rows: the bench's :class:`~torch_tessera.benchmark.SimRow` rows.
+        devices: device names, in the order of each row's per-device tuples.
+    """
     by = {r.plan: r for r in rows if r.applies and r.weights_gb}
     t = by.get("tessera")
+    head = "memory per device, GB = weights + STATE (KV caches) + activations"
     if t is None:
-        return "memory GB/device = weights + STATE (KV caches) + activations"
-    parts = lambda r: ", ".join(f"{w:g} + {st:g} + {a:g}" for w, st, a in zip(  # noqa: E731
-        r.weights_gb, r.state_gb, r.activation_gb))
-    line = f"memory GB/device = weights + STATE (KV caches) + activations: tessera {parts(t)}"
+        return head
+    named = [("tessera", t)] + ([("request-dist", by["request-dist"])] if "request-dist" in by else [])
+    width = max(len(n) for n, _ in named)
+    lines = [head + ":"]
+    for name, r in named:
+        parts = (f"{d} {total:.2f} GB = weights {w:.2f} + STATE {st:.2f} + activations {a:.2f}"
+                 for d, total, w, st, a in zip(devices, r.memory_gb, r.weights_gb, r.state_gb, r.activation_gb))
+        lines.append(f"  {name:{width}s}  " + "; ".join(parts))
     rd = by.get("request-dist")
-    if rd is not None:
-        line += f"; request-dist {parts(rd)}"
-        if max(t.state_gb) > max(rd.state_gb) + 0.005:
-            line += (". tessera holds more STATE: kernels of one request stream placed on the other device need that "
+    if rd is not None and max(t.state_gb) > max(rd.state_gb) + 0.005:
+        lines.append("tessera holds more STATE: kernels of one request stream placed on the other device need that "
                      "stream's KV cache there too, so those caches are held on both devices")
-    return line
+    return "\n".join(lines)
 
 
 def bar_colors(plans: list[str]) -> list[str]:

@@ -41,10 +41,16 @@ def run_measured(args: argparse.Namespace) -> int:
                         profile_repeats=args.profile_repeats, micro_batches=args.micro_batches, links=args.links,
                         concurrent_steps=args.concurrent_steps, streams=args.streams,
                         priorities=getattr(args, "priorities", False))
+    from torch_tessera.benchmark import plan_names
+    from torch_tessera.measure.estimate import announce
+    from torch_tessera.target.devices import parse_run_devices
+
+    specs, on_cuda, _ = parse_run_devices(devices, "--measure")  # a device this machine lacks fails before we start
     n_programs = len(s.composition.frequencies)
-    with tqdm(total=total_steps(len(split_devices(devices)), n_programs), desc=f"measure {args.model} on {devices}",
+    print(announce(s, plan_names(len(specs)), len(specs), not on_cuda), file=sys.stderr, flush=True)
+    with tqdm(total=total_steps(len(specs), n_programs), desc=f"measure {args.model} on {devices}",
               unit="step") as bar:
-        rows, meta = measure_plans(s, bar)
+        rows, meta = measure_plans(s, bar, say=lambda line: bar.write(line, file=sys.stderr))
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     print_table(rows, meta)

@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from torch_tessera import jsonout
+from torch_tessera.outpaths import DEFAULT_OUT_DIR
 
 HELP = "per-kernel census of a workload on two devices: share of kernels faster on each, their share of time"
 
@@ -72,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=None, help="--measure: repeated blocks kept (default: 8 full)")
     parser.add_argument("--prefill-tokens", type=int, default=1024,
                         help="prompt tokens of an LLM/SSM's prefill program (predicted census)")
-    parser.add_argument("--out", default="tessera_out", help="directory for census.json and census_<model>.png")
+    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for census.json and census_<model>.png")
 
 
 def census_rows(tables: Sequence[tuple[str, float, np.ndarray, Sequence[str]]],
@@ -240,6 +241,16 @@ def scan_unroll_notice(family: str, size: str, prefill_tokens: int) -> str | Non
     return (f"note: the full-size SSM's prefill unrolls its scan over {prefill_tokens} tokens in every layer; with "
             "empty lowering caches this takes far longer than the 9 minutes that --prefill-tokens 32 takes on a "
             "2-core CPU (later runs reuse the cache). For a quick census pass --prefill-tokens 32.")
+
+
+def missing_gpu_fix(args: argparse.Namespace) -> str:
+    """The remedy when --devices names a GPU this machine lacks."""
+    predict = ("name the GPUs from the catalog as sim:NAME (e.g. --devices sim:h200,sim:l40s; `tessera devices` "
+               "lists the catalog)")
+    if args.measure:
+        return (f"--measure times every launch on the devices it names: run it on a machine with them, or leave out "
+                f"--measure to predict the census and {predict}.")
+    return f"Without --measure the census is predicted: {predict}."
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import sys
 from typing import Sequence
 
-from torch_tessera.errors import DeviceUnavailableError
+from torch_tessera.errors import DeviceUnavailableError, GpuNotPresentError
 from torch_tessera.target import catalog, prices
 from torch_tessera.target.devices import EMULATION_PROFILES, DeviceSpec, detect_gpus, open_device, parse_device, \
     parse_devices, parse_size
@@ -102,13 +103,22 @@ def _links(specs: list[DeviceSpec], sizes: list[int]) -> str:
     return format_table(("src", "dst", "method", "bytes", "us per copy", "GB/s"), rows)
 
 
+def missing_gpu_fix(args: argparse.Namespace) -> str:
+    """The remedy when --devices names a GPU this machine lacks: describe it as a catalog GPU."""
+    return ("To describe it as a catalog GPU on this machine, add --assume-gpu h200 (or another key of the simulated "
+            "catalog: `tessera devices` lists them), or name it sim:h200.")
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the tables; returns 0, or 2 when a device string is bad or a device is unavailable."""
     try:
         requested = parse_devices(args.devices, assume_gpu=args.assume_gpu) if args.devices else []
         sizes = [parse_size(s) for s in args.link_sizes.split(",") if s.strip()]
+    except GpuNotPresentError as exc:
+        print(f"tessera devices: error: {exc.with_fix(missing_gpu_fix(args))}", file=sys.stderr)
+        return 2
     except (DeviceUnavailableError, ValueError) as exc:
-        print(f"error: {exc}")
+        print(f"tessera devices: error: {exc}", file=sys.stderr)
         return 2
     gpus = detect_gpus()
     print("Detected GPUs")

@@ -145,6 +145,12 @@ def _plan_schedules(plan: Any, dag: Any, costs: Any, topology: Any, ranks: int) 
     return (schedule,)
 
 
+def missing_gpu_fix(args: argparse.Namespace) -> str:
+    """The remedy when --devices names a GPU this machine lacks."""
+    return ("dist-run runs one process on each device it names: run it on a machine with them, or here with "
+            "--devices cpu:0,cpu:1 (gloo).")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one rank of ``tessera dist-run``; returns 0 on success, 1 when a check fails."""
     from torch_tessera.runtime.distributed import init_distributed, shutdown

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from torch_tessera import jsonout
+from torch_tessera.outpaths import DEFAULT_OUT_DIR
 
 HELP = "SIMULATED throughput of every baseline and tessera on the paper's three GPU pairs, the paper's Fig. 6 beside"
 
@@ -47,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default=",".join(PAPER_ROW), help="registry models, comma-separated")
     parser.add_argument("--pairs", default=",".join(f"{a}+{b}" for a, b in PAIRS),
                         help="GPU pairs as A+B, comma-separated (catalog keys)")
-    parser.add_argument("--out", default="tessera_out", help="directory for pairs.json")
+    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for pairs.json")
 
 
 def _fmt(x) -> str:

@@ -4,6 +4,7 @@ Examples::
 
     tessera serve-bench --model llama --devices cuda:0,cuda:1@72sm --rates 5,10,15,20,25,30          # simulated
     tessera serve-bench --engine sim --sim-costs measured_costs.json --rates 2,4,8 --out results/serve
+    # results: serve_bench.json and latency_vs_rate.png in --out (default tessera_out/, as every command's)
     tessera serve-bench --engine sim --trace splitwise_conv.csv --rates 10,20 --search                  # bisect too
 
 With ``--engine sim`` the step times come from per-policy cost figures (``--sim-costs FILE``, format in
@@ -24,6 +25,7 @@ import pathlib
 from torch_tessera import jsonout
 from torch_tessera.commands.devices import format_table
 from torch_tessera.errors import ConfigError
+from torch_tessera.outpaths import DEFAULT_OUT_DIR
 from torch_tessera.serving.clock import SimClock, WallClock
 from torch_tessera.serving.compiled_engine import CompiledEngine, CompiledModel, EngineSettings, plans_of
 from torch_tessera.serving.engine import SimulatedEngine
@@ -70,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="simulated cost of one plan switch, ms (the Tessera paper cites a ~30 ms stall per switch)")
     parser.add_argument("--search", action="store_true",
                         help="also bisect each policy's highest rate under the SLO between the lowest and highest rate")
-    parser.add_argument("--out", default="serve_bench", help="directory for serve_bench.json and latency_vs_rate.png")
+    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for serve_bench.json and latency_vs_rate.png")
 
 
 def _floats(text: str, what: str) -> list[float]:
@@ -142,6 +144,13 @@ def plot(points: list[SweepPoint], slo_ms: float, path: pathlib.Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def missing_gpu_fix(args: argparse.Namespace) -> str:
+    """The remedy when --devices names a GPU this machine lacks (only --engine real opens the devices)."""
+    return ("--engine real runs the compiled model on the devices it names: run it on a machine with them. On this "
+            "one, --devices cpu:0,cpu:1 --size tiny runs it on two CPU virtual devices, and --engine sim (the "
+            "default) sweeps the policies' simulated costs without devices.")
 
 
 def run(args: argparse.Namespace) -> int:

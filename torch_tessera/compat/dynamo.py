@@ -62,6 +62,118 @@ def user_code(codes: Sequence[CodeType]) -> CodeType | None:
     return next((c for c in codes if not c.co_filename.startswith(root)), codes[0] if codes else None)
 
 
+def compiled_subject(codes: Sequence[CodeType]) -> str | None:
+    """What the user compiled, as a person names it, for the graph Dynamo is compiling now: ``"MyNet (torch.nn.Module,
+    forward at f.py:12)"`` for a module, ``"Outer.step (f.py:30)"`` for a function (its qualified name); ``None`` when
+    neither the frame nor ``codes`` tell (outside Dynamo).
+
+    Reads the root frame Dynamo is translating (``InstructionTranslator.current_tx()``, its ``f_code`` and
+    ``f_locals``; checked on torch 2.13.0): a bound ``self`` that is a module names the module's class; a wrapper's
+    frame (``contextlib``'s ``inner``, ``functools.wraps`` decorators, ``transformers``' ``wrapped_func``, Dynamo's
+    ``wrap_inline``) is followed to the function it holds whose code Dynamo also traced. Without the frame, the first
+    of ``codes`` outside torch's files.
+
+    Args:
+        codes: the code objects Dynamo traced for the graph (:func:`traced_code`).
+    """
+    frame = _root_frame()
+    if frame is not None:
+        code, local = frame
+        found = _unwrap(code, local, set(codes), depth=0)
+        if found is not None:
+            return found
+    root = user_code(codes)
+    return None if root is None else f"{_qualname(root)} ({_where(root)})"
+
+
+def recompile_reason() -> str | None:
+    """The first guard that failed for the compile Dynamo is running now (``"tensor 'x' size mismatch at index 0.
+    expected 4, actual 5"``, without Dynamo's ``"0/3: "`` prefix), or ``None`` for a first compile, outside Dynamo,
+    or where this torch keeps no reason (read from the compile's metrics context, ``"recompile_reason"``, which
+    ``convert_frame._compile`` sets on torch 2.13.0 and in the pytorch snapshots read from before 2.11)."""
+    try:
+        from torch._dynamo.utils import get_metrics_context
+
+        metrics = get_metrics_context()
+        reason = getattr(metrics, "_metrics", {}).get("recompile_reason") if metrics.in_progress() else None
+    except Exception:  # another torch's layout: the warning goes without the guard
+        return None
+    if not isinstance(reason, str) or not reason or reason.startswith("Unable to find"):
+        return None
+    head, sep, rest = reason.partition(": ")
+    return rest.strip() if sep and head.replace("/", "").replace("_", "").isdigit() else reason.strip()
+
+
+def _root_frame() -> tuple[CodeType, dict] | None:
+    """``(code, locals)`` of the frame Dynamo is translating now, or ``None`` outside Dynamo."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tx = InstructionTranslator.current_tx()
+    except Exception:  # not translating, or another torch's layout
+        return None
+    while getattr(tx, "parent", None) is not None:
+        tx = tx.parent
+    code, local = getattr(tx, "f_code", None), getattr(tx, "f_locals", None)
+    return (code, local) if isinstance(code, CodeType) and isinstance(local, dict) else None
+
+
+def _unwrap(code: CodeType, local: dict, traced: set[CodeType], depth: int) -> str | None:
+    """The subject of a frame of ``code`` with locals ``local``: the function a wrapper holds (a local whose code
+    Dynamo also traced, followed through ``__wrapped__``), else ``code`` itself; named by the module bound as ``self``
+    (or as a wrapper's first positional argument) when there is one."""
+    args = local.get("args")
+    bound = [local.get("self"), *(args[:1] if isinstance(args, tuple) else ())]
+    module = next((m for m in bound if isinstance(m, torch.nn.Module)), None)
+    if depth < 4:
+        for value in list(local.values()):
+            fn = _attr(value, "__func__") or value
+            inner = _attr(fn, "__code__")
+            if not isinstance(inner, CodeType) or inner is code or inner not in traced:
+                continue
+            owner = _attr(value, "__self__")
+            owner = owner if isinstance(owner, torch.nn.Module) else module
+            target = _unwrapped(fn)
+            target_code = _attr(target, "__code__")
+            target_code = target_code if isinstance(target_code, CodeType) else inner
+            if owner is not None:
+                return _module_subject(owner, target_code)
+            return f"{_attr(target, '__qualname__') or _qualname(target_code)} ({_where(target_code)})"
+    if module is not None:
+        return _module_subject(module, code)
+    return f"{_qualname(code)} ({_where(code)})"
+
+
+def _module_subject(module: torch.nn.Module, code: CodeType) -> str:
+    return f"{type(module).__qualname__} (torch.nn.Module, {code.co_name} at {_where(code)})"
+
+
+def _attr(value: Any, name: str) -> Any:
+    """``getattr(value, name, None)`` that survives objects whose attribute lookup raises something else."""
+    try:
+        return getattr(value, name, None)
+    except Exception:
+        return None
+
+
+def _unwrapped(fn: Any) -> Any:
+    """``fn`` with its ``functools.wraps`` wrappers removed (``inspect.unwrap``), or ``fn`` when that fails."""
+    import inspect
+
+    try:
+        return inspect.unwrap(fn)
+    except (ValueError, TypeError):
+        return fn
+
+
+def _qualname(code: CodeType) -> str:
+    return getattr(code, "co_qualname", None) or code.co_name  # co_qualname: Python 3.11+
+
+
+def _where(code: CodeType) -> str:
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
 def compiled_codes(compiled: Any) -> set[CodeType]:
     """Code objects of the functions behind what ``torch.compile`` returned: a compiled module's ``forward`` and
     those of its submodules, or a compiled function's code (empty for anything else)."""

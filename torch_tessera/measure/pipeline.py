@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Callable
 
 from torch_tessera.errors import DeviceOutOfMemoryError
+from torch_tessera.measure.estimate import planned_calls, remaining_line
 from torch_tessera.measure.execute import make_plans, run_plan
 from torch_tessera.measure.profile import measured_workload
 from torch_tessera.measure.programs import Compiled, build_programs, compile_program
 from torch_tessera.measure.rows import MeasuredRow, compose_rows
 from torch_tessera.measure.settings import MeasureSettings
 
+log = logging.getLogger("torch_tessera.measure")
 
-def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[MeasuredRow], dict]:
+
+def measure_plans(s: MeasureSettings, progress: Any = None,
+                  say: Callable[[str], None] | None = None) -> tuple[list[MeasuredRow], dict]:
     """Build, compile, profile, plan, run and time every plan (see :mod:`torch_tessera.measure`).
 
     Args:
         s: the settings.
         progress: a tqdm-like bar (``update(n)``, ``set_description(str)``); :func:`total_steps` steps.
+        say: receives a line once the plans are made (the calls left and the time they should take, from the
+            profiled launch times) and after each executed plan (its calls and time, the estimate of the rest); every
+            line is also logged at INFO under ``torch_tessera.measure``.
 
     Returns:
         ``(rows, meta)``; ``meta`` holds the bound, unit, shapes, devices, prices, the measured cost tables' totals
@@ -52,6 +60,8 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
     t0 = time.perf_counter()
     wl, topo, tables = measured_workload(progs, s, progress)
     seconds["profile"] = time.perf_counter() - t0
+    # one call ~ its launches on the home device, as profiled (the executor's own time comes on top)
+    per_call = sum(float(t.seconds[:, 0].sum()) for t in tables.values()) / max(1, len(tables))
     t0 = time.perf_counter()
     plans, bound_cycle, choice = make_plans(wl, topo, len(specs), s.streams,
                                             in_flight=s.micro_batches if s.micro_batches >= 2 else 1)
@@ -62,6 +72,10 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
         progress.total += len(plans) - len(plan_names(len(specs)))  # tessera-single beside a streams plan
     step("planned")
     seconds["plan"] = time.perf_counter() - t0
+    on_cpu = not on_cuda
+    calls = planned_calls(s, plans, derived, on_cpu)
+    _say(say, f"planned: {len(calls)} plans to run and time ({', '.join(calls)}); "
+              + remaining_line(sum(calls.values()), per_call, "each program's launches as profiled"))
     t0 = time.perf_counter()
     runs: dict[str, dict] = {}
     streams: dict[int, list[Compiled]] = {}  # request stream -> its own programs (streams plans)
@@ -80,12 +94,21 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
             extra += streams[r]
         return list(progs) + extra
 
+    done, t_runs = 0, time.perf_counter()
     for name, p in plans.items():
         if isinstance(p, Plan) and name not in derived and not p.replicas:
+            if progress is not None:
+                progress.set_description(f"running {name} ({calls.get(name, 0):,} calls)")
+            t1 = time.perf_counter()
             try:
                 runs[name] = run_plan(programs_of(p), p, s)
             except DeviceOutOfMemoryError as e:
                 runs[name] = {"error": f"does not fit (at run time): {str(e)[:100]}"}
+            done += calls.get(name, 0)
+            rate = (time.perf_counter() - t_runs) / max(1, done)
+            left = sum(calls.values()) - done
+            _say(say, f"ran {name}: {calls.get(name, 0):,} calls in {time.perf_counter() - t1:.0f} s"
+                      + (f"; {remaining_line(left, rate, 'the calls so far')}" if left > 0 else ""))
         step(f"ran {name}")
     rows, bound = compose_rows(progs, plans, runs, bound_cycle, s, tessera_from=choice.chosen)
     seconds["run"] = time.perf_counter() - t0
@@ -125,6 +148,12 @@ def measure_plans(s: MeasureSettings, progress: Any = None) -> tuple[list[Measur
 #: busy time of one call (:func:`~torch_tessera.measure.execute.device_busy`), call times
 RUN_DETAILS = ("seconds", "pipelined_seconds", "concurrent_step_seconds", "concurrent_threads", "bytes_per_call",
                "device_busy", "pipelined_busy", "cut_edges", "priority_classes", "error")
+
+
+def _say(say: Callable[[str], None] | None, line: str) -> None:
+    log.info("%s", line)
+    if say is not None:
+        say(line)
 
 
 def total_steps(n_devices: int, n_programs: int = 2) -> int:

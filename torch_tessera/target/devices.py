@@ -37,7 +37,7 @@ from typing import Sequence
 
 import torch
 
-from torch_tessera.errors import DeviceUnavailableError
+from torch_tessera.errors import DeviceUnavailableError, GpuNotPresentError
 from torch_tessera.target import catalog, green, prices
 
 log = logging.getLogger(__name__)
@@ -306,12 +306,21 @@ def _cuda_hardware(index: int, assume_gpu: str | None) -> _Hardware:
     if assume_gpu is not None:
         e = catalog.lookup(assume_gpu)
         return _Hardware(e.name, e.arch, int(e.arch[3:-1]), int(e.sm_count.value), int(e.memory_bytes.value), e)
+    raise GpuNotPresentError(gpu_missing_fact(f"cuda:{index}"), PYTHON_GPU_FIX)
+
+
+#: The remedy for a missing GPU named to the Python API (:func:`parse_devices`, :func:`open_device`); the backend
+#: and each CLI command give the one that fits them (:meth:`GpuNotPresentError.with_fix`).
+PYTHON_GPU_FIX = ("Run on a machine with that GPU; on this one, cpu:0,cpu:1 are CPU virtual devices that run a split "
+                  "program, sim:NAME models a catalog GPU for plans, and parse_devices(..., assume_gpu='h200') models "
+                  "cuda:N as that catalog GPU.")
+
+
+def gpu_missing_fact(name: str) -> str:
+    """``"cuda:0 is not present: this process sees 0 CUDA GPU(s) (torch 2.13.0+cpu is built without CUDA)."``"""
     seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    raise DeviceUnavailableError(
-        f"cuda:{index} is not present: this process sees {seen} CUDA GPU(s). Use cpu:N or sim:NAME devices here, "
-        f"or plan for a GPU this machine does not have with `tessera devices --assume-gpu h200` "
-        f"(Python: parse_device(..., assume_gpu='h200'))"
-    )
+    build = f" (torch {torch.__version__} is built without CUDA)" if torch.version.cuda is None else ""
+    return f"{name} is not present: this process sees {seen} CUDA GPU(s){build}."
 
 
 def _gpu_spec(name: str, kind: DeviceKind, index: int | None, hw: _Hardware, req: _Request) -> DeviceSpec:
@@ -665,7 +674,7 @@ def open_device(device: DeviceSpec | str, *, start_streamer: bool = True) -> Dev
         raise DeviceUnavailableError(f"{spec.name} is simulated: it has costs but no runtime; run on cuda:N or cpu:N")
     if spec.kind is not DeviceKind.PARTITION:
         if spec.is_gpu and not (torch.cuda.is_available() and spec.index < torch.cuda.device_count()):
-            raise DeviceUnavailableError(f"{spec.name} is not present on this machine")
+            raise GpuNotPresentError(gpu_missing_fact(spec.name), PYTHON_GPU_FIX)
         return Device(spec)
     part, reserve = green.create_partition(spec.index, spec.requested_sms, spec.throttle_sms)
     spec = _with_granted(spec, part.granted_sms)
