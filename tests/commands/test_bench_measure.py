@@ -389,3 +389,23 @@ def test_plan_calls_follow_run_plan():
     assert plan_calls(s, {"prefill": (0, 1), "decode": (0, 1)}, freq, on_cpu=True) == both == 2 * 37 + 8 + 258
     calls = expected_calls(s, plan_names(2), 2, on_cpu=True)
     assert "pd" not in calls and calls["homo-L"] == 26 and calls["homo-R"] == 74 and calls["af"] == both
+
+
+def test_a_full_size_measure_on_the_cpu_that_would_not_fit_says_so_before_building(capsys, monkeypatch):
+    """On the CPU the builders make the whole model before keeping the asked layers: a full-size model larger than the
+    host's memory is refused with its size, the memory available and the options that fit, instead of being built
+    until the kernel kills the process. A tiny model passes the same check."""
+    from torch_tessera.errors import ConfigError
+    from torch_tessera.measure import programs
+    from torch_tessera.measure.settings import MeasureSettings
+
+    with pytest.raises(ConfigError, match=r"whole full llama \([\d.]+ GB of float32 weights, before keeping 1 "
+                                          r"layer\(s\)\).* 8\.0 GB of memory available.*--size tiny"):
+        programs.check_host_memory(MeasureSettings(model="llama", size="full", layers=1), torch.float32,
+                                   available=8_000_000_000)
+    programs.check_host_memory(MeasureSettings(model="llama", size="tiny"), torch.float32, available=8_000_000_000)
+    monkeypatch.setattr(programs, "available_host_bytes", lambda: 8_000_000_000)
+    code = main(["bench", "--measure", "--model", "llama", "--size", "full", "--layers", "1",
+                 "--devices", "cpu:0,cpu:1", "--out", "/tmp/tessera_never_written"])
+    err = capsys.readouterr().err
+    assert code != 0 and "--size tiny" in err and "Traceback" not in err, err[-2000:]

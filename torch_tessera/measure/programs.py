@@ -198,15 +198,60 @@ def build_programs(s: MeasureSettings, home: str) -> list[Compiled]:
     their inputs and eager outputs (``want``), in the order a workload step runs them.
 
     Raises:
-        ConfigError: ``s.kept_layers`` is more than the model has.
+        ConfigError: ``s.kept_layers`` is more than the model has; or, on the CPU, the whole model's weights (built
+            before the layers past ``kept_layers`` are dropped) would not fit in this machine's available memory.
     """
     dtype = torch.bfloat16 if home.startswith("cuda") else torch.float32
+    if not home.startswith("cuda"):
+        check_host_memory(s, dtype)
     progs = BUILDERS[s.family](s, home, dtype)
     with torch.no_grad():
         for prog in progs:
             prog.reset()
             prog.want = prog.module(*prog.inputs).clone()
     return progs
+
+
+#: share of the host's available memory the whole model's weights may take (the programs, their inputs, caches and
+#: the compiler need the rest)
+HOST_MEMORY_SHARE = 0.6
+
+
+def available_host_bytes() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (Linux), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_host_memory(s: MeasureSettings, dtype: torch.dtype, available: int | None = None) -> None:
+    """Refuse a CPU run whose model would not fit: the builders make the whole model (all its layers) at ``dtype``
+    on the host before keeping ``s.kept_layers``, so its parameter bytes must stay under
+    :data:`HOST_MEMORY_SHARE` of the available memory (``available`` bytes; default :func:`available_host_bytes`).
+
+    Raises:
+        ConfigError: naming the model's size in GB, the memory available, and the options that fit.
+    """
+    from torch_tessera.errors import ConfigError
+    from torch_tessera.models import parameter_bytes
+
+    available = available_host_bytes() if available is None else available
+    if available is None:
+        return
+    need = parameter_bytes(s.model, s.size, dtype)
+    if need <= HOST_MEMORY_SHARE * available:
+        return
+    raise ConfigError(
+        f"--measure on the CPU builds the whole {s.size} {s.model} ({need / 1e9:.1f} GB of "
+        f"{str(dtype).removeprefix('torch.')} weights, before keeping {s.kept_layers} layer(s)), and this machine has "
+        f"{available / 1e9:.1f} GB of memory available: it would run out of memory. Use --size tiny to check plans on "
+        "CPU virtual devices, or run --measure --size full on a machine with the GPUs (--devices cuda:0,cuda:1); "
+        "without --measure, tessera bench predicts the full size from the cost model")
 
 
 class _ArgsRecorder:
