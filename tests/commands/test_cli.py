@@ -75,6 +75,16 @@ def test_plan_model_tiny_writes_gantt(tmp_path, capsys):
     assert "Plan 'throughput'" in out and "layer" in out and png.stat().st_size > 0
 
 
+def test_plan_writes_its_gantt_under_the_default_out_dir(tmp_path, monkeypatch, capsys):
+    """Without --gantt the chart goes where every command writes its files (tessera_out/), not the working
+    directory's top level."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "--synthetic-layers", "2", "--devices", "big,small", "--no-baselines", "--no-cache"]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "tessera_out" / "tessera_plan.png").stat().st_size > 0
+    assert not (tmp_path / "tessera_plan.png").exists()
+
+
 FOUR_H200 = "cuda:0,cuda:1,cuda:2@72sm,cuda:3@72sm"  # issue 7's machine; planned here for an assumed H200
 
 

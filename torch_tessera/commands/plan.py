@@ -23,6 +23,7 @@ from torch_tessera.errors import ConfigError, InfeasiblePlanError, TesseraError
 from torch_tessera.graph.types import DependencyGraph
 from torch_tessera.target.costs import CostTable, Topology
 from torch_tessera.scheduler import NotApplicableError, Plan, Workload, available_baselines, plan
+from torch_tessera.outpaths import DEFAULT_OUT_DIR
 from torch_tessera.scheduler.gantt import write_gantt
 from torch_tessera.scheduler.synthetic import DEVICE_PEAKS
 from torch_tessera.scheduler.pipeline_plan import PipelineModel
@@ -59,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-tokens", type=float, default=129.0,
                         help="mean output tokens per request: decode runs per prefill (default: 129, as tessera bench: "
                              "the conversation workload's mean)")
-    parser.add_argument("--gantt", default="tessera_plan.png", help="Gantt chart PNG path ('' to skip)")
+    parser.add_argument("--gantt", default=f"{DEFAULT_OUT_DIR}/tessera_plan.png",
+                        help=f"Gantt chart PNG path ('' to skip; default: {DEFAULT_OUT_DIR}/tessera_plan.png, where "
+                             "every command writes its files)")
     parser.add_argument("--no-baselines", action="store_true", help="plan only the chosen policy")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the plan cache")
     parser.add_argument("--dump-dir", default=None,
