@@ -69,6 +69,19 @@ def test_missing_gpu_names_the_fixes_that_apply_to_the_backend():
     assert type(back) is torch_tessera.GpuNotPresentError and str(back) == msg and back.fix == e.value.fix
 
 
+def test_a_missing_gpu_is_said_before_the_graph_is_lowered(monkeypatch):
+    """The devices are checked before the lowering (Inductor's compile, seconds): nothing is lowered for a GPU the
+    machine does not have."""
+    from torch_tessera import lowering
+
+    def lowered(*args, **kwargs):
+        raise AssertionError("the graph was lowered before the missing GPU was reported")
+
+    monkeypatch.setattr(lowering, "lower", lowered)
+    with pytest.raises(torch_tessera.GpuNotPresentError, match=r"^cuda:9 is not present"):
+        _call({"devices": "cpu:0,cuda:9"})
+
+
 def test_policy_that_does_not_apply_names_the_option_and_the_fix():
     with pytest.raises(torch_tessera.NotApplicableError, match=r"^option policy='af' does not apply to this graph: "
                        r"af needs attention kernels.*Fix: use policy='throughput'"):

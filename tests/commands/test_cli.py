@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from torch_tessera.cli import main
 
@@ -178,3 +179,14 @@ def test_bench_memory_note_names_the_parts_and_the_extra_state():
     assert "holds more STATE" in lines[3]
     assert "holds more STATE" not in memory_note([row("request-dist", (9.0, 9.0)), row("tessera", (9.0, 9.0))],
                                                  devices)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="says what a machine without the GPUs does")
+def test_bench_and_plan_say_a_missing_gpu_is_planned_as_an_h200(tmp_path, capsys):
+    from torch_tessera.target.devices import assumed_note, parse_devices
+
+    assert main(["bench", "--model", "llama", "--devices", "cuda:0,cuda:1@24sm", "--no-check",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "note: cuda:0, cuda:1 not present on this machine (0 CUDA GPU(s)): planning for an H200" in out, out[:2000]
+    assert assumed_note(parse_devices("cpu:0,sim:a100")) is None

@@ -111,6 +111,18 @@ def _fallback(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], error: Lo
     return run
 
 
+def _check_devices_present(config: TesseraConfig) -> None:
+    """Raise :class:`~torch_tessera.errors.GpuNotPresentError` with :data:`MISSING_GPU_FIX` when option ``devices``
+    names a GPU this machine does not have."""
+    from torch_tessera.target.devices import check_present, parse_device
+
+    for name in config.devices:
+        try:
+            check_present(parse_device(name))
+        except GpuNotPresentError as e:
+            raise e.with_fix(MISSING_GPU_FIX) from None
+
+
 def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: TesseraConfig,
              record: GraphRecord) -> Callable:
     from torch_tessera.lowering import lower
@@ -133,6 +145,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Te
         record.from_cache += int(captured.from_cache)
         return executor
 
+    _check_devices_present(config)  # before lowering: a missing GPU is said at once, not after the compile
     executors: list[Any] = []
     compiled = lower(gm, example_inputs, on_captured)
     return _with_executors(compiled, executors)

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     from torch_tessera.benchmark import check_plans, checkable, plan_names, rows_as_dicts, simulate_plans
     from torch_tessera.models import get_model
-    from torch_tessera.target.devices import parse_devices
+    from torch_tessera.target.devices import assumed_note, parse_devices
 
     get_model(args.model)  # unknown names fail here, listing the registry
     if args.measure:
@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
 
         return run_measured(args)
     specs = parse_devices(args.devices, assume_gpu="h200")
+    note = assumed_note(specs)
+    if note:
+        print(note)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict = {"model": args.model, "devices": args.devices}

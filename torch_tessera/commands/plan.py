@@ -217,7 +217,7 @@ def _program_inputs(args: argparse.Namespace) -> tuple[Workload, Topology, Pipel
 
     program = load_program(args.program)
     specs = parse_devices(args.devices, assume_gpu="h200")
-    _warn_assumed(args.devices)
+    _say_assumed(specs)
     dag = analyze(program)
     costs, topology = estimate(program, specs)
     print(f"loaded {args.program}: {len(program.launches)} launches lowered for {program.device}")
@@ -231,7 +231,7 @@ def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology, Pipelin
 
     name = _registry_name(args.model)  # before the long lowering starts
     specs = parse_devices(args.devices, assume_gpu="h200")
-    _warn_assumed(args.devices)
+    _say_assumed(specs)
     print(f"lowering {args.model} ({args.size}) without its weights, then PTX analysis and costs (the first time up "
           "to two minutes for llama-3.1-8b on a 2-core CPU; seconds once the program cache holds it)", flush=True)
     mw = model_workload(name, specs, size=args.size, mean_output_tokens=args.output_tokens)
@@ -239,17 +239,13 @@ def _model_inputs(args: argparse.Namespace) -> tuple[Workload, Topology, Pipelin
     return mw.workload, mw.topology, PipelineModel.from_specs(specs)
 
 
-def _warn_assumed(devices: str) -> None:
-    """Say so when ``cuda:`` devices this machine does not have are planned as H200s."""
-    import torch
+def _say_assumed(specs) -> None:
+    """Print :func:`~torch_tessera.target.devices.assumed_note` when some GPU named is planned from the catalog."""
+    from torch_tessera.target.devices import assumed_note
 
-    present = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    wanted = {int(d.split(":")[1].split("@")[0].split(",")[0]) for d in devices.split(",")
-              if d.strip().lower().startswith(("cuda:", "gpu:")) and d.split(":")[1][:1].isdigit()}  # gpu: = cuda:
-    missing = sorted(i for i in wanted if i >= present)
-    if missing:
-        print(f"note: cuda:{', cuda:'.join(map(str, missing))} not present on this machine ({present} CUDA GPU(s)): "
-              "planning for an H200 (catalog figures) in its place")
+    note = assumed_note(specs)
+    if note:
+        print(note)
 
 
 #: Names users type for registry models.

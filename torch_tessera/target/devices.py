@@ -658,6 +658,25 @@ class Device:
         return f"Device({self.spec.name!r}, {self.spec.sm_count} SMs, {self.torch_device})"
 
 
+def check_present(spec: DeviceSpec) -> None:
+    """Raise :class:`~torch_tessera.errors.GpuNotPresentError` (with :data:`PYTHON_GPU_FIX`) when ``spec`` is a GPU
+    or a partition of one that this machine does not have; CPU and simulated devices pass."""
+    if spec.is_gpu and spec.index is not None and not (torch.cuda.is_available()
+                                                       and spec.index < torch.cuda.device_count()):
+        raise GpuNotPresentError(gpu_missing_fact(spec.name), PYTHON_GPU_FIX)
+
+
+def assumed_note(specs: Sequence[DeviceSpec], model: str = "H200") -> str | None:
+    """The note a planning command prints when some of ``specs`` are GPUs this machine does not have (planned from
+    the catalog's ``model`` figures in their place); None when every GPU named is present."""
+    present = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    missing = sorted({sp.index for sp in specs if sp.is_gpu and sp.index is not None and sp.index >= present})
+    if not missing:
+        return None
+    return (f"note: cuda:{', cuda:'.join(map(str, missing))} not present on this machine ({present} CUDA GPU(s)): "
+            f"planning for an {model} (catalog figures) in its place")
+
+
 def open_device(device: DeviceSpec | str, *, start_streamer: bool = True) -> Device:
     """Make the runtime object for a device: create its green context and start its streamer if it has them.
 
@@ -673,8 +692,7 @@ def open_device(device: DeviceSpec | str, *, start_streamer: bool = True) -> Dev
     if spec.kind is DeviceKind.SIM:
         raise DeviceUnavailableError(f"{spec.name} is simulated: it has costs but no runtime; run on cuda:N or cpu:N")
     if spec.kind is not DeviceKind.PARTITION:
-        if spec.is_gpu and not (torch.cuda.is_available() and spec.index < torch.cuda.device_count()):
-            raise GpuNotPresentError(gpu_missing_fact(spec.name), PYTHON_GPU_FIX)
+        check_present(spec)
         return Device(spec)
     part, reserve = green.create_partition(spec.index, spec.requested_sms, spec.throttle_sms)
     spec = _with_granted(spec, part.granted_sms)
