@@ -207,7 +207,7 @@ def write_gantt(plan: Plan, dag_or_workload: DependencyGraph | Workload,
         sim = simulated_schedule(plan, dag_or_workload, costs, topology, program=program, pipeline=pipeline)
         ivs = schedule_intervals(sim, plan.devices)
         title = (f"{plan.policy} ({sim.name} program): pipelined schedule of {plan.micro_batches} micro-batches on "
-                 f"{len(plan.devices)} devices, simulated step {sim.result.step_seconds * 1e3:.3f} ms "
+                 f"{len(plan.devices)} devices, this program's simulated step {sim.result.step_seconds * 1e3:.3f} ms "
                  f"({sim.schedule.num_waits} waits, {sim.schedule.transfer_bytes / 1e6:.2f} MB moved)")
         return render(ivs, path, title)
     ivs = timeline(plan, dag_or_workload, costs, topology, program=program, micro_batches=micro_batches)
