@@ -38,6 +38,7 @@ def test_sweep_prints_writes_json_and_plot(tmp_path, capsys):
     code, text = _sweep(capsys, tmp_path, out)
     assert code == 0
     assert "test figures" in text and "Highest swept rate meeting the SLO" in text
+    assert text.startswith("serve-bench: SIMULATED: model"), text[:200]  # the simulated engine says so on screen
     report = json.loads((out / "serve_bench.json").read_text())
     assert {(p["policy"], p["rate"]) for p in report["points"]} == {
         (n, r) for n in ("fast", "slow", "tessera") for r in (2.0, 4.0)}
@@ -99,10 +100,10 @@ def test_bad_options_name_the_fix(tmp_path, capsys):
 def test_real_engine_report_keeps_each_plan(tmp_path, capsys):
     """The real engine on two CPU devices: serve_bench.json says, per policy and plan, what was planned (the cut
     edges and launches per device of each program), so a GPU run's plans can be read afterwards."""
-    code, _ = run(capsys, "--rates", "50", "--engine", "real", "--size", "tiny", "--layers", "1", "--devices",
+    code, text = run(capsys, "--rates", "50", "--engine", "real", "--size", "tiny", "--layers", "1", "--devices",
                   "cpu:0,cpu:1", "--policies", "homo-L,tessera", "--requests", "2", "--input-len", "6",
                   "--output-len", "3", "--buckets", "2", "--out", str(tmp_path / "r"))  # 1 layer: the report's keys
-    assert code == 0
+    assert code == 0 and "SIMULATED" not in text.splitlines()[0]
     report = json.loads((tmp_path / "r" / "serve_bench.json").read_text())
     assert set(report["plans"]) == {"homo-L/main", "tessera/latency", "tessera/throughput"}
     home = report["plans"]["homo-L/main"]

@@ -169,8 +169,9 @@ def run(args: argparse.Namespace) -> int:
     policies, source, plans = build_policies(args, config)
     make_clock = SimClock if args.engine == "sim" else WallClock
     slo_s = args.slo_ms / 1e3
-    print(f"serve-bench: model {args.model}, engine {args.engine} ({source}), {len(requests)} requests per run, "
-          f"SLO {args.slo_ms:g} ms/token")
+    label = "SIMULATED: " if args.engine == "sim" else ""
+    print(f"serve-bench: {label}model {args.model}, engine {args.engine} ({source}), {len(requests)} requests per "
+          f"run, SLO {args.slo_ms:g} ms/token")
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     partial = out / "serve_bench.partial.jsonl"  # one line per point as it is measured (kept if the run is stopped)
