@@ -134,7 +134,8 @@ def compare(plans: Mapping[str, Plan | Exception], reference: str | None = None)
                      " / ".join(fmt_bytes(m) for m in p.memory_bytes), str(len(p.cut_edges)),
                      fmt_bytes(p.bytes_per_step), f"{100 * p.gap:.1f} %", f"{p.solver.wall_seconds * 1e3:.0f} ms"])
     legend = [f"speed-up: steps per second relative to {next(k for k, v in ok.items() if v is ref)} (its cycle/step "
-              "divided by the plan's; sim. speed-up: the same from the simulated step of the pipelined schedule); gap: "
+              "divided by the plan's; sim. speed-up: the same from the simulated step of the pipelined schedule; '-': a plan "
+              "with no pipelined schedule, such as request-dist's independent replicas, whose step is its cycle); gap: "
               "from the lower bound of the plan's own objective (latency for a latency plan, cycle otherwise); "
               "memory: per device, weights included (a weight is held on every device whose kernels read it)"] \
         if ref is not None else []
