@@ -409,3 +409,4 @@ def test_a_full_size_measure_on_the_cpu_that_would_not_fit_says_so_before_buildi
                  "--devices", "cpu:0,cpu:1", "--out", "/tmp/tessera_never_written"])
     err = capsys.readouterr().err
     assert code != 0 and "--size tiny" in err and "Traceback" not in err, err[-2000:]
+    assert "calls of the compiled programs" not in err, err[:2000]  # refused before the run is announced

@@ -188,5 +188,5 @@ def test_bench_and_plan_say_a_missing_gpu_is_planned_as_an_h200(tmp_path, capsys
     assert main(["bench", "--model", "llama", "--devices", "cuda:0,cuda:1@24sm", "--no-check",
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "note: cuda:0, cuda:1 not present on this machine (0 CUDA GPU(s)): planning for an H200" in out, out[:2000]
+    assert "note: cuda:0, cuda:1 not present on this machine (0 CUDA GPU(s)): planning each as an H200" in out, out[:2000]
     assert assumed_note(parse_devices("cpu:0,sim:a100")) is None

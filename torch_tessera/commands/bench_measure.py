@@ -46,6 +46,12 @@ def run_measured(args: argparse.Namespace) -> int:
     from torch_tessera.target.devices import parse_run_devices
 
     specs, on_cuda, _ = parse_run_devices(devices, "--measure")  # a device this machine lacks fails before we start
+    if not on_cuda:  # a model the host cannot hold fails before we start, too
+        import torch
+
+        from torch_tessera.measure.programs import check_host_memory
+
+        check_host_memory(s, torch.float32)
     n_programs = len(s.composition.frequencies)
     print(announce(s, plan_names(len(specs)), len(specs), not on_cuda), file=sys.stderr, flush=True)
     with tqdm(total=total_steps(len(specs), n_programs), desc=f"measure {args.model} on {devices}",

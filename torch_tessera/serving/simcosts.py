@@ -132,5 +132,5 @@ def default_policy_costs(hop_s: float = 20e-6, hops_per_step: int = 2 * LLAMA_8B
     }
 
 
-DEFAULT_SOURCE = ("illustrative: homo-L/homo-R from the measured H200 per-layer profile (DESIGN.md); tessera plans "
+DEFAULT_SOURCE = ("illustrative: homo-L/homo-R from the measured H200 per-layer profile (docs/DESIGN.md); tessera plans "
                   "derived by rule (see torch_tessera.serving.simcosts.default_policy_costs), not measured")

@@ -674,7 +674,7 @@ def assumed_note(specs: Sequence[DeviceSpec], model: str = "H200") -> str | None
     if not missing:
         return None
     return (f"note: cuda:{', cuda:'.join(map(str, missing))} not present on this machine ({present} CUDA GPU(s)): "
-            f"planning for an {model} (catalog figures) in its place")
+            f"planning {'it' if len(missing) == 1 else 'each'} as an {model} (catalog figures)")
 
 
 def open_device(device: DeviceSpec | str, *, start_streamer: bool = True) -> Device:
