@@ -229,7 +229,9 @@ class CapturedReplay:
             self._synchronize()
         home = ex.home
         main = self.streams[home]
-        self._join_callers(main)
+        callers = self._caller_streams(main)
+        for caller in callers:  # inputs and state in flight on the callers' streams
+            main.wait_stream(caller)
         outs = []
         with ex.devices[home].guard(), stream_ctx(main):
             for slot, batch in zip(self.slots, group):
@@ -251,7 +253,8 @@ class CapturedReplay:
         if self.host_wait:
             wait_replay(ex.machine, self.copies, done, ex.timeout_s)
         else:
-            self._order_callers(done, main)
+            for caller in callers:  # what the caller issues next, and memory it frees, come after the call
+                caller.wait_event(done)
         self._stage("replay")
         return outs
 
@@ -259,28 +262,18 @@ class CapturedReplay:
         if self.on_step is not None:
             self.on_step(name)
 
-    def _join_callers(self, main: Any) -> None:
-        """``main`` waits for the callers' current stream on every GPU the executor uses (inputs, state in flight)."""
-        seen = set()
+    def _caller_streams(self, main: Any) -> list[Any]:
+        """The callers' current stream on every GPU the executor uses, where it is not ``main``: ``main`` waits for
+        them before a replay; where the host does not wait (:attr:`host_wait`), they wait for the replay after it."""
+        out, seen = [], set()
         for d in self.executor.devices:
             dev = d.torch_device
             if dev.type == "cuda" and dev not in seen:
                 seen.add(dev)
                 caller = torch.cuda.current_stream(dev)
                 if caller.cuda_stream != main.cuda_stream:
-                    main.wait_stream(caller)
-
-    def _order_callers(self, done: Any, main: Any) -> None:
-        """The callers' current stream on every GPU the executor uses waits on ``done`` (recorded on ``main`` after
-        the replay and the output clones): what the caller issues next, and memory it frees, come after the call."""
-        seen = set()
-        for d in self.executor.devices:
-            dev = d.torch_device
-            if dev.type == "cuda" and dev not in seen:
-                seen.add(dev)
-                caller = torch.cuda.current_stream(dev)
-                if caller.cuda_stream != main.cuda_stream:
-                    caller.wait_event(done)
+                    out.append(caller)
+        return out
 
     def _synchronize(self) -> None:
         for d in self.executor.devices:

@@ -96,9 +96,9 @@ H200_HOP = HopFigure(52e-6, 0.6, "two H200s, one CUDA graph, 2026-11-29: fitted 
                      "(bench/fit_hop_overhead.py: 52 us per cut edge per run, 0.6 of copy time exposed; bare hop "
                      "12-15.5 us, bench/gpu_multidevice_graph.py; docs/BENCHMARKS.md, per-hop charge)")
 
-#: Per-hop charge between two SM partitions of one H200 (104 + 24 SMs): 8 us of step time per cut edge per
-#: micro-batch, what the waits add to the same schedule run without them, at 2 micro-batches (the planner's default);
-#: no copy, so nothing exposed. docs/BENCHMARKS.md, cuts between two partitions of one H200 (session 16).
+#: Per-hop charge between two SM partitions of one H200: 8 us of step time per cut edge per micro-batch (what the
+#: waits add at 2 micro-batches); no copy, so nothing exposed. Source: docs/BENCHMARKS.md, cuts between two
+#: partitions of one H200.
 SAME_GPU_HOP = HopFigure(8e-6, 0.0, "SM partitions of one H200, one CUDA graph, 2026-12-03: measured (bench/"
                          "gpu_cut_diagnose.py, Llama af, 156 cut edges: executed - no-wait = 7.6-7.9 us per cut edge "
                          "per micro-batch at 2 micro-batches; no copy; docs/BENCHMARKS.md, cuts between two "
