@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import importlib.util
 import inspect
 import logging
@@ -484,8 +485,10 @@ def build_model(
     return module, get_model(name).example_inputs(size, device=device or "cpu", dtype=dtype)
 
 
+@functools.lru_cache(maxsize=32)
 def parameter_bytes(name: str, size: str = "full", dtype: torch.dtype = torch.bfloat16) -> int:
-    """Bytes of the model's parameters and buffers at ``dtype``, computed on the meta device (nothing allocated)."""
+    """Bytes of the model's parameters and buffers at ``dtype``, computed on the meta device (nothing allocated;
+    about a second for a full-size model, so remembered per arguments)."""
     module = build_module(name, size, device="meta", dtype=dtype)
     tensors = list(module.parameters()) + list(module.buffers())
     return sum(t.numel() * t.element_size() for t in tensors)
