@@ -95,7 +95,7 @@ def _models(tmp_path, noise=None):
 
 def _run(tmp_path, capsys):
     out = tmp_path / "cal"
-    args = argparse.Namespace(results=str(tmp_path), data="launch-times", min_us=0.0, out=str(out))
+    args = argparse.Namespace(results=str(tmp_path), data="launch-times", min_us=0.0, out=str(out), starts=2)
     assert calibrate.run(args) == 0
     return json.loads((out / "calibrate.json").read_text()), capsys.readouterr().out
 
@@ -140,7 +140,64 @@ def test_perturbed_seconds_do_not_fit(tmp_path, capsys):
 def test_one_model_cannot_be_held_out(tmp_path):
     write_synthetic(tmp_path, "alpha", synthetic_program([(512, 1024, 1024)], [1 << 16]))
     with pytest.raises(ConfigError, match="two or more models"):
-        calibrate.run(argparse.Namespace(results=str(tmp_path), data="launch-times", min_us=0.0, out=None))
+        calibrate.run(argparse.Namespace(results=str(tmp_path), data="launch-times", min_us=0.0, out=None, starts=1))
+
+
+SWEEP_TRUTH = dataclasses.replace(TRUTH, softmax_ops=1.3, mask_ops=2.9)
+SWEEP_SHAPES = ((1, 32, 2048, 2048, 128), (1, 16, 2048, 2048, 64), (2, 32, 512, 576, 128), (1, 8, 3072, 3136, 128))
+
+
+def write_sweep(folder, truth=SWEEP_TRUTH, sms=(132, 24, 72)):
+    """An ``attention_mask.json`` as bench/gpu_attention_mask.py writes it, its seconds from ``truth``."""
+    from torch_tessera.target.costmodel import KernelClass, LaunchFeatures
+
+    rows = []
+    for b, h, length, s, e in SWEEP_SHAPES:
+        for n in sms:
+            spec = parse_device("sim:h200" if n == 132 else f"sim:h200@{n}sm")
+            sec = [truth.predict(LaunchFeatures(0, KernelClass.ATTENTION, 4.0 * b * h * length * s * e, 1e6, True, "a",
+                                                blocks=b * h * -(-length // 128), threads_per_block=256, dtype="bf16",
+                                                scores=float(b * h * length * s), masked=m), spec)
+                   for m in (False, True)]
+            rows.append({"shape": [b, h, length, s, e], "device": "cuda:0" if n == 132 else f"cuda:0@{n}sm", "sms": n,
+                         "seconds_plain": sec[0], "seconds_masked": sec[1], "scores": b * h * length * s})
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "attention_mask.json").write_text(json.dumps({"meta": {"gpu": "NVIDIA H200"}, "rows": rows}))
+
+
+def test_the_attention_sweep_is_fitted_on_and_never_held_out(tmp_path, capsys):
+    write_sweep(tmp_path / "attn")
+    samples, coverage = calibrate.load_attention_sweep(str(tmp_path))
+    assert len(samples) == 2 * len(SWEEP_SHAPES) * 3 and "attention_mask.json" in coverage[0]
+    assert {s.device for s in samples} == {"sim:h200", "sim:h200@24sm", "sim:h200@72sm"}
+    assert sum(s.features.masked for s in samples) == len(samples) // 2
+    _models(tmp_path)
+    res, text = _run(tmp_path, capsys)
+    assert [r["held_out"] for r in res["held_out"]] == ["alpha", "beta", "gamma"]
+    assert all(calibrate.ATTENTION_SWEEP in r["fitted_on"] for r in res["held_out"])
+    # the sweep separates the mask's operations from the softmax's
+    assert res["constants"]["mask_ops"] == pytest.approx(SWEEP_TRUTH.mask_ops, rel=0.05)
+    assert res["constants"]["softmax_ops"] == pytest.approx(SWEEP_TRUTH.softmax_ops, rel=0.05)
+
+
+def test_a_malformed_sweep_or_bad_starts_says_so(tmp_path):
+    (tmp_path / "attention_mask.json").write_text('{"rows": 3}')
+    with pytest.raises(ConfigError, match="gpu_attention_mask.py"):
+        calibrate.load_attention_sweep(str(tmp_path))
+    _models(tmp_path)
+    with pytest.raises(ConfigError, match="at least 1 starting point"):
+        calibrate.run(argparse.Namespace(results=str(tmp_path), data="launch-times", min_us=0.0, out=None, starts=0))
+
+
+def test_more_starting_points_never_fit_worse_and_the_fit_is_repeatable(tmp_path):
+    _models(tmp_path, noise=0.3)
+    samples, _ = calibrate.load_launch_time_samples(str(tmp_path), 0.0)
+    specs = {d: parse_device(d) for d in {s.device for s in samples}}
+    start = dataclasses.replace(KernelModel(), eta_tensor=0.06, latency_cycles=30000.0)  # far from the data
+    one = calibrate.fit(samples, specs, start=start, restarts=1, starts=1)
+    three = calibrate.fit(samples, specs, start=start, restarts=1, starts=3)
+    assert calibrate._loss(three, samples, specs) <= calibrate._loss(one, samples, specs) + 1e-12
+    assert calibrate.fit(samples, specs, start=start, restarts=1, starts=3) == three
 
 
 def test_back_to_back_times_every_launch_in_program_order():

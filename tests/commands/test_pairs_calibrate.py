@@ -51,6 +51,10 @@ def test_fit_recovers_known_constants_from_synthetic_launches():
                                     128 << k, 128, "bf16")
             for f in (gemm, stream):
                 samples.append(Sample("m", "p", d, f, truth.predict(f, specs[d])))
+        for m_, k_, n_ in ((64, 4096, 4096), (1, 1536, 1536), (384, 4096, 1536), (64, 14336, 4096)):
+            lib = LaunchFeatures(0, OpClass.GEMM, 2.0 * m_ * k_ * n_, 2.0 * (m_ * k_ + k_ * n_ + m_ * n_), True, "mm",
+                                 2.0 * k_ * n_, -(-m_ // 128) * -(-n_ // 128), 256, "bf16", depth=k_, rows=m_, cols=n_)
+            samples.append(Sample("m", "p", d, lib, truth.predict(lib, specs[d])))  # library grids: wave constants
     start = dataclasses.replace(truth, **{n: getattr(truth, n) * 1.6 for n in FREE})
     m = fit(samples, specs, start=start)
     assert abs(_errors(m, samples, specs)).max() < 0.05

@@ -88,6 +88,24 @@ def test_sdpa_flops_prefill_causal_and_decode_gqa():
     assert f.nbytes == 2 * (64 * 32 * 128 + 2 * 64 * 8 * 1024 * 128)
 
 
+def test_an_attention_reading_a_mask_is_marked_masked():
+    # the LLMs' cuDNN attention over a static KV cache: an additive mask [1, 1, L, S] as its fourth argument
+    q, k, v = view("q", (1, 32, 1024, 128)), view("k", (1, 32, 1088, 128)), view("v", (1, 32, 1088, 128))
+    mask = view("m", (1, 1, 1024, 1088))
+    op = "aten::_scaled_dot_product_cudnn_attention.default"
+    masked = launch_features(ExternLaunch(0, op, (q, k, v, mask, False), {"scale": 0.088}, ()))
+    plain = launch_features(ExternLaunch(1, op, (q, k, v, None, False), {}, ()))
+    assert masked.masked and not plain.masked
+    assert masked.scores == plain.scores == 32 * 1024 * 1088  # a mask is not a causal flag: no halving
+    by_name = launch_features(ExternLaunch(2, "aten::scaled_dot_product_attention.default", (q, k, v),
+                                           {"attn_mask": mask}, ()))
+    assert by_name.masked
+    # a causal flag reads no mask; neither does a GEMM
+    causal = launch_features(ExternLaunch(3, "aten::_scaled_dot_product_flash_attention.default",
+                                          (q, k, k, 0.0, True), {}, ()))
+    assert not causal.masked and not launch_features(mm_launch(4, 64, 64, 64)).masked
+
+
 def test_elementwise_triton_launch():
     f = launch_features(add_launch(0, 1 << 20))
     assert f.kernel_class is KernelClass.ELEMENTWISE and not f.tensor_core

@@ -1,7 +1,9 @@
 """The kernel cost model's terms, each against its datasheet figure (target/catalog.py KernelFigures)."""
 
 import dataclasses
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -11,17 +13,23 @@ from torch_tessera.target.catalog import CATALOG
 from torch_tessera.target.costmodel import LaunchFeatures
 from torch_tessera.target.devices import parse_device
 from torch_tessera.target.kernelmodel import KernelModel, library_waves
+from torch_tessera.target import library_grid as library_grid_module
+from torch_tessera.target.library_grid import LibraryGrid, library_grid
+
+ROOT = Path(__file__).resolve().parents[2]
 
 A100, L40S, H200 = (parse_device(f"sim:{k}") for k in ("a100", "l40s", "h200"))
 #: only the term under test is non-zero
 BARE = KernelModel(eta_tensor=1.0, eta_cuda=1.0, eta_memory=1.0, dram_bytes_per_clock_per_sm=math.inf,
                    l2_bytes_per_clock_per_sm=64.0, latency_cycles=0.0, tile_cycles=0.0, tensor_power=1.0,
-                   softmax_ops=0.0, floor_s=0.0, wave_cycles=0.0)
+                   softmax_ops=0.0, floor_s=0.0, wave_cycles=0.0, operand_bytes_per_clock_per_sm=math.inf,
+                   mask_ops=0.0)
 
 
 def feats(kclass=OpClass.ELEMENTWISE, flops=0.0, nbytes=0.0, tc=False, params=0.0, blocks=0, threads=128,
-          dtype="bf16", scores=0.0, reuse=None):
-    return LaunchFeatures(0, kclass, flops, nbytes, tc, "k", params, blocks, threads, dtype, scores, reuse)
+          dtype="bf16", scores=0.0, reuse=None, masked=False):
+    return LaunchFeatures(0, kclass, flops, nbytes, tc, "k", params, blocks, threads, dtype, scores, reuse,
+                          masked=masked)
 
 
 def test_every_catalog_gpu_has_sourced_kernel_figures():
@@ -114,42 +122,120 @@ def test_a_kernels_latency_overlaps_its_streaming():
     assert m.predict(large, p16) == pytest.approx(1e9 / m.dram_bandwidth(4800e9, 16, 1980e6), rel=1e-6)
 
 
-def test_a_small_library_gemm_runs_its_whole_gpu_grid_in_waves_on_a_partition():
-    # 8 x 4096 x 1024 by cuBLAS: 8 output tiles, K = 4096: 8 x min(132 // 8, 4096 // 512) = 64 split-K CTAs, sized
-    # for the 132 SMs the device reports also inside a green context; 4 waves on 16 SMs, 1 on the whole GPU
-    gemm = dataclasses.replace(feats(OpClass.GEMM, flops=2 * 8 * 4096 * 1024, tc=True, blocks=8, threads=256),
-                               depth=4096)
-    m = dataclasses.replace(BARE, wave_cycles=3000.0)
+def library_gemm(m, k, n, bias=False):
+    """A bf16 cuBLAS ``torch.mm`` (``addmm`` with ``bias``) of ``m x k x n`` as the cost model sees it."""
+    flops = 2.0 * m * n * k + (m * n if bias else 0)
+    nbytes = 2.0 * (m * k + k * n + m * n + (n if bias else 0))
+    tiles = math.ceil(m / 128) * math.ceil(n / 128)
+    return LaunchFeatures(0, OpClass.GEMM, flops, nbytes, True, "aten::mm", 2.0 * k * n, tiles, 256, "bf16",
+                          depth=k, rows=m, cols=n)
+
+
+def test_a_small_library_gemm_runs_cublas_grid_in_waves_of_one_cta_time_on_a_partition():
+    # 64 x 4096 x 4096 by cuBLAS: 32 output tiles of 128 x 128, but 128 CTAs of 64 x 32 (unsplit), sized for the 132
+    # SMs the device reports also inside a green context: 8 waves on 16 SMs, 2 on 72, 1 on the whole GPU; each wave
+    # one CTA's time: wave_cycles plus its (64 + 32) x 4096 bf16 operands at operand_bytes_per_clock_per_sm
+    gemm = library_gemm(64, 4096, 4096)
+    assert library_grid(gemm, 132) == LibraryGrid(128, 64, 32, 1, (64 + 32) * 4096)
+    m = dataclasses.replace(BARE, wave_cycles=3000.0, operand_bytes_per_clock_per_sm=100.0)
+    wave = (3000 + 96 * 4096 * 2 / 100) / 1980e6
     p16, p72 = parse_device("sim:h200@16sm"), parse_device("sim:h200@72sm")
-    assert m.predict(gemm, p16) == pytest.approx(4 * 3000 / 1980e6, rel=1e-6)  # the waves outlast the tiny products
-    assert m.predict(gemm, p72) == m.predict(gemm, H200) == pytest.approx(3000 / 1980e6, rel=1e-6)
-    assert BARE.predict(gemm, p16) < m.predict(gemm, p16) / 4  # the products alone: 1.1 us
-    # the waves overlap the streaming: a GEMM whose bytes take longer than its waves costs its bytes
-    heavy = dataclasses.replace(gemm, nbytes=1e9)
-    assert m.predict(heavy, p16) == pytest.approx(BARE.predict(heavy, p16), rel=1e-6)
-    # no library grid: a Triton template (depth unknown), a GEMM of as many tiles as SMs, CUDA-core (fp32) GEMMs
-    for other in (dataclasses.replace(gemm, depth=0), dataclasses.replace(gemm, blocks=132),
-                  dataclasses.replace(gemm, tensor_core=False)):
-        assert library_waves(other, p16) == 0
-    shallow = dataclasses.replace(gemm, depth=256)  # too shallow to split: 8 CTAs, one wave on 16 SMs
-    assert library_waves(shallow, p16) == 1 and library_waves(gemm, p16) == 4
+    assert [library_waves(gemm, d) for d in (p16, p72, H200)] == [8, 2, 1]
+    assert m.predict(gemm, p16) == pytest.approx(8 * wave, rel=1e-6)
+    assert m.predict(gemm, p72) == pytest.approx(2 * wave, rel=1e-6)
+    # the waves overlap the streaming: on the whole GPU the 33.6 MB stream at 128 CTAs' draw costs more than a wave
+    slow = dataclasses.replace(m, dram_bytes_per_clock_per_sm=30.0)
+    dram = dataclasses.replace(gemm, param_bytes=gemm.nbytes)
+    assert slow.predict(dram, H200) == pytest.approx(gemm.nbytes / slow.dram_bandwidth(4800e9, 128, 1980e6), rel=1e-6)
+    assert slow.predict(dram, H200) > wave
 
 
-def test_a_library_gemm_of_more_than_a_quarter_as_many_tiles_as_sms_runs_one_cta_per_tile():
-    # 768 x 4096 x 768 by cuBLAS: 36 output tiles > 132 // 4: no split-K, 36 CTAs each over the whole K = 4096
-    gemm = dataclasses.replace(feats(OpClass.GEMM, flops=2 * 768 * 4096 * 768, tc=True, blocks=36, threads=256),
-                               depth=4096)
+def test_a_library_gemm_splits_k_as_cublas_did(monkeypatch):
+    # the row-major rule (the models' measured shapes emptied): K = 14,336 for 64 x 4,096 (32 tiles <= 2/3 of 132):
+    # cuBLAS ran 128 x 64 tiles in 4 parts, 128 CTAs
+    monkeypatch.setattr(library_grid_module, "MEASURED_TN_GRIDS", {})
+    deep = library_grid(library_gemm(64, 14336, 4096), 132)
+    assert deep.splits == 4 and deep.ctas == 128 and deep.operand_elements == (128 + 64) * 3584
+    # K = 4,096 for 64 x 1,024 (8 tiles <= 1/8 of 132): split; K = 1,536: never
+    assert library_grid(library_gemm(64, 4096, 1024), 132).splits > 1
+    assert library_grid(library_gemm(64, 1536, 1024), 132).splits == 1
+    # a GEMV (M = 1) of 12 tiles: 24 CTAs of 64 x 8, one wave on 24 SMs, two on 16
+    gemv = library_gemm(1, 1536, 1536, bias=True)
+    assert library_grid(gemv, 132) == LibraryGrid(24, 64, 8, 1, (64 + 1) * 1536)
+    assert library_waves(gemv, parse_device("sim:h200@24sm")) == 1
+    assert library_waves(gemv, parse_device("sim:h200@16sm")) == 2
+
+
+def test_gemms_without_a_library_grid():
+    gemm = library_gemm(64, 4096, 4096)
+    p16 = parse_device("sim:h200@16sm")
+    # a Triton template (depth unknown), a convolution (rows unknown), a CUDA-core (fp32) GEMM, one of more tiles
+    # than SMs, shapes neither the sweeps nor the layouts run measured (320 columns, K = 160, 32 rows): no library
+    # grid, no library waves
+    for other in (dataclasses.replace(gemm, depth=0), dataclasses.replace(gemm, rows=0, cols=0),
+                  dataclasses.replace(gemm, tensor_core=False), library_gemm(2048, 4096, 2048),
+                  library_gemm(64, 5120, 320), library_gemm(64, 160, 4096), library_gemm(32, 4096, 4096)):
+        assert library_grid(other, 132) is None and library_waves(other, p16) == 0
+    # 2,048 x 4,096 x 2,048 (256 tiles): one CTA per 128 x 128 tile over its whole K, 2 waves on the whole GPU
+    big = library_gemm(2048, 4096, 2048)
     per_sm = 989.5e12 / 132
-    assert BARE.predict(gemm, H200) == pytest.approx(gemm.flops / (36 * per_sm), rel=1e-6)
-    assert library_waves(gemm, parse_device("sim:h200@16sm")) == 0  # its grid is its tiles: no split-K waves
-    # on 16 SMs the 36 tiles run in 3 waves (the last a quarter full): the tensor term's wave efficiency
-    assert BARE.predict(gemm, parse_device("sim:h200@16sm")) == pytest.approx(gemm.flops / (16 * per_sm * 36 / 48),
-                                                                               rel=1e-6)
-    # a Triton template of the same shape (depth unknown) and a library GEMM of 32 tiles still split over idle SMs
-    assert BARE.predict(dataclasses.replace(gemm, depth=0), H200) < BARE.predict(gemm, H200) / 2
-    quarter = dataclasses.replace(gemm, flops=gemm.flops * 32 / 36, blocks=32)
-    assert library_waves(quarter, parse_device("sim:h200@16sm")) > 0
-    assert BARE.predict(quarter, H200) < BARE.predict(gemm, H200) / 2
+    assert BARE.predict(big, H200) == pytest.approx(big.flops / (132 * per_sm * 256 / 264), rel=1e-6)
+
+
+def test_library_grid_follows_cublas_on_the_h200_sweep(monkeypatch):
+    # docs/results/2026-12-02-s15/call3/cublas_grids.json: 110 bf16 torch.mm shapes on one H200; of the 100 of at most
+    # 132 tiles the rule's CTAs are within 15 % of cuBLAS's main kernel for 94, and its split decision agrees for all
+    monkeypatch.setattr(library_grid_module, "MEASURED_TN_GRIDS", {})  # the sweep timed a row-major B
+    rows = json.loads((ROOT / "docs/results/2026-12-02-s15/call3/cublas_grids.json").read_text())["rows"]
+    near = agree = n = 0
+    for r in rows:
+        grid = library_grid(library_gemm(r["M"], r["K"], r["N"]), 132)
+        if grid is None:
+            assert r["tiles"] > 132
+            continue
+        main = r["kernels"][0]
+        n += 1
+        near += abs(grid.ctas / math.prod(main["grid"]) - 1) <= 0.15
+        agree += (grid.splits > 1) == ("splitK" in main["name"])
+    assert (n, agree) == (100, 100) and near >= 94
+
+
+def test_library_waves_follow_cublas_on_the_h200_partitions(monkeypatch):
+    # docs/results/2026-12-03-s16/cublas_partitions.txt (a row-major B): 14 shapes on 132, 72, 24 and 16 SMs; the
+    # rule's waves equal cuBLAS's main-kernel waves in 53 of the 56 rows
+    monkeypatch.setattr(library_grid_module, "MEASURED_TN_GRIDS", {})
+    same = n = 0
+    for line in (ROOT / "docs/results/2026-12-03-s16/cublas_partitions.txt").read_text().splitlines():
+        f = line.split()
+        if len(f) < 11 or not f[0].isdigit():
+            continue
+        gemm = library_gemm(int(f[0]), int(f[1]), int(f[2]), bias=f[3] == "yes")
+        sms = int(f[5])
+        n += 1
+        same += library_waves(gemm, parse_device("sim:h200" if sms == 132 else f"sim:h200@{sms}sm")) == int(f[9])
+    assert n == 56 and same >= 53
+
+
+def test_the_models_transposed_weight_takes_cublas_measured_grid():
+    # docs/results/2026-12-03-s16/call4/layouts/cublas_layouts.json: the 92 `tn` rows (the weight transposed, as
+    # nn.Linear calls cuBLAS) on 132/72/24/16 SMs; the grid's CTAs and waves equal cuBLAS's main kernel's in every row
+    rows = json.loads((ROOT / "docs/results/2026-12-03-s16/call4/layouts/cublas_layouts.json").read_text())["rows"]
+    n = same = 0
+    for r in rows:
+        if r["layout"] != "tn":
+            continue
+        gemm = library_gemm(r["M"], r["K"], r["N"], bias=r["bias"])
+        main = next(k for k in r["kernels"] if k["name"].startswith("nvjet"))
+        device = parse_device("sim:h200" if r["sms"] == 132 else f"sim:h200@{r['sms']}sm")
+        n += 1
+        same += (library_grid(gemm, 132).ctas, library_waves(gemm, device)) == (math.prod(main["grid"]), r["waves"])
+    assert (n, same) == (92, 92)
+    # dit's GEMV 1 x 1536 x 1536: 96 CTAs of 16 columns (the row-major B's 24 of 64 x 8), 6 waves on 16 SMs
+    gemv = library_gemm(1, 1536, 1536, bias=True)
+    assert library_grid(gemv, 132) == LibraryGrid(96, 16, 64, 1, (16 + 1) * 1536)
+    assert library_waves(gemv, parse_device("sim:h200@16sm")) == 6
+    # the table is the H200's (132 SMs): another GPU keeps the row-major rule
+    assert library_grid(gemv, 108) == LibraryGrid(24, 64, 8, 1, (64 + 1) * 1536)
 
 
 def test_each_wave_of_tiles_pays_the_tile_overhead():
@@ -174,6 +260,15 @@ def test_attention_softmax_on_the_special_function_units():
     # more SMs at a higher clock: the softmax runs 2.35x faster on the L40S than on the A100
     assert (m.predict(attn, A100) - BARE.predict(attn, A100)) / extra == pytest.approx(142 * 2520 / (108 * 1410),
                                                                                       rel=1e-6)
+
+
+def test_a_mask_adds_its_operations_per_score():
+    kw = dict(flops=4 * 64 * 1e9, tc=True, blocks=142 * 108, threads=256, scores=1e9)
+    plain, masked = feats(OpClass.ATTENTION, **kw), feats(OpClass.ATTENTION, masked=True, **kw)
+    m = dataclasses.replace(BARE, softmax_ops=1.5, mask_ops=3.0)
+    assert m.predict(masked, L40S) - m.predict(plain, L40S) == pytest.approx(1e9 * 3.0 / (16 * 142 * 2520e6),
+                                                                               rel=1e-6)
+    assert dataclasses.replace(m, mask_ops=0.0).predict(masked, L40S) == pytest.approx(m.predict(plain, L40S))
 
 
 def test_reads_of_recently_touched_buffers_come_from_l2():

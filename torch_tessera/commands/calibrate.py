@@ -11,10 +11,18 @@ one launch at a time and calibrated to the whole program replayed back to back
 (:func:`torch_tessera.target.profiler.calibrate_to_total`): launches at that function's floor (1 us) carry no
 measurement and are left out, as are launches below ``--min-us``.
 
-Features: the same programs (the bench's settings) are lowered here without weights. Programs lowered on a machine
-without a GPU fuse differently from the GPU's (Inductor's CPU heuristics), so launches are matched to the measured ones
-by kernel name (index suffix dropped) along the program order (longest matching blocks), and only matched launches are
-used; the table says how many.
+Every ``attention_mask.json`` under ``--results`` (``bench/gpu_attention_mask.py``: cuDNN's fused attention with and
+without a mask, on shapes of none of the registry models) adds its launches to every fit, held-out ones included: the
+models' own attentions all read a mask (the LLMs) or none (the MMDiT), so without it a mask's cost and the softmax's
+cannot be told apart when one of them is held out.
+
+Features of ``bench.json`` samples: the same programs (the bench's settings) are lowered here without weights.
+Programs lowered on a machine without a GPU fuse differently from the GPU's (Inductor's CPU heuristics), so launches
+are matched to the measured ones by kernel name (index suffix dropped) along the program order (longest matching
+blocks), and only matched launches are used; the table says how many.
+
+Each fit runs from ``--starts`` starting points (:data:`STARTS`) and keeps the lowest loss: Nelder-Mead from one point
+stops in different optima of this model.
 """
 
 from __future__ import annotations
@@ -39,7 +47,12 @@ FREE = {"eta_tensor": (0.05, 1.0), "eta_cuda": (0.01, 1.0), "eta_memory": (0.1, 
         "dram_bytes_per_clock_per_sm": (2.0, 256.0), "l2_bytes_per_clock_per_sm": (4.0, 512.0),
         "latency_cycles": (100.0, 40000.0), "tile_cycles": (10.0, 40000.0),
         "tensor_power": (0.5, 3.0), "softmax_ops": (0.1, 20.0), "floor_s": (1e-7, 2e-5),
-        "wave_cycles": (10.0, 40000.0)}
+        "wave_cycles": (10.0, 40000.0), "operand_bytes_per_clock_per_sm": (4.0, 1024.0), "mask_ops": (0.01, 20.0)}
+#: Starting points of a fit: the given model's constants, then ``STARTS - 1`` drawn log-uniformly from the middle
+#: 40 % of each bound (seeded: the same data give the same fit); the fit with the lowest loss on its data wins.
+STARTS = 8
+#: Model name of the attention sweep's samples (``bench/gpu_attention_mask.py``): always fitted on, never held out.
+ATTENTION_SWEEP = "attention-sweep"
 
 
 #: Settings of the measured bench that decide its programs (the rest decide how plans were run).
@@ -69,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "measured bench's kernel_seconds (one-by-one, calibrated to the graph total, matched by "
                              "name); all: both; auto: launch-times when any are found, else bench")
     parser.add_argument("--min-us", type=float, default=5.0, help="leave out launches measured below this (us)")
+    parser.add_argument("--starts", type=int, default=STARTS,
+                        help=f"starting points of each fit, the lowest loss wins (default: {STARTS}; each takes "
+                             "10-25 s on a 2-core CPU for the four models' launches)")
     parser.add_argument("--out", default=None,
                         help="directory for calibrate.json (coverage, held-out table, fitted constants)")
 
@@ -215,13 +231,62 @@ def load_launch_time_samples(results: str, min_s: float) -> tuple[list[Sample], 
     return samples, coverage
 
 
+def load_attention_sweep(results: str) -> tuple[list[Sample], list[str]]:
+    """Samples from every ``attention_mask.json`` under ``results`` (``bench/gpu_attention_mask.py``): per row and
+    device, the launch without its mask and with it, as :class:`~torch_tessera.target.costmodel.LaunchFeatures` of a
+    bf16 fused attention (FLOPs ``4 x B*H*L*S x E``, one CTA per 128 query rows per head), model
+    :data:`ATTENTION_SWEEP`; and one coverage line per file.
+
+    Raises:
+        ConfigError: a file that is not that script's output, or whose GPU is no catalog GPU.
+    """
+    from torch_tessera.errors import ConfigError
+    from torch_tessera.target.catalog import match_gpu_name
+    from torch_tessera.target.costmodel import KernelClass, LaunchFeatures
+
+    samples, coverage = [], []
+    for path in sorted(glob.glob(f"{results}/**/attention_mask.json", recursive=True)):
+        try:
+            data = json.loads(Path(path).read_text())
+            rows, gpu = data["rows"], data["meta"]["gpu"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{path}: not bench/gpu_attention_mask.py's output ({e})") from None
+        entry = match_gpu_name(gpu)
+        if entry is None or entry.kernel is None:
+            raise ConfigError(f"{path}: its GPU {gpu!r} is no catalog GPU with kernel figures: the kernel model "
+                              "cannot be fitted to it")
+        for r in rows:
+            b, h, length, s, e = r["shape"]
+            device = f"sim:{entry.key}" if r["sms"] == int(entry.sm_count.value) else f"sim:{entry.key}@{r['sms']}sm"
+            scores = float(b * h * length * s)
+            io = 2.0 * (2 * b * h * length * e + 2 * b * h * s * e)  # q, k, v and the output, bf16
+            for masked, seconds in ((False, r["seconds_plain"]), (True, r["seconds_masked"])):
+                f = LaunchFeatures(0, KernelClass.ATTENTION, 4.0 * scores * e, io + (2.0 * length * s if masked else 0),
+                                   True, f"attention {b}x{h}x{length}x{s}x{e}{' masked' if masked else ''}",
+                                   blocks=b * h * math.ceil(length / 128), threads_per_block=256, dtype="bf16",
+                                   scores=scores, masked=masked)
+                samples.append(Sample(ATTENTION_SWEEP, "sweep", device, f, float(seconds)))
+        coverage.append(f"{ATTENTION_SWEEP} ({path}): {len(rows)} shapes x devices, each without and with a mask: "
+                        f"{2 * len(rows)} samples, fitted on with every held-out model")
+    return samples, coverage
+
+
 def _errors(model, samples: list[Sample], specs: dict) -> np.ndarray:
     return np.array([model.predict(s.features, specs[s.device]) / s.seconds - 1 for s in samples])
 
 
-def fit(samples: list[Sample], specs: dict, start=None, restarts: int = 4):
-    """The :class:`KernelModel` minimising the mean absolute log error over ``samples`` (robust to the outliers of
-    one-by-one timing; Nelder-Mead over the log of the free constants, clipped to :data:`FREE`)."""
+def _loss(model, samples: list[Sample], specs: dict) -> float:
+    """The fit's loss: the mean of ``log(1 + (log(predicted / measured) / 0.1)^2)`` (a Cauchy loss on log errors,
+    robust to the outliers of one-by-one timing)."""
+    e = _errors(model, samples, specs)
+    return float(np.mean(np.log1p((np.log1p(e) / 0.1) ** 2)))
+
+
+def fit(samples: list[Sample], specs: dict, start=None, restarts: int = 4, starts: int = STARTS):
+    """The :class:`KernelModel` minimising :func:`_loss` over ``samples``: Nelder-Mead over the log of the free
+    constants (:data:`FREE`, clipped to their bounds), from ``starts`` starting points (:data:`STARTS`: ``start`` and
+    seeded draws), each restarted ``restarts`` times from its own result (which escapes the simplex's early collapse);
+    the lowest loss wins."""
     from scipy.optimize import minimize
 
     from torch_tessera.target.kernelmodel import KernelModel
@@ -236,19 +301,28 @@ def fit(samples: list[Sample], specs: dict, start=None, restarts: int = 4):
         return replace(start, **{n: float(math.exp(v)) for n, v in zip(names, x)})
 
     def loss(x):
-        e = _errors(model_at(x), samples, specs)
-        return float(np.mean(np.log1p((np.log1p(e) / 0.1) ** 2)))
+        return _loss(model_at(x), samples, specs)
 
-    x = np.log([getattr(start, n) for n in names])
-    for _ in range(restarts):  # Nelder-Mead restarted from its own result escapes the simplex's early collapse
-        x = minimize(loss, x, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-4, "fatol": 1e-8}).x
-    return model_at(x)
+    rng = np.random.default_rng(0)
+    firsts = [np.clip(np.log([getattr(start, n) for n in names]), lo, hi)]
+    firsts += [rng.uniform(lo + 0.3 * (hi - lo), hi - 0.3 * (hi - lo)) for _ in range(max(0, starts - 1))]
+    best, best_loss = None, math.inf
+    for x in firsts:
+        for _ in range(restarts):
+            x = minimize(loss, x, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-4, "fatol": 1e-8}).x
+        value = loss(x)
+        if value < best_loss:
+            best, best_loss = x, value
+    return model_at(best)
 
 
 def run(args: argparse.Namespace) -> int:
     from torch_tessera.errors import ConfigError
     from torch_tessera.target.devices import parse_device
 
+    starts = getattr(args, "starts", STARTS)
+    if not isinstance(starts, int) or starts < 1:
+        raise ConfigError(f"--starts {starts}: a fit needs at least 1 starting point (default {STARTS})")
     min_s = args.min_us * 1e-6
     samples, coverage = [], []
     if args.data in ("auto", "launch-times", "all"):
@@ -261,8 +335,10 @@ def run(args: argparse.Namespace) -> int:
                           "run bench/gpu_kernel_times.py on a GPU (*.launch_times.json; extract its "
                           "kernel_times.tar.gz) or the measured bench (bench.json with kernel_seconds), and pass that "
                           "directory as --results DIR" + (f"; found: {coverage[0]}" if coverage else ""))
+    sweep, lines = load_attention_sweep(args.results)
+    samples, coverage = samples + sweep, coverage + lines
     specs = {d: parse_device(d) for d in {s.device for s in samples}}
-    models = sorted({s.model for s in samples})
+    models = sorted({s.model for s in samples} - {ATTENTION_SWEEP})
     if len(models) < 2:
         raise ConfigError(f"calibrate holds one model out at a time and needs measurements of two or more models; "
                           f"found only {models} under {args.results}")
@@ -270,12 +346,14 @@ def run(args: argparse.Namespace) -> int:
     for line in coverage:
         print("  " + line)
     rows = []
+    print(f"\n{len(models) + 1} fits (one per held-out model, then all), {starts} starting points each: "
+          "about 10-25 s per starting point on a 2-core CPU", flush=True)
     print(f"\n{'held out':10} {'fitted on':18} {'whole GPU: n, median |err|':28} {'partitions: n, median |err|':28}")
     for held in models:
         train = [s for s in samples if s.model != held]
         test = [s for s in samples if s.model == held]
-        m = fit(train, specs)
-        row = {"held_out": held, "fitted_on": [x for x in models if x != held]}
+        m = fit(train, specs, starts=starts)
+        row = {"held_out": held, "fitted_on": [x for x in models if x != held] + ([ATTENTION_SWEEP] if sweep else [])}
         for part, sel in (("whole", lambda s: "@" not in s.device), ("partitions", lambda s: "@" in s.device)):
             t = [s for s in test if sel(s)]
             err = np.abs(_errors(m, t, specs)) if t else np.array([math.nan])
@@ -283,12 +361,12 @@ def run(args: argparse.Namespace) -> int:
         row["per_device"] = {d: {"n": len(t), "median_abs_error": float(np.median(np.abs(_errors(m, t, specs))))}
                              for d in sorted({s.device for s in test}) for t in [[s for s in test if s.device == d]]}
         rows.append(row)
-        print(f"{held:10} {','.join(row['fitted_on']):18} "
+        print(f"{held:10} {','.join(x for x in row['fitted_on'] if x != ATTENTION_SWEEP):18} "
               f"{row['whole']['n']:5d} {row['whole']['median_abs_error'] * 100:6.1f} %{'':14} "
               f"{row['partitions']['n']:5d} {row['partitions']['median_abs_error'] * 100:6.1f} %")
         print(" " * 11 + "per device: " + ", ".join(f"{d} {v['median_abs_error'] * 100:.1f} % (n {v['n']})"
                                                    for d, v in row["per_device"].items()))
-    final = fit(samples, specs)
+    final = fit(samples, specs, starts=starts)
     consts = {n: getattr(final, n) for n in FREE}
     print("\nconstants fitted on every model (the CALIBRATED model):")
     for n, v in consts.items():

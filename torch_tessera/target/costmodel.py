@@ -78,6 +78,12 @@ class LaunchFeatures:
             program order (:func:`torch_tessera.target.reuse.reuse_distances`); ``None``: the launch alone is known.
         depth: reduction length of an extern GEMM (``K``; a convolution's ``C_in / groups x kernel``), which bounds
             how far a library can split it (split-K); 0: unknown or not a GEMM.
+        rows: output rows ``M`` of one product of an extern GEMM (per batch or group), for the library's CTA tile
+            (:mod:`torch_tessera.target.library_grid`); 0: unknown (a convolution) or not a GEMM.
+        cols: output columns ``N`` of one product of an extern GEMM; 0: unknown or not a GEMM.
+        masked: a fused attention that reads an explicit mask (``attn_bias`` / ``attn_mask``: each score loads and
+            adds it, and the library runs another kernel: :class:`~torch_tessera.target.kernelmodel.KernelModel`'s
+            ``mask_ops``); False for other launches.
     """
 
     index: int
@@ -93,6 +99,9 @@ class LaunchFeatures:
     scores: float = 0.0
     reuse: tuple[tuple[float, float], ...] | None = None
     depth: int = 0
+    rows: int = 0
+    cols: int = 0
+    masked: bool = False
 
     @property
     def intensity(self) -> float:
@@ -170,28 +179,29 @@ def _arg(launch: ExternLaunch, name: str, default: Any = None) -> Any:
     return default
 
 
-def _gemm_flops(name: str, launch: ExternLaunch) -> tuple[float, int]:
-    """``(FLOPs, reduction length K)`` of a GEMM-like extern launch; ``(0.0, 0)`` when its shapes are unknown."""
+def _gemm_flops(name: str, launch: ExternLaunch) -> tuple[float, int, int, int]:
+    """``(FLOPs, reduction length K, rows M, columns N)`` of a GEMM-like extern launch (M and N of one product, per
+    batch or group; 0 when unknown, as for a convolution); ``(0.0, 0, 0, 0)`` when its shapes are unknown."""
     a = launch.args
     if name in ("mm", "_int_mm", "_scaled_mm") and len(a) >= 2:
         (m, k), (_, n) = a[0].size, a[1].size
-        return 2.0 * m * n * k, k
+        return 2.0 * m * n * k, k, m, n
     if name == "addmm" and len(a) >= 3:
         (m, k), (_, n) = a[1].size, a[2].size
-        return 2.0 * m * n * k + m * n, k
+        return 2.0 * m * n * k + m * n, k, m, n
     if name == "_grouped_mm" and len(a) >= 2 and len(a[0].size) == 2 and len(a[1].size) == 3:
-        (m, k), (_, _, n) = a[0].size, a[1].size  # rows of every group stacked, one (K, N) weight per group
-        return 2.0 * m * n * k, k
+        (m, k), (g, _, n) = a[0].size, a[1].size  # rows of every group stacked, one (K, N) weight per group
+        return 2.0 * m * n * k, k, math.ceil(m / g) if g else 0, n
     if name == "bmm" and len(a) >= 2:
         (b, m, k), (_, _, n) = a[0].size, a[1].size
-        return 2.0 * b * m * n * k, k
+        return 2.0 * b * m * n * k, k, m, n
     if name == "baddbmm" and len(a) >= 3:
         (b, m, k), (_, _, n) = a[1].size, a[2].size
-        return 2.0 * b * m * n * k + b * m * n, k
+        return 2.0 * b * m * n * k + b * m * n, k, m, n
     if name in ("convolution", "_convolution") and launch.outputs and len(a) >= 2:
         per_out = math.prod(a[1].size[1:])  # the weight is (C_out, C_in / groups, *kernel)
-        return 2.0 * launch.outputs[0].numel * per_out, per_out
-    return 0.0, 0
+        return 2.0 * launch.outputs[0].numel * per_out, per_out, 0, 0
+    return 0.0, 0, 0, 0
 
 
 def _attention_flops(name: str, launch: ExternLaunch) -> tuple[float, float]:
@@ -210,15 +220,32 @@ def _attention_flops(name: str, launch: ExternLaunch) -> tuple[float, float]:
     return 2.0 * scores * (e + ev), scores
 
 
+#: Fused attention ops whose fourth positional argument is the mask (``attn_bias``), for launches whose op schema is
+#: not at hand.
+MASK_AT_FOUR = ("_scaled_dot_product_cudnn_attention", "_scaled_dot_product_efficient_attention")
+
+
+def _attention_mask(name: str, launch: ExternLaunch) -> TensorArg | None:
+    """The mask tensor (additive or boolean: ``attn_bias`` / ``attn_mask``) a fused attention launch reads; ``None``
+    when it has none (a causal flag is not a mask)."""
+    for key in ("attn_bias", "attn_mask"):
+        m = _arg(launch, key)
+        if isinstance(m, TensorArg):
+            return m
+    a = launch.args
+    return a[3] if name in MASK_AT_FOUR and len(a) > 3 and isinstance(a[3], TensorArg) else None
+
+
 def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping[str, Any]) -> LaunchFeatures:
     name = op_name(launch.op)
     tensors = distinct([*_tensors(launch.args), *_tensors(launch.kwargs), *launch.outputs])
     nbytes = sum(view_bytes(t) for t in tensors)
-    scores, depth = 0.0, 0
+    scores, depth, rows, cols, masked = 0.0, 0, 0, 0, False
     if name in GEMM_OPS:  # a GEMM, or the batched product of a decomposed attention (class attention)
-        flops, depth = _gemm_flops(name, launch)
+        flops, depth, rows, cols = _gemm_flops(name, launch)
     elif kclass is KernelClass.ATTENTION:
         flops, scores = _attention_flops(name, launch)
+        masked = _attention_mask(name, launch) is not None
     else:
         flops = 0.0
     inputs = [t for t in _tensors(launch.args) if isinstance(t, TensorArg) and t.dtype.is_floating_point]
@@ -228,7 +255,8 @@ def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping
     blocks = _extern_blocks(name, out, inputs) if flops > 0 else 0
     return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.op,
                           _param_bytes(tensors, buffers, nbytes), blocks, EXTERN_THREADS if flops > 0 else 0,
-                          _dtype({t.dtype for t in inputs}), scores, depth=int(depth) if flops > 0 else 0)
+                          _dtype({t.dtype for t in inputs}), scores, depth=int(depth) if flops > 0 else 0,
+                          rows=int(rows) if flops > 0 else 0, cols=int(cols) if flops > 0 else 0, masked=masked)
 
 
 def _extern_blocks(name: str, out: TensorArg | None, inputs: Sequence[TensorArg]) -> int:

@@ -6,11 +6,13 @@ For one launch (:class:`~torch_tessera.target.costmodel.LaunchFeatures`) on one 
 
     t_tensor = tensor-core FLOPs x power / (tensor peak of the dtype x SM share x eta_tensor x wave efficiency)
                + waves x tile_cycles / clock
-               + attention scores x softmax_ops x power / (special-function rate x SMs x clock x wave efficiency)
+               + attention scores x (softmax_ops + mask_ops if masked) x power
+                 / (special-function rate x SMs x clock x wave efficiency)
     t_cuda   = CUDA-core work     / (fp32 peak x SM share x eta_cuda x wave efficiency)
     t_memory = DRAM bytes / DRAM rate of the occupied SMs + L2 bytes / (l2_bytes_per_clock_per_sm x occupied x clock)
 
-    t_waves  = waves of a small library GEMM's grid on the SMs it has x wave_cycles / clock
+    t_waves  = waves of a library GEMM's grid on the SMs it has
+               x (wave_cycles + a CTA's operand bytes / operand_bytes_per_clock_per_sm) / clock
 
     DRAM rate = smooth min(dram_bytes_per_clock_per_sm x occupied SMs x clock, eta_memory x datasheet bandwidth)
     power     = max(1, tensor_power x occupied SMs / all SMs)
@@ -23,12 +25,13 @@ where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, e
   partition as on the whole GPU: docs/BENCHMARKS.md, issue 21);
 * the tensor-core peak per dtype and generation (bf16/fp16, fp8); CUDA-core work at the fp32 peak (Inductor's
   Triton kernels compute in fp32; fp32 GEMMs run on CUDA cores); the special-function rate per SM
-  (:data:`~torch_tessera.target.catalog.SFU_PER_CLOCK_PER_SM`) for a fused attention's softmax;
+  (:data:`~torch_tessera.target.catalog.SFU_PER_CLOCK_PER_SM`) for a fused attention's softmax, and more per score
+  when the attention reads an explicit mask (cuDNN's attention with an additive mask, as the LLMs' static KV caches
+  need, ran 1.2-2.0x its time without one on the H200: docs/BENCHMARKS.md, kernel cost model);
 * wave quantization: a grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x
   resident CTAs per SM`` (resident threads per SM / threads per CTA; one tensor-core tile CTA per SM); a grid smaller
-  than ``slots`` spreads over ``min(SMs, blocks)`` SMs, which run at their full rate; a tensor-core GEMM of fewer
-  tiles than SMs splits its reduction over the idle ones (split-K), except a library GEMM of more than a quarter
-  as many tiles as the GPU's SMs (:data:`SPLIT_K_SHARE`), which runs one CTA per tile over its whole reduction;
+  than ``slots`` spreads over ``min(SMs, blocks)`` SMs, which run at their full rate; a Triton tensor-core GEMM of
+  fewer tiles than SMs splits its reduction over the idle ones (split-K);
 * DRAM: a few SMs cannot draw the GPU's bandwidth (each keeps a bounded number of loads in flight), so a partition or
   a small grid streams at its SMs' draw, a large one at the DRAM's;
 * L2 capacity: reads of buffers touched recently in program order come from L2
@@ -37,20 +40,21 @@ where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, e
 * CUDA-core work: the statements of the Triton kernel's source per element of its padded iteration space
   (:mod:`torch_tessera.target.triton_work`);
 * the board power: tensor cores on most of a GPU's SMs draw more than it, and the clock drops (a partition keeps it);
-* a library (cuBLAS) GEMM of at most a quarter as many output tiles as the GPU's SMs splits its reduction for the SM
-  count the device reports, which is all of the GPU's also inside a green-context partition (the library cannot see
-  the partition):
-  ``tiles x min(all SMs // tiles, K // SPLIT_K_DEPTH)`` CTAs, whose waves on the partition's SMs each take at least
-  ``wave_cycles`` (a split-K CTA of a small GEMM is latency-bound: its loads, the partial sums' write and reduction),
-  overlapped with its streaming (``t_waves`` inside the max);
+* a library (cuBLAS) GEMM of at most as many 128 x 128 output tiles as the GPU's SMs launches the grid cuBLAS picks
+  for the SM count the device reports, which is all of the GPU's also inside a green-context partition
+  (:func:`~torch_tessera.target.library_grid.library_grid`: a smaller CTA tile and split-K, about as many CTAs as
+  the GPU's SMs); on the partition's SMs that grid runs in ``ceil(CTAs / SMs)`` waves, each lasting one CTA's time:
+  ``wave_cycles`` and its operand loads at ``operand_bytes_per_clock_per_sm``, overlapped with the launch's
+  streaming (``t_waves`` inside the max); a larger library GEMM runs one CTA per 128 x 128 tile over its whole K;
 * the launch floor.
 
 The free constants (:class:`KernelModel` fields) are the ones no datasheet prints: the fractions of the tensor,
 CUDA-core and DRAM peaks that real kernels reach, the DRAM and L2 bytes per clock per SM, the latency cycles of a
-kernel, of a wave of GEMM tiles and of a wave of a small library GEMM's split-K CTAs, the tensor-core power relative
-to the board's, the softmax's operations per score and the launch floor. They are fitted once on one GPU and its
-partitions (``tessera calibrate``) and shared by every GPU: no factor is fitted per GPU, pair or model. Their values
-and the fit are in docs/BENCHMARKS.md, kernel cost model.
+kernel, of a wave of GEMM tiles and of a wave of a library GEMM's CTAs, the operand bytes per clock such a CTA
+loads, the tensor-core power relative to the board's, the softmax's operations per score, what a mask adds to them and
+the launch floor.
+They are fitted once on one GPU and its partitions (``tessera calibrate``) and shared by every GPU: no factor is
+fitted per GPU, pair or model. Their values and the fit are in docs/BENCHMARKS.md, kernel cost model.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from torch_tessera.errors import DeviceUnavailableError
 from torch_tessera.lowering.op_class import OpClass
 from torch_tessera.target import catalog
 from torch_tessera.target.devices import DeviceSpec
+from torch_tessera.target.library_grid import library_grid
 from torch_tessera.target.reuse import l2_bytes_read
 
 #: Threads of a cuBLAS/FlashAttention CTA (8 warps) and its output tile edge, for grids of extern launches.
@@ -71,10 +76,8 @@ TILE = 128
 L2_REUSE = 0.5
 #: Shortest reduction slice of a split-K GEMM CTA (four 128-deep pipeline stages).
 SPLIT_K_DEPTH = 512
-#: A library GEMM splits its reduction only when its output tiles are at most the GPU's SMs over this (36-tile GEMMs
-#: on the H200's 132 SMs last one tile's whole reduction; the value was chosen among 3-6 by the held-out error:
-#: docs/BENCHMARKS.md, kernel cost model).
-SPLIT_K_SHARE = 4
+#: Bytes per element of a GEMM's operands by compute dtype.
+ITEMSIZE = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 #: Exponent of the smooth minimum between the SMs' DRAM draw and the GPU's bandwidth (a shape, not fitted).
 KNEE = 4.0
 
@@ -98,7 +101,12 @@ class KernelModel:
             boost clock when that is below 1 (a whole GPU slows down under dense GEMMs, a partition does not).
         softmax_ops: special-function-unit operations per attention score (its exponential, and the row max, sum and
             rescale on the same issue slots), not overlapped with the two tensor-core products.
-        wave_cycles: cycles each wave of a small library GEMM's split-K grid takes at least (:func:`library_waves`).
+        mask_ops: the same operations a score costs more when the attention reads an explicit mask
+            (``LaunchFeatures.masked``: the mask's load and add, and the library's masked kernel).
+        wave_cycles: cycles each wave of a library GEMM's grid takes besides its CTAs' operand loads (pipeline fill,
+            epilogue, a split's partial sums; :func:`library_waves`).
+        operand_bytes_per_clock_per_sm: bytes of A and B per clock one CTA of a library GEMM loads (from L2 and
+            DRAM): a wave of its grid lasts ``wave_cycles`` plus its CTA's operand bytes over this.
         floor_s: launch floor, seconds (the same on every GPU: it is the front end's, not the SMs').
         source: where the constants come from.
     """
@@ -114,6 +122,8 @@ class KernelModel:
     softmax_ops: float = 2.0
     floor_s: float = 2e-6
     wave_cycles: float = 4000.0
+    operand_bytes_per_clock_per_sm: float = 92.0
+    mask_ops: float = 2.0
     source: str = "prior constants (not calibrated)"
 
     def predict(self, f, device: DeviceSpec) -> float:
@@ -134,7 +144,7 @@ class KernelModel:
         t_cuda = f.flops / (e.peak_fp32_flops.value * device.sm_count / device.total_sms * self.eta_cuda * wave_eff) \
             if f.flops and not f.tensor_core else 0.0
         t_memory = self._memory_seconds(f, e, device, clock, occupied)
-        t_waves = library_waves(f, device) * self.wave_cycles / clock
+        t_waves = self._library_wave_seconds(f, device, clock)
         return self.floor_s + max(self.latency_cycles / clock, t_tensor, t_cuda, t_memory, t_waves)
 
     def _tensor_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, waves: int, occupied: int,
@@ -148,8 +158,16 @@ class KernelModel:
         t = f.flops * power / (_tensor_peak(e, f.dtype) * share * self.eta_tensor * wave_eff)
         if f.scores:  # a fused attention's softmax runs between its two products, on the special-function units
             sfu = catalog.SFU_PER_CLOCK_PER_SM.value * device.sm_count * clock * wave_eff / power
-            t += f.scores * self.softmax_ops / sfu
+            t += f.scores * (self.softmax_ops + (self.mask_ops if f.masked else 0.0)) / sfu
         return t + waves * self.tile_cycles / clock  # each wave of tiles fills its pipeline, writes its tiles once
+
+    def _library_wave_seconds(self, f, device: DeviceSpec, clock: float) -> float:
+        """Seconds of a library GEMM's grid in waves on ``device``'s SMs (:func:`library_waves`); 0 for others."""
+        grid = library_grid(f, device.total_sms)
+        if grid is None:
+            return 0.0
+        loads = grid.operand_elements * ITEMSIZE.get(f.dtype, 2) / self.operand_bytes_per_clock_per_sm
+        return library_waves(f, device) * (self.wave_cycles + loads) / clock
 
     def _memory_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, occupied: int) -> float:
         """DRAM bytes at the occupied SMs' draw, plus the bytes L2 serves."""
@@ -175,38 +193,30 @@ class KernelModel:
 
 
 def _split_k(f, sms: int, total_sms: int) -> int:
-    """CTAs of a GEMM grid: a tensor-core GEMM of fewer output tiles than SMs splits its reduction (split-K, as cuBLAS
-    does) into up to ``sms // tiles`` parts of at least :data:`SPLIT_K_DEPTH` each, unless it is a library GEMM of more
-    than ``total_sms // SPLIT_K_SHARE`` tiles (:func:`library_splits`); other grids as they are."""
-    if f.kernel_class != OpClass.GEMM or not f.tensor_core or f.blocks >= sms:
+    """CTAs of a GEMM grid: a library GEMM's as cuBLAS launches it (:func:`library_grid`; one CTA per 128 x 128 tile
+    when it has more tiles than the GPU's SMs or unknown rows); a Triton tensor-core GEMM of fewer output tiles than
+    SMs splits its reduction (split-K) into up to ``sms // tiles`` parts of at least :data:`SPLIT_K_DEPTH` each;
+    other grids as they are."""
+    if f.kernel_class != OpClass.GEMM or not f.tensor_core:
         return f.blocks
-    if f.depth > 0 and not library_splits(f, total_sms):
+    if f.depth > 0:
+        grid = library_grid(f, total_sms)
+        return grid.ctas if grid is not None else f.blocks
+    if f.blocks >= sms:
         return f.blocks
     depth = f.flops / (2 * f.blocks * TILE * TILE)  # reduction length per output tile
     return f.blocks * max(1, min(sms // f.blocks, int(depth // SPLIT_K_DEPTH)))
 
 
-def library_splits(f, total_sms: int) -> bool:
-    """Whether a library (cuBLAS) GEMM ``f`` of known depth splits its reduction on a GPU of ``total_sms`` SMs: only
-    when its output tiles are at most ``total_sms // SPLIT_K_SHARE``; with more, each tile's CTA runs the whole
-    reduction (one CTA per tile, docs/BENCHMARKS.md, kernel cost model)."""
-    return 0 < f.blocks and f.blocks * SPLIT_K_SHARE <= total_sms
-
-
 def library_waves(f, device: DeviceSpec) -> int:
-    """Waves of a small library GEMM's grid on ``device``'s SMs; 0 for any other launch.
-
-    A tensor-core GEMM run by a library (an extern launch whose reduction length ``f.depth`` is known) of at most
-    ``all SMs // SPLIT_K_SHARE`` output tiles (:func:`library_splits`) launches
-    ``tiles x min(all SMs // tiles, K // SPLIT_K_DEPTH)`` CTAs (split-K, at least one part): sized for the SM count
-    the device reports, which inside a green-context partition is still the whole GPU's. On the device's
-    ``sm_count`` SMs (one tile CTA per SM) that grid runs in ``ceil(CTAs / sm_count)`` waves.
-    """
-    total = device.total_sms
-    if f.kernel_class != OpClass.GEMM or not f.tensor_core or f.depth <= 0 or not library_splits(f, total):
+    """Waves of a library GEMM's grid (:func:`~torch_tessera.target.library_grid.library_grid`, sized for all of the
+    GPU's SMs, which is what the device reports also inside a green-context partition) on ``device``'s
+    ``sm_count`` SMs, one CTA per SM: ``ceil(CTAs / sm_count)``; 0 for any other launch (a Triton GEMM, a GEMM of
+    unknown rows, or of more 128 x 128 tiles than the GPU's SMs)."""
+    if f.kernel_class != OpClass.GEMM:
         return 0
-    ctas = f.blocks * max(1, min(total // f.blocks, int(f.depth // SPLIT_K_DEPTH)))
-    return math.ceil(ctas / device.sm_count)
+    grid = library_grid(f, device.total_sms)
+    return math.ceil(grid.ctas / device.sm_count) if grid is not None else 0
 
 
 def _grid(f, sms: int, threads_per_sm: int, total_sms: int) -> tuple[int, int, int, float]:
@@ -238,8 +248,10 @@ def _tensor_peak(e: catalog.CatalogEntry, dtype: str) -> float:
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
-CALIBRATED = KernelModel(eta_tensor=0.8747, eta_cuda=0.3498, eta_memory=0.7567, dram_bytes_per_clock_per_sm=31.61,
-                         l2_bytes_per_clock_per_sm=512.0, latency_cycles=2458.0, tile_cycles=735.7,
-                         tensor_power=1.103, softmax_ops=1.131, floor_s=4.78e-06, wave_cycles=12550.0,
+CALIBRATED = KernelModel(eta_tensor=0.8987, eta_cuda=0.3554, eta_memory=0.7706, dram_bytes_per_clock_per_sm=31.13,
+                         l2_bytes_per_clock_per_sm=512.0, latency_cycles=2028.0, tile_cycles=729.8, tensor_power=1.149,
+                         softmax_ops=1.164, floor_s=4.976e-06, wave_cycles=7577.0, operand_bytes_per_clock_per_sm=110.5,
+                         mask_ops=3.055,
                          source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 685 launches of llama, "
-                                "dit, mamba and moe timed back to back")
+                                "dit, mamba and moe timed back to back, and 40 of cuDNN's attention with and without "
+                                "a mask")
