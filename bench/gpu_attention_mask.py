@@ -66,15 +66,21 @@ def _time(fn, stream, repeats: int, cuda: bool) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder for attention_mask.json (created)")
-    ap.add_argument("--sms", default="16,24,72", help="green-context partitions to time besides the whole GPU")
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--sms", default="16,24,72",
+                    help="SMs of the green-context partitions to time besides the whole GPU (default: 16,24,72)")
+    ap.add_argument("--repeats", type=int, default=15,
+                    help="launches timed per shape, device and mask; their median is kept (default: 15)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, host clock: checks the script only")
     args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     cuda = not args.dry_run
     if cuda and not torch.cuda.is_available():
         print("no CUDA GPU: run on the GPU machine, or pass --dry-run to check the script on CPU", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"cannot write --out {args.out}: {e.strerror}; pass a writable folder", file=sys.stderr)
         return 2
     devices = [("cuda:0" if cuda else "cpu", None)]
     if cuda:

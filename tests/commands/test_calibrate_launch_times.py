@@ -181,12 +181,30 @@ def test_the_attention_sweep_is_fitted_on_and_never_held_out(tmp_path, capsys):
 
 
 def test_a_malformed_sweep_or_bad_starts_says_so(tmp_path):
-    (tmp_path / "attention_mask.json").write_text('{"rows": 3}')
-    with pytest.raises(ConfigError, match="gpu_attention_mask.py"):
-        calibrate.load_attention_sweep(str(tmp_path))
+    bad = tmp_path / "attention_mask.json"
+    for text, says in (('{"rows": 3}', "not bench/gpu_attention_mask.py's output"),
+                       ('{"meta": {"gpu": "NVIDIA H200"}, "rows": 3}', "no rows"),
+                       ('{"meta": {"gpu": "NVIDIA H200"}, "rows": []}', "no rows"),
+                       ('{"meta": {"gpu": "NVIDIA H200"}, "rows": [{"x": 1}]}', "row 0 is not a measured launch"),
+                       ('{"meta": {"gpu": "NVIDIA H200"}, "rows": [{"shape": [1, 2, 64, 64, 16], "sms": 132, '
+                        '"seconds_plain": "fast", "seconds_masked": 1e-5}]}', "row 0"),
+                       ('{"meta": {"gpu": "cpu (dry run)"}, "rows": []}', "no catalog GPU")):
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=says) as e:
+            calibrate.load_attention_sweep(str(tmp_path))
+        assert str(bad) in str(e.value)
+    bad.unlink()
     _models(tmp_path)
     with pytest.raises(ConfigError, match="at least 1 starting point"):
         calibrate.run(argparse.Namespace(results=str(tmp_path), data="launch-times", min_us=0.0, out=None, starts=0))
+
+
+def test_a_bench_json_of_cpu_devices_is_left_out_with_a_line(tmp_path):
+    meta = {"model": "llama", "devices": ["cpu:0", "cpu:1"], "settings": {"model": "llama"},
+            "kernel_seconds": {"decode": [[1e-5], [1e-5]]}, "launch_names": {"decode": ["k"]}}
+    (tmp_path / "bench.json").write_text(json.dumps({"measured": {"meta": meta}}))
+    samples, coverage = calibrate.load_samples(str(tmp_path), 0.0)
+    assert samples == [] and "left out (no catalog GPU" in coverage[0]
 
 
 def test_more_starting_points_never_fit_worse_and_the_fit_is_repeatable(tmp_path):

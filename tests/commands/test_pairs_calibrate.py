@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from torch_tessera.commands.calibrate import FREE, Sample, _errors, _sim_name, fit
-from torch_tessera.commands.pairs import FIG6, PAIRS, PAPER_ROW, PLANS, format_pair
+from torch_tessera.commands.pairs import FIG6, PAIRS, PAPER_PLANS, PAPER_ROW, PLANS, format_pair
 from torch_tessera.lowering.op_class import OpClass
 from torch_tessera.target.costmodel import LaunchFeatures
 from torch_tessera.target.devices import parse_device
@@ -16,8 +16,10 @@ def test_fig6_has_every_pair_model_and_plan():
     for pair in PAIRS:
         assert set(FIG6[pair]) == set(PAPER_ROW.values())
         for row in FIG6[pair].values():
-            assert len(row) == len(PLANS) and row[-1] == max(v for v in row if v is not None)  # tessera best
+            assert len(row) == len(PAPER_PLANS) and row[-1] == max(v for v in row if v is not None)  # tessera best
     assert FIG6[("a100", "l40s")]["LM"][-1] == 2525.38
+    # every baseline is a row, layer too (no Fig. 6 column), tessera last
+    assert set(PAPER_PLANS) < set(PLANS) and "layer" in PLANS and PLANS[-1] == "tessera"
 
 
 def test_pair_table_is_labelled_and_gives_ratios():

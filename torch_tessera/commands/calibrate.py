@@ -75,8 +75,8 @@ DATA = ("auto", "launch-times", "bench", "all")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="docs/results",
-                        help="directory searched for *.launch_times.json and bench.json files (relative to the "
-                             "current directory; default: docs/results)")
+                        help="directory searched for *.launch_times.json, bench.json and attention_mask.json files "
+                             "(subfolders included; relative to the current directory; default: docs/results)")
     parser.add_argument("--data", default="auto", choices=DATA,
                         help="launch-times: the back-to-back timings of bench/gpu_kernel_times.py; bench: the "
                              "measured bench's kernel_seconds (one-by-one, calibrated to the graph total, matched by "
@@ -148,12 +148,23 @@ def load_samples(results: str, min_s: float) -> tuple[list[Sample], list[str]]:
         if "kernel_seconds" in meta and "launch_names" in meta:
             shape = {k: meta["settings"].get(k) for k in SHAPE_KEYS}  # what the programs depend on
             by_setting.setdefault(jsonout.dumps(shape, sort_keys=True), []).append(meta)
+    from torch_tessera.target.catalog import CATALOG
+
     samples, coverage, specs = [], [], {}
-    for setting, metas in by_setting.items():
-        for meta in metas:
-            for d in meta["devices"]:
-                name = _sim_name(d, _gpu_key(meta))
-                specs.setdefault(name, parse_device(name))
+    for setting, all_metas in by_setting.items():
+        metas = []
+        for meta in all_metas:
+            names = [_sim_name(d, _gpu_key(meta)) for d in meta["devices"]]
+            keys = [parse_device(n).catalog_key or "" for n in names]
+            if not all(k in CATALOG and CATALOG[k].kernel is not None for k in keys):
+                coverage.append(f"{meta.get('model', '?')} bench.json on {', '.join(meta['devices'])}: left out "
+                                "(no catalog GPU: the kernel model has no figures for it)")
+                continue
+            metas.append(meta)
+            for n in names:
+                specs.setdefault(n, parse_device(n))
+        if not metas:
+            continue
         programs = _programs(json.loads(setting))
         for name, prog in programs.items():
             gpu_names = [_signature(n) for n in metas[0]["launch_names"][name]]
@@ -250,17 +261,30 @@ def load_attention_sweep(results: str) -> tuple[list[Sample], list[str]]:
             data = json.loads(Path(path).read_text())
             rows, gpu = data["rows"], data["meta"]["gpu"]
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ConfigError(f"{path}: not bench/gpu_attention_mask.py's output ({e})") from None
+            why = f"key {e.args[0]!r} missing" if isinstance(e, KeyError) else str(e) or type(e).__name__
+            raise ConfigError(f"{path}: not bench/gpu_attention_mask.py's output ({why}): run it again, or move the "
+                              "file out of --results") from None
         entry = match_gpu_name(gpu)
         if entry is None or entry.kernel is None:
             raise ConfigError(f"{path}: its GPU {gpu!r} is no catalog GPU with kernel figures: the kernel model "
                               "cannot be fitted to it")
-        for r in rows:
-            b, h, length, s, e = r["shape"]
-            device = f"sim:{entry.key}" if r["sms"] == int(entry.sm_count.value) else f"sim:{entry.key}@{r['sms']}sm"
+        if not isinstance(rows, list) or not rows:
+            raise ConfigError(f"{path}: no rows of measured attention launches: run bench/gpu_attention_mask.py again, "
+                              "or move the file out of --results")
+        for i, r in enumerate(rows):
+            try:
+                b, h, length, s, e = (int(x) for x in r["shape"])
+                sms, plain, masked_s = int(r["sms"]), float(r["seconds_plain"]), float(r["seconds_masked"])
+                if min(b, h, length, s, e, sms) < 1 or not (0 < plain < math.inf and 0 < masked_s < math.inf):
+                    raise ValueError("sizes, SMs and seconds must be positive")
+            except (KeyError, TypeError, ValueError) as err:
+                why = f"key {err.args[0]!r} missing" if isinstance(err, KeyError) else str(err)
+                raise ConfigError(f"{path}: row {i} is not a measured launch of bench/gpu_attention_mask.py ({why}): "
+                                  "run it again, or move the file out of --results") from None
+            device = f"sim:{entry.key}" if sms == int(entry.sm_count.value) else f"sim:{entry.key}@{sms}sm"
             scores = float(b * h * length * s)
             io = 2.0 * (2 * b * h * length * e + 2 * b * h * s * e)  # q, k, v and the output, bf16
-            for masked, seconds in ((False, r["seconds_plain"]), (True, r["seconds_masked"])):
+            for masked, seconds in ((False, plain), (True, masked_s)):
                 f = LaunchFeatures(0, KernelClass.ATTENTION, 4.0 * scores * e, io + (2.0 * length * s if masked else 0),
                                    True, f"attention {b}x{h}x{length}x{s}x{e}{' masked' if masked else ''}",
                                    blocks=b * h * math.ceil(length / 128), threads_per_block=256, dtype="bf16",
@@ -346,8 +370,10 @@ def run(args: argparse.Namespace) -> int:
     for line in coverage:
         print("  " + line)
     rows = []
-    print(f"\n{len(models) + 1} fits (one per held-out model, then all), {starts} starting points each: "
-          "about 10-25 s per starting point on a 2-core CPU", flush=True)
+    fits = len(models) + 1
+    print(f"\n{fits} fits (one per held-out model, then all), {starts} starting point{'s' if starts > 1 else ''} "
+          f"each: about 10-25 s per starting point on a 2-core CPU, {fits * starts * 10 / 60:.0f}-"
+          f"{fits * starts * 25 / 60:.0f} min in all", flush=True)
     print(f"\n{'held out':10} {'fitted on':18} {'whole GPU: n, median |err|':28} {'partitions: n, median |err|':28}")
     for held in models:
         train = [s for s in samples if s.model != held]

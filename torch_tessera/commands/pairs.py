@@ -23,8 +23,12 @@ PAIRS = (("a100", "l40s"), ("h100", "rtxpro6000"), ("b200", "h100"))
 #: registry model -> the paper's Fig. 6 row (LM Llama-3.1-8B, GT GPT-oss-20B, QW Qwen2.5-VL-7B, MB Mamba-Codestral,
 #: SD SD3.5 in images/min); reference/tessera_paper.md §10.1.
 PAPER_ROW = {"llama": "LM", "moe": "GT", "qwen2-vl": "QW", "mamba": "MB", "dit": "SD"}
-PLANS = ("homo-L", "homo-R", "request-dist", "pd", "af", "tessera")
-#: Fig. 6 values: pair -> row -> plan -> tok/s (SD: images/min); None where the paper marks the baseline ✗.
+#: The plans of Fig. 6, in its column order.
+PAPER_PLANS = ("homo-L", "homo-R", "request-dist", "pd", "af", "tessera")
+#: The rows printed: every baseline (layer has no Fig. 6 column), then tessera.
+PLANS = ("homo-L", "homo-R", "request-dist", "pd", "af", "layer", "tessera")
+#: Fig. 6 values: pair -> row -> :data:`PAPER_PLANS` -> tok/s (SD: images/min); None where the paper marks the
+#: baseline ✗.
 FIG6 = {
     ("a100", "l40s"): {"LM": (1288.3, 893.63, 1854.64, 2064.82, 2246.26, 2525.38),
                        "GT": (1243.96, 1016.33, 2052.0, 2050.11, 2204.27, 2641.4),
@@ -65,10 +69,11 @@ def pair_rows(model: str, pair: tuple[str, str]) -> dict:
     rows, meta = simulate_plans(model, specs)
     per_min = 60.0 if get_model(model).output_unit == "images" else 1.0  # the paper's SD figures are images/min
     by = {r.plan: r for r in rows}
-    paper = FIG6.get(pair, {}).get(PAPER_ROW.get(model, ""), (None,) * len(PLANS))
+    paper = dict(zip(PAPER_PLANS, FIG6.get(pair, {}).get(PAPER_ROW.get(model, ""), (None,) * len(PAPER_PLANS))))
     out = {"model": model, "pair": list(pair), "unit": "images/min" if per_min == 60 else "tok/s", "plans": [],
            "note": meta["tessera_choice"]}
-    for name, ref in zip(PLANS, paper):
+    for name in PLANS:
+        ref = paper.get(name)
         r = by.get(name)
         ok = r is not None and r.applies
         out["plans"].append({"plan": name, "predicted": r.output_per_s * per_min if ok else None,
