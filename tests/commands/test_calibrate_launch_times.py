@@ -149,16 +149,11 @@ SWEEP_SHAPES = ((1, 32, 2048, 2048, 128), (1, 16, 2048, 2048, 64), (2, 32, 512, 
 
 def write_sweep(folder, truth=SWEEP_TRUTH, sms=(132, 24, 72)):
     """An ``attention_mask.json`` as bench/gpu_attention_mask.py writes it, its seconds from ``truth``."""
-    from torch_tessera.target.costmodel import KernelClass, LaunchFeatures
-
     rows = []
     for b, h, length, s, e in SWEEP_SHAPES:
         for n in sms:
             spec = parse_device("sim:h200" if n == 132 else f"sim:h200@{n}sm")
-            sec = [truth.predict(LaunchFeatures(0, KernelClass.ATTENTION, 4.0 * b * h * length * s * e, 1e6, True, "a",
-                                                blocks=b * h * -(-length // 128), threads_per_block=256, dtype="bf16",
-                                                scores=float(b * h * length * s), masked=m), spec)
-                   for m in (False, True)]
+            sec = [truth.predict(calibrate.sweep_launch_features((b, h, length, s, e), m), spec) for m in (False, True)]
             rows.append({"shape": [b, h, length, s, e], "device": "cuda:0" if n == 132 else f"cuda:0@{n}sm", "sms": n,
                          "seconds_plain": sec[0], "seconds_masked": sec[1], "scores": b * h * length * s})
     folder.mkdir(parents=True, exist_ok=True)

@@ -242,6 +242,27 @@ def load_launch_time_samples(results: str, min_s: float) -> tuple[list[Sample], 
     return samples, coverage
 
 
+def sweep_launch_features(shape: tuple[int, int, int, int, int], masked: bool):
+    """:func:`~torch_tessera.target.costmodel.launch_features` of one launch of bench/gpu_attention_mask.py: cuDNN's
+    bf16 attention over ``shape = (B, H, L, S, E)`` (query ``(B, H, L, E)``, key and value ``(B, H, S, E)``), with
+    a ``[1, 1, L, S]`` mask when ``masked``."""
+    import torch
+
+    from torch_tessera.lowering.program import ExternLaunch, TensorArg
+    from torch_tessera.target.costmodel import launch_features
+
+    b, h, length, s, e = shape
+
+    def view(name, size):
+        stride = tuple(math.prod(size[i + 1:]) for i in range(len(size)))
+        return TensorArg(name, 0, tuple(size), stride, torch.bfloat16)
+
+    q, k, v = view("q", (b, h, length, e)), view("k", (b, h, s, e)), view("v", (b, h, s, e))
+    mask = view("mask", (1, 1, length, s)) if masked else None
+    return launch_features(ExternLaunch(0, "aten::_scaled_dot_product_cudnn_attention.default",
+                                        (q, k, v, mask, False), {}, (), (view("out", (b, h, length, e)),)))
+
+
 def load_attention_sweep(results: str) -> tuple[list[Sample], list[str]]:
     """Samples from every ``attention_mask.json`` under ``results`` (``bench/gpu_attention_mask.py``): per row and
     device, the launch without its mask and with it, as :class:`~torch_tessera.target.costmodel.LaunchFeatures` of a
@@ -253,7 +274,6 @@ def load_attention_sweep(results: str) -> tuple[list[Sample], list[str]]:
     """
     from torch_tessera.errors import ConfigError
     from torch_tessera.target.catalog import match_gpu_name
-    from torch_tessera.target.costmodel import KernelClass, LaunchFeatures
 
     samples, coverage = [], []
     for path in sorted(glob.glob(f"{results}/**/attention_mask.json", recursive=True)):
@@ -282,13 +302,8 @@ def load_attention_sweep(results: str) -> tuple[list[Sample], list[str]]:
                 raise ConfigError(f"{path}: row {i} is not a measured launch of bench/gpu_attention_mask.py ({why}): "
                                   "run it again, or move the file out of --results") from None
             device = f"sim:{entry.key}" if sms == int(entry.sm_count.value) else f"sim:{entry.key}@{sms}sm"
-            scores = float(b * h * length * s)
-            io = 2.0 * (2 * b * h * length * e + 2 * b * h * s * e)  # q, k, v and the output, bf16
             for masked, seconds in ((False, plain), (True, masked_s)):
-                f = LaunchFeatures(0, KernelClass.ATTENTION, 4.0 * scores * e, io + (2.0 * length * s if masked else 0),
-                                   True, f"attention {b}x{h}x{length}x{s}x{e}{' masked' if masked else ''}",
-                                   blocks=b * h * math.ceil(length / 128), threads_per_block=256, dtype="bf16",
-                                   scores=scores, masked=masked)
+                f = sweep_launch_features((b, h, length, s, e), masked)
                 samples.append(Sample(ATTENTION_SWEEP, "sweep", device, f, float(seconds)))
         coverage.append(f"{ATTENTION_SWEEP} ({path}): {len(rows)} shapes x devices, each without and with a mask: "
                         f"{2 * len(rows)} samples, fitted on with every held-out model")
@@ -344,8 +359,8 @@ def run(args: argparse.Namespace) -> int:
     from torch_tessera.errors import ConfigError
     from torch_tessera.target.devices import parse_device
 
-    starts = getattr(args, "starts", STARTS)
-    if not isinstance(starts, int) or starts < 1:
+    starts = args.starts
+    if starts < 1:
         raise ConfigError(f"--starts {starts}: a fit needs at least 1 starting point (default {STARTS})")
     min_s = args.min_us * 1e-6
     samples, coverage = [], []

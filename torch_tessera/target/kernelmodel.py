@@ -163,11 +163,11 @@ class KernelModel:
 
     def _library_wave_seconds(self, f, device: DeviceSpec, clock: float) -> float:
         """Seconds of a library GEMM's grid in waves on ``device``'s SMs (:func:`library_waves`); 0 for others."""
-        grid = library_grid(f, device.total_sms)
+        grid = _gemm_library_grid(f, device.total_sms)
         if grid is None:
             return 0.0
         loads = grid.operand_elements * ITEMSIZE.get(f.dtype, 2) / self.operand_bytes_per_clock_per_sm
-        return library_waves(f, device) * (self.wave_cycles + loads) / clock
+        return math.ceil(grid.ctas / device.sm_count) * (self.wave_cycles + loads) / clock
 
     def _memory_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, occupied: int) -> float:
         """DRAM bytes at the occupied SMs' draw, plus the bytes L2 serves."""
@@ -213,10 +213,13 @@ def library_waves(f, device: DeviceSpec) -> int:
     GPU's SMs, which is what the device reports also inside a green-context partition) on ``device``'s
     ``sm_count`` SMs, one CTA per SM: ``ceil(CTAs / sm_count)``; 0 for any other launch (a Triton GEMM, a GEMM of
     unknown rows, or of more 128 x 128 tiles than the GPU's SMs)."""
-    if f.kernel_class != OpClass.GEMM:
-        return 0
-    grid = library_grid(f, device.total_sms)
+    grid = _gemm_library_grid(f, device.total_sms)
     return math.ceil(grid.ctas / device.sm_count) if grid is not None else 0
+
+
+def _gemm_library_grid(f, total_sms: int):
+    """:func:`~torch_tessera.target.library_grid.library_grid` of a GEMM-class launch; ``None`` for other classes."""
+    return library_grid(f, total_sms) if f.kernel_class == OpClass.GEMM else None
 
 
 def _grid(f, sms: int, threads_per_sm: int, total_sms: int) -> tuple[int, int, int, float]:

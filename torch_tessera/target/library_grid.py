@@ -20,10 +20,9 @@ docs/BENCHMARKS.md, cost model and census):
 * on a GPU of :data:`MEASURED_SMS` SMs, a shape of :data:`MEASURED_TN_GRIDS` (the models' transposed weight, measured)
   takes that grid instead of the rule.
 
-Against the sweep: the CTA count is within 15 % of cuBLAS's main kernel for 94 of the 100 shapes of at most 132
-tiles, and the split decision agrees for all 100. The rule was read off a row-major B; with the
-weight transposed (``nn.Linear``) cuBLAS picks other grids (28 of the 92 rows of the layouts run within 15 %), so the
-shapes that run measured take :data:`MEASURED_TN_GRIDS` (all 92 rows equal).
+The rule was read off a row-major B; with the weight transposed (``nn.Linear``) cuBLAS picks other grids, so the
+shapes that run measured take :data:`MEASURED_TN_GRIDS`. How well each matches cuBLAS: docs/BENCHMARKS.md, cost
+model and census (sessions 16-17).
 """
 
 from __future__ import annotations
