@@ -4,7 +4,7 @@ whole GPU and on green-context partitions (issue 21, the kernel cost model's ``m
 The registry's LLMs (llama, moe, qwen2-vl) call ``aten::_scaled_dot_product_cudnn_attention`` with an additive bf16
 mask broadcast over batch and heads (a static KV cache is longer than the prompt, so the mask hides its empty tail);
 the diffusion model calls it without one. The cost model charges a fused attention's softmax per score; this script
-measures what a mask adds per score, on shapes that are none of the registry models' own (so held-out figures stay
+measures what a mask adds per score, and what a length that is not a multiple of the 128-row tile adds, on shapes that are none of the registry models' own (so held-out figures stay
 held out): for each ``(B, H, L, S, E)`` and device, the median of ``--repeats`` launches timed with CUDA events,
 with the mask (``[1, 1, L, S]`` bf16, causal over the key axis: ``-inf`` where key ``j > i + S - L``, as the
 models' masks over a static KV cache) and without it. One JSON file, ``attention_mask.json``: per row the shape,
@@ -30,9 +30,10 @@ from pathlib import Path
 
 import torch
 
-#: (B, H, L, S, E): prefill-like shapes with head dims 64 and 128, none of them a registry model's.
+#: (B, H, L, S, E): prefill-like shapes with head dims 64 and 128, none of them a registry model's; the last three
+#: (and the key lengths 576 and 3,136) are not multiples of the 128-row tile (a ragged last tile).
 SHAPES = ((1, 32, 2048, 2048, 128), (1, 16, 2048, 2048, 64), (2, 32, 512, 576, 128), (1, 32, 4096, 4096, 64),
-          (1, 8, 3072, 3136, 128))
+          (1, 8, 3072, 3136, 128), (1, 24, 4160, 4160, 64), (1, 16, 3000, 3000, 64), (2, 16, 1100, 1100, 128))
 
 
 def _attention(q, k, v, mask):
@@ -42,13 +43,21 @@ def _attention(q, k, v, mask):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+#: Cycles the GPU spins before each timed launch (about half a millisecond), so the host has queued the launch, and
+#: every kernel of a library call that runs several, before the first event: the events time the GPU's work alone,
+#: not the host's dispatch.
+HOLD_CYCLES = 1_000_000
+
+
 def _time(fn, stream, repeats: int, cuda: bool) -> float:
-    """Median seconds of ``fn`` on ``stream`` over ``repeats`` launches (after 3 warm-up launches)."""
+    """Median seconds of ``fn`` on ``stream`` over ``repeats`` launches (after 3 warm-up launches), each timed with
+    CUDA events behind a :data:`HOLD_CYCLES` spin on the same stream (GPU time only; host clock on CPU)."""
     times = []
     for i in range(repeats + 3):
         if cuda:
             with torch.cuda.stream(stream):
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda._sleep(HOLD_CYCLES)
                 a.record()
                 fn()
                 b.record()
