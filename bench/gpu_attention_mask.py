@@ -72,13 +72,16 @@ def _time(fn, stream, repeats: int, cuda: bool) -> float:
     return statistics.median(times)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="folder for attention_mask.json (created)")
+def sweep_setup(description: str, out_file: str, repeats: int):
+    """The sweeps' shared command line (``--out``, ``--sms``, ``--repeats``, ``--dry-run``): parsed arguments, the
+    output folder (created) and the devices to time, ``[(name, partition or None)]`` (the whole GPU first); or an
+    exit status of 2 with the reason on stderr (no GPU without ``--dry-run``, an unwritable ``--out``)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", required=True, help=f"folder for {out_file} (created)")
     ap.add_argument("--sms", default="16,24,72",
                     help="SMs of the green-context partitions to time besides the whole GPU (default: 16,24,72)")
-    ap.add_argument("--repeats", type=int, default=15,
-                    help="launches timed per shape, device and mask; their median is kept (default: 15)")
+    ap.add_argument("--repeats", type=int, default=repeats,
+                    help=f"launches timed per shape and device; their median is kept (default: {repeats})")
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, host clock: checks the script only")
     args = ap.parse_args()
     cuda = not args.dry_run
@@ -98,6 +101,15 @@ def main() -> int:
         for n in (int(x) for x in args.sms.split(",") if x.strip()):
             part, _ = create_partition(0, n)
             devices.append((f"cuda:0@{part.granted_sms}sm", part))
+    return args, out, devices
+
+
+def main() -> int:
+    setup = sweep_setup(__doc__.split("\n\n")[0], "attention_mask.json", 15)
+    if setup == 2:
+        return 2
+    args, out, devices = setup
+    cuda = not args.dry_run
     shapes = SHAPES if cuda else ((1, 2, 64, 80, 16),)
     rows = []
     for b, h, length, s, e in shapes:

@@ -19,17 +19,14 @@ Dry run without a GPU (CPU, host clock, no profile; the numbers mean nothing):
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_attention_mask import _time  # noqa: E402  (the same GPU-only timing: events behind a spin)
+from gpu_attention_mask import _time, sweep_setup  # noqa: E402  (the same command line and GPU-only timing)
 
 #: ``(kind, input size, C_out, kernel, stride, padding, groups)``: 2-D patchify convolutions (kernel = stride) and
 #: depthwise 1-D convolutions (groups = channels, Mamba's kernel of 4), none a registry model's shape.
@@ -84,31 +81,11 @@ def _kernels(fn, stream=None) -> list[dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="folder for convolution.json (created)")
-    ap.add_argument("--sms", default="16,24,72",
-                    help="SMs of the green-context partitions to time besides the whole GPU (default: 16,24,72)")
-    ap.add_argument("--repeats", type=int, default=21,
-                    help="launches timed per shape and device; their median is kept (default: 21)")
-    ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, host clock: checks the script only")
-    args = ap.parse_args()
+    setup = sweep_setup(__doc__.split("\n\n")[0], "convolution.json", 21)
+    if setup == 2:
+        return 2
+    args, out, devices = setup
     cuda = not args.dry_run
-    if cuda and not torch.cuda.is_available():
-        print("no CUDA GPU: run on the GPU machine, or pass --dry-run to check the script on CPU", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        print(f"cannot write --out {args.out}: {e.strerror}; pass a writable folder", file=sys.stderr)
-        return 2
-    devices = [("cuda:0" if cuda else "cpu", None)]
-    if cuda:
-        from torch_tessera.target.green import create_partition
-
-        for n in (int(x) for x in args.sms.split(",") if x.strip()):
-            part, _ = create_partition(0, n)
-            devices.append((f"cuda:0@{part.granted_sms}sm", part))
     rows, kernels = [], []
     dev = "cuda" if cuda else "cpu"
     dtype = torch.bfloat16 if cuda else torch.float32
