@@ -108,3 +108,22 @@ def test_an_ssm_in_the_models_is_announced_with_the_option_that_leaves_it_out(mo
     assert "To leave it out: --models llama,dit" in err
     assert pairs.run(argparse.Namespace(models="llama,dit", pairs="a100+l40s", out=str(tmp_path))) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_two_of_a_gpu_that_cannot_hold_the_model_is_a_row_that_says_why(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch_tessera.benchmark as benchmark
+    from torch_tessera.commands.pairs import pair_rows
+
+    def row(plan, tok_s, price, reason=""):
+        return SimpleNamespace(plan=plan, applies=not reason, output_per_s=tok_s, price_per_hour=price,
+                               output_per_s_per_price=tok_s / price if price else 0.0, reason=reason)
+
+    rows = [row("homo-L", 100.0, 1.5), row("homo-R", 0.0, 0.0, "does not fit: GPU 2 needs 103.67 GB, has 48.00 GB"),
+            row("tessera", 150.0, 2.5)]
+    monkeypatch.setattr(benchmark, "simulate_plans", lambda model, specs: (rows, {"tessera_choice": ""}))
+    plans = {p["plan"]: p for p in pair_rows("llama", ("a100", "l40s"))["plans"]}
+    assert plans["2x a100 (request-dist)"]["predicted"] == 200.0 and plans["2x a100 (request-dist)"]["reason"] == ""
+    cheap = plans["2x l40s (request-dist)"]
+    assert cheap["predicted"] is None and cheap["reason"] == "as homo-R: does not fit: GPU 2 needs 103.67 GB, has 48.00 GB"

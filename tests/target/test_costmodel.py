@@ -106,6 +106,52 @@ def test_an_attention_reading_a_mask_is_marked_masked():
     assert not causal.masked and not launch_features(mm_launch(4, 64, 64, 64)).masked
 
 
+def test_an_attention_of_a_length_off_the_128_row_tile_is_ragged():
+    op = "aten::_scaled_dot_product_cudnn_attention.default"
+
+    def attention(length, keys):
+        q, k = view("q", (1, 24, length, 64)), view("k", (1, 24, keys, 64))
+        return launch_features(ExternLaunch(0, op, (q, k, k, None, False), {}, ()))
+
+    # the MMDiT's joint attention of 4,429 tokens is ragged, its 4,096-token one is not; a key axis alone counts too
+    assert attention(4429, 4429).ragged and not attention(4096, 4096).ragged
+    assert attention(4096, 4160).ragged and attention(1, 4096).ragged  # a decode step's single query row
+    # (B, L, H, E) layout of the flash op: the length is axis 1
+    q = view("q", (1, 4480, 24, 64))
+    flash = launch_features(ExternLaunch(0, "aten::_flash_attention_forward.default", (q, q, q), {}, ()))
+    assert not flash.ragged
+    assert not launch_features(mm_launch(4, 100, 100, 100)).ragged
+
+
+def conv_launch(x, w, stride, padding, groups, out, bias=True):
+    b = view("bias", (w[0],)) if bias else None
+    args = (view("x", x), view("w", w), b, stride, padding, [1] * len(stride), False, [0] * len(stride), groups)
+    return ExternLaunch(0, "aten::convolution.default", args, {}, (), (view("out", out),))
+
+
+def test_a_channels_first_convolution_is_cudnns_implicit_gemm_between_layout_copies():
+    # the MMDiT's patch embedding: 16 channels of 128 x 128, 2 x 2 kernel, stride 2, to 1,536 channels of 64 x 64
+    f = launch_features(conv_launch((1, 16, 128, 128), (1536, 16, 2, 2), [2, 2], [0, 0], 1, (1, 1536, 64, 64)))
+    assert f.tensor_core and (f.rows, f.cols, f.depth) == (64 * 64, 1536, 16 * 4)
+    assert f.flops == 2 * 64 * 64 * 1536 * 64 and f.blocks == 32 * 12
+    # the input, weight and output each copied (read and written) and a separate bias add over the output
+    x, w, out = 2 * 16 * 128 * 128, 2 * 1536 * 64, 2 * 1536 * 64 * 64
+    assert f.passes == (2 * x, 2 * w, 2 * out, 2 * out + 2 * 1536)
+    # a channels-last input needs no copies; without a bias, no add
+    last = conv_launch((1, 16, 128, 128), (1536, 16, 2, 2), [2, 2], [0, 0], 1, (1, 1536, 64, 64), bias=False)
+    last = dataclasses.replace(last, args=(view("x", (1, 16, 128, 128), stride=(16 * 128 * 128, 1, 128 * 16, 16)),
+                                           *last.args[1:]))
+    assert launch_features(last).passes == ()
+
+
+def test_a_depthwise_convolution_runs_on_cuda_cores_one_thread_per_output():
+    # Mamba's causal conv1d in decode: 64 sequences x 5,120 channels, 4 taps, groups = channels
+    f = launch_features(conv_launch((64, 5120, 5), (5120, 1, 4), [1], [0], 5120, (64, 5120, 2)))
+    assert not f.tensor_core and f.passes == () and f.load_chain
+    assert f.flops == 2 * 64 * 5120 * 2 * 4
+    assert (f.blocks, f.threads_per_block) == (math.ceil(64 * 5120 * 2 / 1024), 1024)  # 640, as the profiler saw
+
+
 def test_elementwise_triton_launch():
     f = launch_features(add_launch(0, 1 << 20))
     assert f.kernel_class is KernelClass.ELEMENTWISE and not f.tensor_core

@@ -23,13 +23,13 @@ A100, L40S, H200 = (parse_device(f"sim:{k}") for k in ("a100", "l40s", "h200"))
 BARE = KernelModel(eta_tensor=1.0, eta_cuda=1.0, eta_memory=1.0, dram_bytes_per_clock_per_sm=math.inf,
                    l2_bytes_per_clock_per_sm=64.0, latency_cycles=0.0, tile_cycles=0.0, tensor_power=1.0,
                    softmax_ops=0.0, floor_s=0.0, wave_cycles=0.0, operand_bytes_per_clock_per_sm=math.inf,
-                   mask_ops=0.0)
+                   mask_ops=0.0, ragged_ops=0.0)
 
 
 def feats(kclass=OpClass.ELEMENTWISE, flops=0.0, nbytes=0.0, tc=False, params=0.0, blocks=0, threads=128,
-          dtype="bf16", scores=0.0, reuse=None, masked=False):
+          dtype="bf16", scores=0.0, reuse=None, masked=False, **more):
     return LaunchFeatures(0, kclass, flops, nbytes, tc, "k", params, blocks, threads, dtype, scores, reuse,
-                          masked=masked)
+                          masked=masked, **more)
 
 
 def test_every_catalog_gpu_has_sourced_kernel_figures():
@@ -269,6 +269,41 @@ def test_a_mask_adds_its_operations_per_score():
     assert m.predict(masked, L40S) - m.predict(plain, L40S) == pytest.approx(1e9 * 3.0 / (16 * 142 * 2520e6),
                                                                                rel=1e-6)
     assert dataclasses.replace(m, mask_ops=0.0).predict(masked, L40S) == pytest.approx(m.predict(plain, L40S))
+
+
+def test_a_ragged_attention_adds_its_operations_per_score():
+    kw = dict(flops=4 * 64 * 1e9, tc=True, blocks=142 * 108, threads=256, scores=1e9)
+    plain, ragged = feats(OpClass.ATTENTION, **kw), feats(OpClass.ATTENTION, ragged=True, **kw)
+    m = dataclasses.replace(BARE, softmax_ops=1.5, mask_ops=3.0, ragged_ops=0.5)
+    assert m.predict(ragged, L40S) - m.predict(plain, L40S) == pytest.approx(1e9 * 0.5 / (16 * 142 * 2520e6),
+                                                                               rel=1e-6)
+    both = feats(OpClass.ATTENTION, ragged=True, masked=True, **kw)  # a masked ragged attention pays both
+    assert m.predict(both, L40S) - m.predict(plain, L40S) == pytest.approx(1e9 * 3.5 / (16 * 142 * 2520e6),
+                                                                             rel=1e-6)
+
+
+def test_each_pass_of_a_library_call_is_a_streaming_launch_of_its_own():
+    m = dataclasses.replace(BARE, floor_s=2e-6, latency_cycles=1980.0)  # 1 us of latency at the H200's clock
+    gemm = feats(OpClass.GEMM, flops=1e6, tc=True, blocks=10, threads=256)
+    copies = dataclasses.replace(gemm, passes=(1e3, 96e6))
+    # a tiny pass lasts its floor and latency; a large one streams at the DRAM's bandwidth
+    assert m.predict(copies, H200) - m.predict(gemm, H200) == pytest.approx(2e-6 + 1e-6 + 2e-6 + 96e6 / 4800e9,
+                                                                            rel=1e-6)
+    # on a 16-SM partition a pass streams at those SMs' draw
+    slow = dataclasses.replace(m, dram_bytes_per_clock_per_sm=32.0)
+    p16 = parse_device("sim:h200@16sm")
+    one = dataclasses.replace(gemm, passes=(96e6,))
+    assert slow.predict(one, p16) - slow.predict(gemm, p16) == pytest.approx(
+        2e-6 + 96e6 / slow.dram_bandwidth(4800e9, 16, 1980e6), rel=1e-6)
+
+
+def test_a_kernel_waiting_on_chains_of_loads_lasts_a_wave_latency_per_wave():
+    m = dataclasses.replace(BARE, wave_cycles=1980.0)  # 1 us per wave at the H200's clock
+    # 640 CTAs of 1,024 threads (Mamba's depthwise conv in decode): two resident per SM
+    conv = feats(OpClass.GEMM, flops=1e6, nbytes=4e6, blocks=640, threads=1024, load_chain=True)
+    assert m.predict(conv, H200) == pytest.approx(math.ceil(640 / 264) * 1e-6, rel=1e-6)
+    assert m.predict(conv, parse_device("sim:h200@16sm")) == pytest.approx(20 * 1e-6, rel=1e-6)
+    assert m.predict(dataclasses.replace(conv, load_chain=False), H200) < 1e-6  # without it: its bytes alone
 
 
 def test_reads_of_recently_touched_buffers_come_from_l2():

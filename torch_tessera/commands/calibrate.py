@@ -12,9 +12,9 @@ one launch at a time and calibrated to the whole program replayed back to back
 measurement and are left out, as are launches below ``--min-us``.
 
 Every ``attention_mask.json`` under ``--results`` (``bench/gpu_attention_mask.py``: cuDNN's fused attention with and
-without a mask, on shapes of none of the registry models) adds its launches to every fit, held-out ones included: the
-models' own attentions all read a mask (the LLMs) or none (the MMDiT), so without it a mask's cost and the softmax's
-cannot be told apart when one of them is held out.
+without a mask, on shapes of none of the registry models, some of lengths off the 128-row tile) adds its launches to
+every fit, held-out ones included: the models' own attentions all read a mask (the LLMs) or none (the MMDiT), so
+without it a mask's cost, a ragged length's and the softmax's cannot be told apart when one of them is held out.
 
 Features of ``bench.json`` samples: the same programs (the bench's settings) are lowered here without weights.
 Programs lowered on a machine without a GPU fuse differently from the GPU's (Inductor's CPU heuristics), so launches
@@ -47,7 +47,8 @@ FREE = {"eta_tensor": (0.05, 1.0), "eta_cuda": (0.01, 1.0), "eta_memory": (0.1, 
         "dram_bytes_per_clock_per_sm": (2.0, 256.0), "l2_bytes_per_clock_per_sm": (4.0, 512.0),
         "latency_cycles": (100.0, 40000.0), "tile_cycles": (10.0, 40000.0),
         "tensor_power": (0.5, 3.0), "softmax_ops": (0.1, 20.0), "floor_s": (1e-7, 2e-5),
-        "wave_cycles": (10.0, 40000.0), "operand_bytes_per_clock_per_sm": (4.0, 1024.0), "mask_ops": (0.01, 20.0)}
+        "wave_cycles": (10.0, 40000.0), "operand_bytes_per_clock_per_sm": (4.0, 1024.0), "mask_ops": (0.01, 20.0),
+        "ragged_ops": (0.01, 20.0)}
 #: Starting points of a fit: the given model's constants, then ``STARTS - 1`` drawn log-uniformly from the middle
 #: 40 % of each bound (seeded: the same data give the same fit); the fit with the lowest loss on its data wins.
 STARTS = 8

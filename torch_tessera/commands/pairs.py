@@ -82,11 +82,15 @@ def pair_rows(model: str, pair: tuple[str, str]) -> dict:
                              "paper": ref, "reason": "" if ok else (r.reason if r else "not planned")})
     for side, name in ((0, "homo-L"), (1, "homo-R")):
         r = by.get(name)
+        label = f"2x {pair[side]} (request-dist)"
         if r is not None and r.applies:
             price = 2 * specs[side].price_per_hour
-            out["plans"].append({"plan": f"2x {pair[side]} (request-dist)", "predicted": 2 * r.output_per_s * per_min,
+            out["plans"].append({"plan": label, "predicted": 2 * r.output_per_s * per_min,
                                  "price_per_hour": price, "per_price": 2 * r.output_per_s * per_min / price,
                                  "paper": None, "reason": ""})
+        else:  # a replica per GPU needs what the whole model on one of them needs: the same reason holds
+            out["plans"].append({"plan": label, "predicted": None, "price_per_hour": None, "per_price": None,
+                                 "paper": None, "reason": f"as {name}: {r.reason}" if r else "not planned"})
     return out
 
 

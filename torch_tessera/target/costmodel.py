@@ -84,6 +84,14 @@ class LaunchFeatures:
         masked: a fused attention that reads an explicit mask (``attn_bias`` / ``attn_mask``: each score loads and
             adds it, and the library runs another kernel: :class:`~torch_tessera.target.kernelmodel.KernelModel`'s
             ``mask_ops``); False for other launches.
+        ragged: a fused attention whose query or key length is not a multiple of the 128-row tile, so the library
+            runs its bounds-checked kernel (:class:`~torch_tessera.target.kernelmodel.KernelModel`'s ``ragged_ops``);
+            False for other launches.
+        load_chain: a library kernel whose threads each wait on a chain of loads (PyTorch's depthwise convolution:
+            one output per thread, its taps loaded in turn), so each wave of its CTAs lasts a fixed latency
+            (:class:`~torch_tessera.target.kernelmodel.KernelModel`'s ``wave_cycles``) whatever its bytes.
+        passes: bytes each further streaming kernel of the launch moves (a library call that runs several: cuDNN's
+            layout copies around a convolution's GEMM, a separate bias add); each costs a launch of its own.
     """
 
     index: int
@@ -102,6 +110,9 @@ class LaunchFeatures:
     rows: int = 0
     cols: int = 0
     masked: bool = False
+    ragged: bool = False
+    passes: tuple[float, ...] = ()
+    load_chain: bool = False
 
     @property
     def intensity(self) -> float:
@@ -220,6 +231,16 @@ def _attention_flops(name: str, launch: ExternLaunch) -> tuple[float, float]:
     return 2.0 * scores * (e + ev), scores
 
 
+def _attention_ragged(name: str, launch: ExternLaunch) -> bool:
+    """Whether a fused attention's query or key length is not a multiple of :data:`TILE` (its last tile of rows or
+    keys is partial, and the library runs a kernel that checks bounds on every tile)."""
+    q, k = (launch.args + (None, None))[:2]
+    if not all(isinstance(t, TensorArg) and len(t.size) == 4 for t in (q, k)):
+        return False
+    axis = 1 if name in ("_flash_attention_forward", "_efficient_attention_forward") else 2
+    return q.size[axis] % TILE != 0 or k.size[axis] % TILE != 0
+
+
 #: Fused attention ops whose fourth positional argument is the mask (``attn_bias``), for launches whose op schema is
 #: not at hand.
 MASK_AT_FOUR = ("_scaled_dot_product_cudnn_attention", "_scaled_dot_product_efficient_attention")
@@ -240,12 +261,15 @@ def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping
     name = op_name(launch.op)
     tensors = distinct([*_tensors(launch.args), *_tensors(launch.kwargs), *launch.outputs])
     nbytes = sum(view_bytes(t) for t in tensors)
-    scores, depth, rows, cols, masked = 0.0, 0, 0, 0, False
+    scores, depth, rows, cols, masked, ragged = 0.0, 0, 0, 0, False, False
+    if name in ("convolution", "_convolution") and len(launch.args) >= 2 and launch.outputs:
+        return _convolution_features(launch, kclass, buffers, tensors, nbytes)
     if name in GEMM_OPS:  # a GEMM, or the batched product of a decomposed attention (class attention)
         flops, depth, rows, cols = _gemm_flops(name, launch)
     elif kclass is KernelClass.ATTENTION:
         flops, scores = _attention_flops(name, launch)
         masked = _attention_mask(name, launch) is not None
+        ragged = _attention_ragged(name, launch)
     else:
         flops = 0.0
     inputs = [t for t in _tensors(launch.args) if isinstance(t, TensorArg) and t.dtype.is_floating_point]
@@ -256,7 +280,51 @@ def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping
     return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.op,
                           _param_bytes(tensors, buffers, nbytes), blocks, EXTERN_THREADS if flops > 0 else 0,
                           _dtype({t.dtype for t in inputs}), scores, depth=int(depth) if flops > 0 else 0,
-                          rows=int(rows) if flops > 0 else 0, cols=int(cols) if flops > 0 else 0, masked=masked)
+                          rows=int(rows) if flops > 0 else 0, cols=int(cols) if flops > 0 else 0, masked=masked,
+                          ragged=ragged)
+
+
+#: Threads of a CTA of PyTorch's depthwise convolution kernel (one output element per thread).
+DEPTHWISE_THREADS = 1024
+
+
+def _convolution_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping[str, Any],
+                          tensors: Sequence[TensorArg], nbytes: float) -> LaunchFeatures:
+    """Features of an ``aten::convolution`` launch, by the kernels it runs on a GPU (docs/BENCHMARKS.md, kernel cost
+    model, convolutions):
+
+    * depthwise (one input channel per group): PyTorch's own kernel, one CUDA-core thread per output element in CTAs
+      of :data:`DEPTHWISE_THREADS`, a multiply-add per tap, the bias fused, each thread waiting on its taps' loads
+      (``load_chain``);
+    * otherwise cuDNN's implicit GEMM, ``M`` = batch x output positions, ``N`` = output channels, ``K`` = input
+      channels per group x kernel taps, on tensor cores for 16-bit tensors; when the input is channels-first it first
+      copies the input and the weight to channels-last and the output back (a streaming kernel each: ``passes``),
+      and PyTorch adds the bias in one more.
+    """
+    x, w, out = launch.args[0], launch.args[1], launch.outputs[0]
+    bias = launch.args[2] if len(launch.args) > 2 and isinstance(launch.args[2], TensorArg) else None
+    groups = _arg(launch, "groups", launch.args[8] if len(launch.args) > 8 else 1)
+    groups = int(getattr(groups, "value", groups) or 1)
+    c_out, per_group = w.size[0], w.size[1] if len(w.size) > 1 else 1
+    taps = math.prod(w.size[2:])
+    flops = 2.0 * out.numel * per_group * taps
+    params = _param_bytes(tensors, buffers, nbytes)
+    dtype = _dtype({t.dtype for t in (x, w) if t.dtype.is_floating_point})
+    if per_group == 1 and groups > 1:  # depthwise
+        return LaunchFeatures(launch.index, kclass, flops, float(nbytes), False, launch.op, params,
+                              math.ceil(out.numel / DEPTHWISE_THREADS), DEPTHWISE_THREADS, dtype, load_chain=True)
+    rows = out.numel // max(1, c_out)  # batch x output positions
+    cols = c_out // groups
+    channels_first = len(x.size) > 2 and x.stride[1] != 1
+    passes = ()
+    if channels_first:
+        passes = (2.0 * view_bytes(x), 2.0 * view_bytes(w), 2.0 * view_bytes(out))
+    if bias is not None:
+        passes += (2.0 * view_bytes(out) + view_bytes(bias),)
+    tensor_core = x.dtype in (torch.bfloat16, torch.float16)
+    blocks = groups * math.ceil(rows / TILE) * math.ceil(cols / TILE)
+    return LaunchFeatures(launch.index, kclass, flops, float(nbytes), tensor_core, launch.op, params, blocks,
+                          EXTERN_THREADS, dtype, depth=per_group * taps, rows=rows, cols=cols, passes=passes)
 
 
 def _extern_blocks(name: str, out: TensorArg | None, inputs: Sequence[TensorArg]) -> int:

@@ -2,17 +2,19 @@
 
 For one launch (:class:`~torch_tessera.target.costmodel.LaunchFeatures`) on one device, seconds are::
 
-    t = floor + max(latency_cycles / clock, t_tensor, t_cuda, t_memory, t_waves)
+    t = floor + max(latency_cycles / clock, t_tensor, t_cuda, t_memory, t_waves) + sum of t_pass over its passes
 
     t_tensor = tensor-core FLOPs x power / (tensor peak of the dtype x SM share x eta_tensor x wave efficiency)
                + waves x tile_cycles / clock
-               + attention scores x (softmax_ops + mask_ops if masked) x power
+               + attention scores x (softmax_ops + mask_ops if masked + ragged_ops if ragged) x power
                  / (special-function rate x SMs x clock x wave efficiency)
     t_cuda   = CUDA-core work     / (fp32 peak x SM share x eta_cuda x wave efficiency)
     t_memory = DRAM bytes / DRAM rate of the occupied SMs + L2 bytes / (l2_bytes_per_clock_per_sm x occupied x clock)
 
     t_waves  = waves of a library GEMM's grid on the SMs it has
                x (wave_cycles + a CTA's operand bytes / operand_bytes_per_clock_per_sm) / clock
+               (a library kernel whose threads wait on a chain of loads: waves of its grid x wave_cycles / clock)
+    t_pass   = floor + max(latency_cycles / clock, pass bytes / DRAM rate of all the device's SMs)
 
     DRAM rate = smooth min(dram_bytes_per_clock_per_sm x occupied SMs x clock, eta_memory x datasheet bandwidth)
     power     = max(1, tensor_power x occupied SMs / all SMs)
@@ -27,7 +29,8 @@ where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, e
   Triton kernels compute in fp32; fp32 GEMMs run on CUDA cores); the special-function rate per SM
   (:data:`~torch_tessera.target.catalog.SFU_PER_CLOCK_PER_SM`) for a fused attention's softmax, and more per score
   when the attention reads an explicit mask (cuDNN's attention with an additive mask, as the LLMs' static KV caches
-  need, ran 1.2-2.0x its time without one on the H200: docs/BENCHMARKS.md, kernel cost model);
+  need, ran 1.6-2.0x its time without one on the H200) or a query or key length is not a multiple of the 128-row
+  tile (1.1-1.2x: the library's bounds-checked kernel; docs/BENCHMARKS.md, kernel cost model);
 * wave quantization: a grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x
   resident CTAs per SM`` (resident threads per SM / threads per CTA; one tensor-core tile CTA per SM); a grid smaller
   than ``slots`` spreads over ``min(SMs, blocks)`` SMs, which run at their full rate; a Triton tensor-core GEMM of
@@ -46,13 +49,18 @@ where, from the catalog (:class:`~torch_tessera.target.catalog.KernelFigures`, e
   the GPU's SMs); on the partition's SMs that grid runs in ``ceil(CTAs / SMs)`` waves, each lasting one CTA's time:
   ``wave_cycles`` and its operand loads at ``operand_bytes_per_clock_per_sm``, overlapped with the launch's
   streaming (``t_waves`` inside the max); a larger library GEMM runs one CTA per 128 x 128 tile over its whole K;
+* a library call that runs several kernels: cuDNN's convolution of a channels-first tensor copies its input and
+  weight to channels-last before its implicit GEMM and the output back after it, and PyTorch adds the bias in one more
+  kernel (``passes``, each a streaming launch of its own); PyTorch's depthwise convolution keeps one output per thread,
+  each waiting on its taps' loads (``load_chain``: a wave of its CTAs lasts ``wave_cycles``; the H200's profile:
+  docs/BENCHMARKS.md, kernel cost model);
 * the launch floor.
 
 The free constants (:class:`KernelModel` fields) are the ones no datasheet prints: the fractions of the tensor,
 CUDA-core and DRAM peaks that real kernels reach, the DRAM and L2 bytes per clock per SM, the latency cycles of a
 kernel, of a wave of GEMM tiles and of a wave of a library GEMM's CTAs, the operand bytes per clock such a CTA
-loads, the tensor-core power relative to the board's, the softmax's operations per score, what a mask adds to them and
-the launch floor.
+loads, the tensor-core power relative to the board's, the softmax's operations per score, what a mask and a ragged
+length add to them and the launch floor.
 They are fitted once on one GPU and its partitions (``tessera calibrate``) and shared by every GPU: no factor is
 fitted per GPU, pair or model. Their values and the fit are in docs/BENCHMARKS.md, kernel cost model.
 """
@@ -103,8 +111,11 @@ class KernelModel:
             rescale on the same issue slots), not overlapped with the two tensor-core products.
         mask_ops: the same operations a score costs more when the attention reads an explicit mask
             (``LaunchFeatures.masked``: the mask's load and add, and the library's masked kernel).
+        ragged_ops: the same operations a score costs more when the attention's query or key length is not a
+            multiple of the 128-row tile (``LaunchFeatures.ragged``: the library's bounds-checked kernel).
         wave_cycles: cycles each wave of a library GEMM's grid takes besides its CTAs' operand loads (pipeline fill,
-            epilogue, a split's partial sums; :func:`library_waves`).
+            epilogue, a split's partial sums; :func:`library_waves`); also a wave of a library kernel whose threads
+            wait on a chain of loads (``LaunchFeatures.load_chain``).
         operand_bytes_per_clock_per_sm: bytes of A and B per clock one CTA of a library GEMM loads (from L2 and
             DRAM): a wave of its grid lasts ``wave_cycles`` plus its CTA's operand bytes over this.
         floor_s: launch floor, seconds (the same on every GPU: it is the front end's, not the SMs').
@@ -124,6 +135,7 @@ class KernelModel:
     wave_cycles: float = 4000.0
     operand_bytes_per_clock_per_sm: float = 92.0
     mask_ops: float = 2.0
+    ragged_ops: float = 1.0
     source: str = "prior constants (not calibrated)"
 
     def predict(self, f, device: DeviceSpec) -> float:
@@ -145,7 +157,16 @@ class KernelModel:
             if f.flops and not f.tensor_core else 0.0
         t_memory = self._memory_seconds(f, e, device, clock, occupied)
         t_waves = self._library_wave_seconds(f, device, clock)
-        return self.floor_s + max(self.latency_cycles / clock, t_tensor, t_cuda, t_memory, t_waves)
+        if getattr(f, "load_chain", False):  # each wave of CTAs waits on its threads' chains of loads
+            t_waves = max(t_waves, math.ceil(blocks / slots) * self.wave_cycles / clock)
+        t = self.floor_s + max(self.latency_cycles / clock, t_tensor, t_cuda, t_memory, t_waves)
+        return t + sum(self._pass_seconds(b, e, device, clock) for b in getattr(f, "passes", ()))
+
+    def _pass_seconds(self, nbytes: float, e: catalog.CatalogEntry, device: DeviceSpec, clock: float) -> float:
+        """Seconds of one streaming kernel of ``nbytes`` on all of ``device``'s SMs (a pass of a library call that
+        runs several kernels): its launch floor, then the larger of the kernel latency and its DRAM time."""
+        bandwidth = min(self.dram_bandwidth(e.mem_bandwidth.value, device.sm_count, clock), device.mem_bandwidth)
+        return self.floor_s + max(self.latency_cycles / clock, nbytes / bandwidth)
 
     def _tensor_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, waves: int, occupied: int,
                         wave_eff: float) -> float:
@@ -158,7 +179,8 @@ class KernelModel:
         t = f.flops * power / (_tensor_peak(e, f.dtype) * share * self.eta_tensor * wave_eff)
         if f.scores:  # a fused attention's softmax runs between its two products, on the special-function units
             sfu = catalog.SFU_PER_CLOCK_PER_SM.value * device.sm_count * clock * wave_eff / power
-            t += f.scores * (self.softmax_ops + (self.mask_ops if f.masked else 0.0)) / sfu
+            extra = (self.mask_ops if f.masked else 0.0) + (self.ragged_ops if getattr(f, "ragged", False) else 0.0)
+            t += f.scores * (self.softmax_ops + extra) / sfu
         return t + waves * self.tile_cycles / clock  # each wave of tiles fills its pipeline, writes its tiles once
 
     def _library_wave_seconds(self, f, device: DeviceSpec, clock: float) -> float:
@@ -251,10 +273,10 @@ def _tensor_peak(e: catalog.CatalogEntry, dtype: str) -> float:
 
 
 #: The constants ``tessera calibrate`` fitted on the H200 and its partitions (docs/BENCHMARKS.md, kernel cost model).
-CALIBRATED = KernelModel(eta_tensor=0.8987, eta_cuda=0.3554, eta_memory=0.7706, dram_bytes_per_clock_per_sm=31.13,
-                         l2_bytes_per_clock_per_sm=512.0, latency_cycles=2028.0, tile_cycles=729.8, tensor_power=1.149,
-                         softmax_ops=1.164, floor_s=4.976e-06, wave_cycles=7577.0, operand_bytes_per_clock_per_sm=110.5,
-                         mask_ops=3.055,
+CALIBRATED = KernelModel(eta_tensor=1.0, eta_cuda=0.3541, eta_memory=0.7864, dram_bytes_per_clock_per_sm=32.63,
+                         l2_bytes_per_clock_per_sm=96.33, latency_cycles=2080.0, tile_cycles=4645.0, tensor_power=1.086,
+                         softmax_ops=0.8972, floor_s=4.931e-06, wave_cycles=7209.0, operand_bytes_per_clock_per_sm=108.1,
+                         mask_ops=2.071, ragged_ops=0.3687,
                          source="tessera calibrate: H200 whole GPU and 16/24/72-SM partitions, 685 launches of llama, "
-                                "dit, mamba and moe timed back to back, and 40 of cuDNN's attention with and without "
+                                "dit, mamba and moe timed back to back, and 64 of cuDNN's attention with and without "
                                 "a mask")
