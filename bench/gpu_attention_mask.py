@@ -95,6 +95,8 @@ def sweep_setup(description: str, out_file: str, repeats: int):
         print(f"cannot write --out {args.out}: {e.strerror}; pass a writable folder", file=sys.stderr)
         return 2
     devices = [("cuda:0" if cuda else "cpu", None)]
+    if not cuda:
+        print("DRY RUN on CPU (tiny shapes, host clock): checks the script only; the numbers mean nothing", flush=True)
     if cuda:
         from torch_tessera.target.green import create_partition
 

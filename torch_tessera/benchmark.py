@@ -269,8 +269,10 @@ def error_reason(error: Exception, specs: Sequence[DeviceSpec]) -> str:
 
 
 def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float = 129.0,
-                   progress: Any = None, size: str = "full", streams: bool = True) -> tuple[list[SimRow], dict]:
-    """Predicted throughput of every plan of ``model`` (``size``, default full) on ``specs`` (see module docstring);
+                   progress: Any = None, size: str = "full", streams: bool = True,
+                   prefill_tokens: int = 1024) -> tuple[list[SimRow], dict]:
+    """Predicted throughput of every plan of ``model`` (``size``, default full; a prompt of ``prefill_tokens``) on
+    ``specs`` (see module docstring);
     ``tessera`` the best predicted plan of a space holding every baseline's placement and, with ``streams``, one
     request stream per device (:func:`choose_tessera`), so no baseline's prediction is above tessera's.
 
@@ -282,7 +284,7 @@ def simulate_plans(model: str, specs: Sequence[DeviceSpec], output_tokens: float
     from torch_tessera.errors import InfeasiblePlanError
     from torch_tessera.scheduler import NotApplicableError, Plan, plan, plan_streams
 
-    mw = model_workload(model, specs, size=size, mean_output_tokens=output_tokens)
+    mw = model_workload(model, specs, size=size, mean_output_tokens=output_tokens, prefill_tokens=prefill_tokens)
     if progress is not None:
         progress.update(1)
     free = Topology(mw.topology.devices, np.full_like(mw.topology.bandwidth, 1e30),

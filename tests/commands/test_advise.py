@@ -107,3 +107,18 @@ def test_bench_and_pairs_say_whole_why_a_plan_does_not_fit():
                                    "both GPUs (layer, tessera)"), why
     assert all("memory_budgets" not in w for w in why.values())
     assert "memory_budgets" not in meta["tessera_choice"]
+
+
+def test_a_plan_that_leaves_one_gpu_idle_says_so_and_prices_the_one_it_uses(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch_tessera.benchmark as benchmark
+
+    specs = pair_specs(("b200", "l4"))
+    mw = model_workload("mlp", specs, size="tiny")
+    # the best of tessera's space is homo-L's placement: everything on the B200
+    monkeypatch.setattr(benchmark, "choose_tessera", lambda plans, workload, topology, time_limit=None: SimpleNamespace(
+        plans={**plans, "tessera": plans["homo-L"]}, chosen="tessera"))
+    o = evaluate(mw, ("b200", "l4"), 1.0, specs=specs)
+    assert o.fits and o.plan == "tessera (b200 only; l4 idle, not priced)"
+    assert o.price_per_hour == specs[0].price_per_hour

@@ -70,13 +70,13 @@ def test_a_model_that_cannot_be_lowered_costs_only_its_own_rows(monkeypatch, tmp
     from torch_tessera.commands import pairs
     from torch_tessera.errors import LoweringError
 
-    def fake_rows(model, pair):
+    def fake_rows(model, pair, prefill_tokens=1024):
         if model == "qwen2-vl":
             raise LoweringError("torch.export failed on the fake model: GuardOnDataDependentSymNode: Eq(u3, 0)\nmore")
         return {"model": model, "pair": list(pair), "unit": "tok/s", "note": "", "plans": []}
 
     monkeypatch.setattr(pairs, "pair_rows", fake_rows)
-    args = argparse.Namespace(models="llama,qwen2-vl", pairs="a100+l40s", out=str(tmp_path))
+    args = argparse.Namespace(models="llama,qwen2-vl", pairs="a100+l40s", out=str(tmp_path), prefill_tokens=1024)
     assert pairs.run(args) == 1
     out, err = capsys.readouterr()
     assert "SIMULATED llama on a100 + l40s" in out
@@ -100,14 +100,31 @@ def test_an_ssm_in_the_models_is_announced_with_the_option_that_leaves_it_out(mo
 
     from torch_tessera.commands import pairs
 
-    monkeypatch.setattr(pairs, "pair_rows", lambda model, pair: {"model": model, "pair": list(pair), "unit": "tok/s",
-                                                                "note": "", "plans": []})
-    assert pairs.run(argparse.Namespace(models="llama,mamba,dit", pairs="a100+l40s", out=str(tmp_path))) == 0
+    seen = []
+
+    def fake_rows(model, pair, prefill_tokens=1024):
+        seen.append((model, prefill_tokens))
+        return {"model": model, "pair": list(pair), "unit": "tok/s", "note": "", "plans": [],
+                "prefill_tokens": prefill_tokens}
+
+    monkeypatch.setattr(pairs, "pair_rows", fake_rows)
+
+    def ns(models, tokens=1024):
+        return argparse.Namespace(models=models, pairs="a100+l40s", out=str(tmp_path), prefill_tokens=tokens)
+
+    assert pairs.run(ns("llama,mamba,dit")) == 0
     err = capsys.readouterr().err
     assert err.startswith("note: mamba (SSM): the full-size prefill unrolls its scan"), err
-    assert "To leave it out: --models llama,dit" in err
-    assert pairs.run(argparse.Namespace(models="llama,dit", pairs="a100+l40s", out=str(tmp_path))) == 0
+    assert "To leave it out: --models llama,dit" in err and "--models mamba --prefill-tokens 32" in err
+    assert pairs.run(ns("llama,dit")) == 0
     assert "note:" not in capsys.readouterr().err
+    # a short prompt: no note, the prompt reaches every row and its header says the workload differs from the paper's
+    assert pairs.run(ns("mamba", 32)) == 0
+    out, err = capsys.readouterr()
+    assert "note:" not in err and seen[-1] == ("mamba", 32)
+    assert "SIMULATED mamba on a100 + l40s (tok/s, 32-token prefill (the paper's workload differs" in out
+    with pytest.raises(Exception, match="--prefill-tokens must be at least 1"):
+        pairs.run(ns("mamba", 0))
 
 
 def test_two_of_a_gpu_that_cannot_hold_the_model_is_a_row_that_says_why(monkeypatch):
@@ -122,7 +139,7 @@ def test_two_of_a_gpu_that_cannot_hold_the_model_is_a_row_that_says_why(monkeypa
 
     rows = [row("homo-L", 100.0, 1.5), row("homo-R", 0.0, 0.0, "does not fit: GPU 2 needs 103.67 GB, has 48.00 GB"),
             row("tessera", 150.0, 2.5)]
-    monkeypatch.setattr(benchmark, "simulate_plans", lambda model, specs: (rows, {"tessera_choice": ""}))
+    monkeypatch.setattr(benchmark, "simulate_plans", lambda model, specs, **kw: (rows, {"tessera_choice": ""}))
     plans = {p["plan"]: p for p in pair_rows("llama", ("a100", "l40s"))["plans"]}
     assert plans["2x a100 (request-dist)"]["predicted"] == 200.0 and plans["2x a100 (request-dist)"]["reason"] == ""
     cheap = plans["2x l40s (request-dist)"]

@@ -141,6 +141,8 @@ def evaluate(mw, pair: tuple[str, str], time_limit: float, specs=None, model: st
             f"tessera ({choice.chosen}'s placement)")
     used = [g for g in range(2) if plans[best].kernels_on(g) or g in plans[best].replicas]
     cost = sum(specs[g].price_per_hour for g in used) if isinstance(plans[best], Plan) else price
+    if isinstance(plans[best], Plan) and len(used) == 1:  # the best plan leaves one GPU idle: priced without it
+        label += f" ({pair[used[0]]} only; {pair[1 - used[0]]} idle, not priced)"
     out = mw.output_per_step * plans[best].throughput_per_s
     return Option(pair, True, label, out, cost, out / cost if cost else math.nan)
 

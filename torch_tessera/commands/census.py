@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=None, help="--measure: repeated blocks kept (default: 8 full)")
     parser.add_argument("--prefill-tokens", type=int, default=1024,
                         help="prompt tokens of an LLM/SSM's prefill program (predicted census)")
-    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for census.json and census_<model>.png")
+    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for census_<model>.json and census_<model>.png")
 
 
 def census_rows(tables: Sequence[tuple[str, float, np.ndarray, Sequence[str]]],
@@ -170,12 +170,14 @@ def histogram(tables, devices: Sequence[str], model: str, path: Path, measured: 
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
     panels = histogram_panels(tables)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(8.0, 5.2 * len(panels)), 4.2), squeeze=False)
     what = "MEASURED" if measured else "SIMULATED (kernel cost model)"
     for ax, (name, weights, sec) in zip(axes[0], panels):
         ratio = sec[:, 1] / sec[:, 0]
         bins = np.logspace(math.log10(max(ratio.min(), 1e-2)) - 0.05, math.log10(min(ratio.max(), 1e2)) + 0.05, 40)
-        ax.hist(np.clip(ratio, bins[0], bins[-1]), bins=bins, weights=weights, color="#4c72b0", edgecolor="white")
+        counts, _, _ = ax.hist(np.clip(ratio, bins[0], bins[-1]), bins=bins, weights=weights, color="#4c72b0",
+                               edgecolor="white")
+        ax.set_ylim(0, 1.35 * max(float(np.max(counts)), 1.0))  # headroom: the shares box sits above the bars
         ax.axvline(1.0, color="black", lw=1, ls="--")
         ax.set_xscale("log")
         ticks = [t for t in (0.1, 0.25, 0.5, 1, 2, 4, 10) if bins[0] <= t <= bins[-1]]
@@ -195,10 +197,10 @@ def histogram(tables, devices: Sequence[str], model: str, path: Path, measured: 
         ax.set_xlabel(f"duration ratio {devices[1]} time / {devices[0]} time (log scale; < 1: faster on "
                       f"{devices[1]})", fontsize=8)
         ax.set_ylabel("launches per workload step (count)")
-    fig.suptitle(f"Kernel census of {model} on {devices[0]} vs {devices[1]}: {what}; launches counted per workload "
+    fig.suptitle(f"Kernel census of {model} on {devices[0]} vs {devices[1]}: {what}\nlaunches counted per workload "
                  "step (runs per step x launches), as in the text table", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

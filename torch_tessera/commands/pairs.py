@@ -52,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default=",".join(PAPER_ROW), help="registry models, comma-separated")
     parser.add_argument("--pairs", default=",".join(f"{a}+{b}" for a, b in PAIRS),
                         help="GPU pairs as A+B, comma-separated (catalog keys)")
+    parser.add_argument("--prefill-tokens", type=int, default=1024,
+                        help="prompt tokens of every model's prefill (the registry's workload: 1024); an SSM's "
+                             "full-size prefill unrolls its scan over each, so --models mamba --prefill-tokens 32 "
+                             "plans it in minutes")
     parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for pairs.json")
 
 
@@ -59,19 +63,20 @@ def _fmt(x) -> str:
     return "-" if x is None or x != x else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}")
 
 
-def pair_rows(model: str, pair: tuple[str, str]) -> dict:
-    """Predicted rows of one (model, pair): every plan, two of each GPU, prices, the paper's values."""
+def pair_rows(model: str, pair: tuple[str, str], prefill_tokens: int = 1024) -> dict:
+    """Predicted rows of one (model, pair): every plan, two of each GPU, prices, the paper's values; its prefill
+    over ``prefill_tokens`` prompt tokens."""
     from torch_tessera.benchmark import simulate_plans
     from torch_tessera.models import get_model
     from torch_tessera.target.devices import parse_devices
 
     specs = parse_devices(f"sim:{pair[0]},sim:{pair[1]}")
-    rows, meta = simulate_plans(model, specs)
+    rows, meta = simulate_plans(model, specs, prefill_tokens=prefill_tokens)
     per_min = 60.0 if get_model(model).output_unit == "images" else 1.0  # the paper's SD figures are images/min
     by = {r.plan: r for r in rows}
     paper = dict(zip(PAPER_PLANS, FIG6.get(pair, {}).get(PAPER_ROW.get(model, ""), (None,) * len(PAPER_PLANS))))
     out = {"model": model, "pair": list(pair), "unit": "images/min" if per_min == 60 else "tok/s", "plans": [],
-           "note": meta["tessera_choice"]}
+           "note": meta["tessera_choice"], "prefill_tokens": prefill_tokens}
     for name in PLANS:
         ref = paper.get(name)
         r = by.get(name)
@@ -95,8 +100,11 @@ def pair_rows(model: str, pair: tuple[str, str]) -> dict:
 
 
 def format_pair(res: dict) -> str:
-    lines = [f"SIMULATED {res['model']} on {res['pair'][0]} + {res['pair'][1]} ({res['unit']}; paper: Fig. 6)",
-             f"  {'plan':26} {'predicted':>10} {'paper':>9} {'pred/paper':>10} {'price/h':>8} {'per price':>10}"]
+    prompt = res.get("prefill_tokens", 1024)
+    prompt = f", {prompt}-token prefill (the paper's workload differs: compare ratios)" if prompt != 1024 else ""
+    lines = [f"SIMULATED {res['model']} on {res['pair'][0]} + {res['pair'][1]} ({res['unit']}{prompt}; paper: Fig. 6)",
+             f"  {'plan':26} {'predicted':>10} {'paper':>9} {'pred/paper':>10} {'price/h':>8} {'per price':>10}"
+             "   (price: relative units per GPU-hour, the paper artifact's; L40S = 1)"]
     for p in res["plans"]:
         ratio = p["predicted"] / p["paper"] if p["predicted"] and p["paper"] else None
         lines.append(f"  {p['plan']:26} {_fmt(p['predicted']):>10} {_fmt(p['paper']):>9} {_fmt(ratio):>10} "
@@ -127,16 +135,19 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--pairs: {text!r} is not A+B (e.g. a100+l40s)")
         pairs.append(tuple(lookup(p).key for p in parts))
     results, failed = [], []
+    if args.prefill_tokens < 1:
+        raise ConfigError(f"--prefill-tokens must be at least 1 (got {args.prefill_tokens})")
     slow = [m for m in models if get_model(m).family == "ssm"]
-    if slow:  # the first pair lowers each model once (cached after); an SSM's full prefill is the long one
+    if slow and args.prefill_tokens > 32:  # the first pair lowers each model once (cached after); an SSM's full prefill is the long one
         others = ",".join(m for m in models if m not in slow) or "llama"
         print(f"note: {', '.join(slow)} (SSM): the full-size prefill unrolls its scan over every prompt token in "
               "every layer; with empty lowering caches that takes far longer than the other models (more than 20 "
-              f"minutes on a 2-core CPU). To leave it out: --models {others}", file=sys.stderr, flush=True)
+              f"minutes on a 2-core CPU). To leave it out: --models {others}; to plan it in minutes: --models "
+              f"{','.join(slow)} --prefill-tokens 32", file=sys.stderr, flush=True)
     for pair in pairs:
         for m in models:
             try:
-                res = pair_rows(m, pair)
+                res = pair_rows(m, pair, args.prefill_tokens)
             except LoweringError as e:  # one model that cannot be lowered does not cost the others their rows
                 first = str(e).splitlines()[0]
                 failed.append(m)
