@@ -73,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=None, help="--measure: repeated blocks kept (default: 8 full)")
     parser.add_argument("--prefill-tokens", type=int, default=1024,
                         help="prompt tokens of an LLM/SSM's prefill program (predicted census)")
-    parser.add_argument("--out", default=DEFAULT_OUT_DIR, help="directory for census_<model>.json and census_<model>.png")
+    parser.add_argument("--out", default=DEFAULT_OUT_DIR,
+                        help="directory for census_<model>.json and census_<model>.png")
 
 
 def census_rows(tables: Sequence[tuple[str, float, np.ndarray, Sequence[str]]],

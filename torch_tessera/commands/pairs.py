@@ -138,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     if args.prefill_tokens < 1:
         raise ConfigError(f"--prefill-tokens must be at least 1 (got {args.prefill_tokens})")
     slow = [m for m in models if get_model(m).family == "ssm"]
-    if slow and args.prefill_tokens > 32:  # the first pair lowers each model once (cached after); an SSM's full prefill is the long one
+    # the first pair lowers each model once (cached after); an SSM's long prefill is the slow one
+    if slow and args.prefill_tokens > 32:
         others = ",".join(m for m in models if m not in slow) or "llama"
         print(f"note: {', '.join(slow)} (SSM): the full-size prefill unrolls its scan over every prompt token in "
               "every layer; with empty lowering caches that takes far longer than the other models (more than 20 "
