@@ -150,23 +150,24 @@ class KernelModel:
             raise DeviceUnavailableError(f"{device.name} ({device.model}) has no kernel figures in target/catalog.py: "
                                          "profile it instead of modelling it, or add its figures")
         clock = e.kernel.boost_clock_hz.value
+        library = _gemm_library_grid(f, device.total_sms)  # once: the grid's CTAs and its waves both need it
         blocks, slots, occupied, wave_eff = _grid(f, device.sm_count, int(e.kernel.max_threads_per_sm.value),
-                                                  device.total_sms)
+                                                  library)
         t_tensor = self._tensor_seconds(f, e, device, clock, math.ceil(blocks / slots), occupied, wave_eff)
         t_cuda = f.flops / (e.peak_fp32_flops.value * device.sm_count / device.total_sms * self.eta_cuda * wave_eff) \
             if f.flops and not f.tensor_core else 0.0
         t_memory = self._memory_seconds(f, e, device, clock, occupied)
-        t_waves = self._library_wave_seconds(f, device, clock)
-        if getattr(f, "load_chain", False):  # each wave of CTAs waits on its threads' chains of loads
+        t_waves = self._library_wave_seconds(f, library, device, clock)
+        if f.load_chain:  # each wave of CTAs waits on its threads' chains of loads
             t_waves = max(t_waves, math.ceil(blocks / slots) * self.wave_cycles / clock)
         t = self.floor_s + max(self.latency_cycles / clock, t_tensor, t_cuda, t_memory, t_waves)
-        return t + sum(self._pass_seconds(b, e, device, clock) for b in getattr(f, "passes", ()))
+        return t + sum(self._pass_seconds(b, e, device, clock) for b in f.passes)
 
     def _pass_seconds(self, nbytes: float, e: catalog.CatalogEntry, device: DeviceSpec, clock: float) -> float:
         """Seconds of one streaming kernel of ``nbytes`` on all of ``device``'s SMs (a pass of a library call that
         runs several kernels): its launch floor, then the larger of the kernel latency and its DRAM time."""
-        bandwidth = min(self.dram_bandwidth(e.mem_bandwidth.value, device.sm_count, clock), device.mem_bandwidth)
-        return self.floor_s + max(self.latency_cycles / clock, nbytes / bandwidth)
+        return self.floor_s + max(self.latency_cycles / clock, nbytes / self._dram_rate(e, device, device.sm_count,
+                                                                                         clock))
 
     def _tensor_seconds(self, f, e: catalog.CatalogEntry, device: DeviceSpec, clock: float, waves: int, occupied: int,
                         wave_eff: float) -> float:
@@ -179,13 +180,12 @@ class KernelModel:
         t = f.flops * power / (_tensor_peak(e, f.dtype) * share * self.eta_tensor * wave_eff)
         if f.scores:  # a fused attention's softmax runs between its two products, on the special-function units
             sfu = catalog.SFU_PER_CLOCK_PER_SM.value * device.sm_count * clock * wave_eff / power
-            extra = (self.mask_ops if f.masked else 0.0) + (self.ragged_ops if getattr(f, "ragged", False) else 0.0)
+            extra = (self.mask_ops if f.masked else 0.0) + (self.ragged_ops if f.ragged else 0.0)
             t += f.scores * (self.softmax_ops + extra) / sfu
         return t + waves * self.tile_cycles / clock  # each wave of tiles fills its pipeline, writes its tiles once
 
-    def _library_wave_seconds(self, f, device: DeviceSpec, clock: float) -> float:
-        """Seconds of a library GEMM's grid in waves on ``device``'s SMs (:func:`library_waves`); 0 for others."""
-        grid = _gemm_library_grid(f, device.total_sms)
+    def _library_wave_seconds(self, f, grid, device: DeviceSpec, clock: float) -> float:
+        """Seconds of a library GEMM's ``grid`` in waves on ``device``'s SMs (:func:`library_waves`); 0 without one."""
         if grid is None:
             return 0.0
         loads = grid.operand_elements * ITEMSIZE.get(f.dtype, 2) / self.operand_bytes_per_clock_per_sm
@@ -199,9 +199,12 @@ class KernelModel:
             in_l2 = activations if activations <= l2 else 0.0
         else:  # program order: reads of buffers touched recently enough (torch_tessera.target.reuse)
             in_l2 = min(f.nbytes, l2_bytes_read(f.reuse, l2))
-        bandwidth = min(self.dram_bandwidth(e.mem_bandwidth.value, occupied, clock), device.mem_bandwidth)
-        t = (f.nbytes - in_l2) / bandwidth
+        t = (f.nbytes - in_l2) / self._dram_rate(e, device, occupied, clock)
         return t + (in_l2 / (self.l2_bytes_per_clock_per_sm * occupied * clock) if in_l2 else 0.0)
+
+    def _dram_rate(self, e: catalog.CatalogEntry, device: DeviceSpec, occupied: int, clock: float) -> float:
+        """Bytes/s of DRAM ``occupied`` SMs of ``device`` draw (:meth:`dram_bandwidth`, at most the device's)."""
+        return min(self.dram_bandwidth(e.mem_bandwidth.value, occupied, clock), device.mem_bandwidth)
 
     def dram_bandwidth(self, datasheet: float, occupied: int, clock: float) -> float:
         """Bytes/s of DRAM that ``occupied`` SMs at ``clock`` Hz draw from a GPU of ``datasheet`` bytes/s: the smaller
@@ -214,16 +217,15 @@ class KernelModel:
         return (draw ** -KNEE + cap ** -KNEE) ** (-1 / KNEE)
 
 
-def _split_k(f, sms: int, total_sms: int) -> int:
-    """CTAs of a GEMM grid: a library GEMM's as cuBLAS launches it (:func:`library_grid`; one CTA per 128 x 128 tile
-    when it has more tiles than the GPU's SMs or unknown rows); a Triton tensor-core GEMM of fewer output tiles than
+def _split_k(f, sms: int, library) -> int:
+    """CTAs of a GEMM grid: a library GEMM's as cuBLAS launches it (``library``, its :func:`library_grid`; one CTA per
+    128 x 128 tile when that is ``None``: more tiles than the GPU's SMs or unknown rows); a Triton tensor-core GEMM of fewer output tiles than
     SMs splits its reduction (split-K) into up to ``sms // tiles`` parts of at least :data:`SPLIT_K_DEPTH` each;
     other grids as they are."""
     if f.kernel_class != OpClass.GEMM or not f.tensor_core:
         return f.blocks
     if f.depth > 0:
-        grid = library_grid(f, total_sms)
-        return grid.ctas if grid is not None else f.blocks
+        return library.ctas if library is not None else f.blocks
     if f.blocks >= sms:
         return f.blocks
     depth = f.flops / (2 * f.blocks * TILE * TILE)  # reduction length per output tile
@@ -244,8 +246,9 @@ def _gemm_library_grid(f, total_sms: int):
     return library_grid(f, total_sms) if f.kernel_class == OpClass.GEMM else None
 
 
-def _grid(f, sms: int, threads_per_sm: int, total_sms: int) -> tuple[int, int, int, float]:
-    """``(CTAs, resident CTA slots, occupied SMs, wave efficiency)`` of a launch's grid on ``sms`` SMs.
+def _grid(f, sms: int, threads_per_sm: int, library) -> tuple[int, int, int, float]:
+    """``(CTAs, resident CTA slots, occupied SMs, wave efficiency)`` of a launch's grid on ``sms`` SMs (``library``:
+    a library GEMM's grid, :func:`_gemm_library_grid`, or ``None``).
 
     A grid of ``blocks`` CTAs runs in ``ceil(blocks / slots)`` waves over ``slots = SMs x resident CTAs per SM``
     (resident threads per SM / threads per CTA; a tensor-core tile CTA fills an SM's shared memory: one per SM); a grid
@@ -253,7 +256,7 @@ def _grid(f, sms: int, threads_per_sm: int, total_sms: int) -> tuple[int, int, i
     """
     threads = f.threads_per_block or (EXTERN_THREADS if f.tensor_core else 128)
     per_sm = 1 if f.tensor_core else max(1, threads_per_sm // threads)
-    blocks = _split_k(f, sms, total_sms) if f.blocks else sms * per_sm
+    blocks = _split_k(f, sms, library) if f.blocks else sms * per_sm
     slots = sms * per_sm
     if blocks >= slots:  # full waves and a partial last one
         return blocks, slots, sms, blocks / (math.ceil(blocks / slots) * slots)
