@@ -284,7 +284,8 @@ def _extern_features(launch: ExternLaunch, kclass: KernelClass, buffers: Mapping
                           ragged=ragged)
 
 
-#: Threads of a CTA of PyTorch's depthwise convolution kernel (one output element per thread).
+#: Threads of a CTA of PyTorch's depthwise convolution kernel, one output element per thread (its grid on the
+#: H200's profile: docs/BENCHMARKS.md, kernel cost model).
 DEPTHWISE_THREADS = 1024
 
 
