@@ -16,7 +16,9 @@ causal attention over ``prefill_tokens`` keys: ~2x the FLOPs of causal attention
 does it in ``generate``.
 
 ``mamba`` and ``qwen2-vl`` are planned with cacheless forwards (see :mod:`torch_tessera.static_cache` for why); their
-decode step lacks the SSM state (a constant, context-independent read) and the KV context respectively.
+decode step lacks the SSM state (a constant, context-independent read) and the KV context respectively. ``qwen2-vl``
+is lowered through :func:`torch_tessera.fixed_layout.planning_model`: its prefill with the registry's image layout
+fixed (one 504 x 504 image, 324 tokens, per sequence), its decode step text tokens only.
 """
 
 from __future__ import annotations
@@ -76,12 +78,10 @@ class ModelWorkload:
 
 def _build_fn(name: str, size: str, batch: int, seq: int):
     def build():
-        from torch_tessera.models import build_module, get_model
+        from torch_tessera.fixed_layout import planning_model
 
-        spec = get_model(name)
         dtype = torch.bfloat16 if size == "full" else torch.float32
-        module = build_module(name, size, device="meta", dtype=dtype)
-        return module, spec.example_inputs(size, batch, seq or None, device="meta", dtype=dtype)
+        return planning_model(name, size, batch, seq or None, device="meta", dtype=dtype)
 
     return build
 

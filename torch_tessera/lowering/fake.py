@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from torch_tessera.compat.torch_fake import drop_scalar_reads
 from torch_tessera.errors import LoweringError
 from torch_tessera.lowering.capture import CapturedGraph
 
@@ -66,6 +67,9 @@ def lower_without_weights(
         raise LoweringError(f"torch.export failed on the fake model: {type(e).__name__}: {_readable(e)}") from e
     t_export = time.perf_counter() - t0
     gm = ep.graph_module
+    dropped = drop_scalar_reads(gm)
+    if dropped:
+        log.debug("dropped %d nodes of scalar reads and checks export had specialised", dropped)
     state = {**ep.state_dict, **ep.constants}
     example: list[Any] = []
     flags: list[bool] = []
