@@ -149,7 +149,7 @@ def _plan(dag_or_workload, costs, topology, policy, memory_budgets, pins, time_l
         if sim is not None:  # the search charges a cut edge one wait, not the flat per-cut charge
             st = surrogate_topology(topology, model)
             search = replace(pb, hop=st.hop_overhead, expose=st.copy_exposure)
-        sol = _best_of_baselines(search, solve_throughput(search, time_limit, tie_layers, mip_gap), sim)
+        sol = _best_of_baselines(search, _solve_or_fitting_baseline(search, time_limit, tie_layers, mip_gap), sim)
         pb.adopt_memos(search, _CHARGE_FREE_MEMOS)
         result = _from_solution(pb, sol, policy, "cycle", t0)  # cycle_seconds: the cycle model, comparable
     elif policy == "latency":
@@ -286,25 +286,9 @@ def _best_of_baselines(pb, sol, sim: "_Simulated | None" = None):
     """
     from dataclasses import replace as dc_replace
 
-    from torch_tessera.scheduler.evaluate import cycle_many, fits_many
+    from torch_tessera.scheduler.evaluate import cycle_many
 
-    names, places = ["solver"], [np.asarray(sol.place, dtype=np.int64)]
-    for g in range(pb.D):
-        names.append(f"homo-{g}")
-        places.append(np.full(pb.n, g, dtype=np.int64))
-    for name in ("layer", "af", "pd"):
-        try:
-            places.append(getattr(baselines, name)(pb, "cycle"))
-            names.append(name)
-        except (NotApplicableError, InfeasiblePlanError):
-            continue
-    if pb.streams and max(pb.streams) > 0:  # replicated workload: request stream r wholly on device r (request-dist)
-        names.append("request-dist")
-        places.append(np.asarray(pb.streams, dtype=np.int64)[pb.prog] % pb.D)
-    stack = np.stack(places)
-    fits = fits_many(pb, stack)
-    pinned = pb.pinned[pb.group]  # baselines ignore pins: a candidate that breaks one is not a warm start
-    fits &= ((pinned < 0)[None] | (stack == pinned[None])).all(1)
+    names, stack, fits = _baseline_candidates(pb, np.asarray(sol.place, dtype=np.int64))
     fits[0] = True
     values = cycle_many(pb, stack) if sim is None else _simulate_candidates(pb, stack, fits, sim)
     best = 0
@@ -321,6 +305,62 @@ def _best_of_baselines(pb, sol, sim: "_Simulated | None" = None):
                       method=f"{sol.method}+{names[best]}-warm-start",
                       notes=list(sol.notes) + [f"the {names[best]} placement scored better than the solver's"
                                                + (" (simulated)" if sim is not None else "")])
+
+
+def _baseline_candidates(pb, solver_place: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The baselines' single placements as candidates of the throughput search: ``(names, [C, n] placements, [C]
+    fits)``, ``solver_place`` first (named ``"solver"``) when given, then homo-*, layer, af, pd (those that apply and
+    fit) and, for a replicated workload, request-dist (stream r wholly on device r). ``fits``: within every memory
+    budget and pin (baselines ignore pins, so one that breaks a pin is not a candidate)."""
+    from torch_tessera.scheduler.evaluate import fits_many
+
+    names, places = [], []
+    if solver_place is not None:
+        names.append("solver")
+        places.append(solver_place)
+    for g in range(pb.D):
+        names.append(f"homo-{g}")
+        places.append(np.full(pb.n, g, dtype=np.int64))
+    for name in ("layer", "af", "pd"):
+        try:
+            places.append(getattr(baselines, name)(pb, "cycle"))
+            names.append(name)
+        except (NotApplicableError, InfeasiblePlanError):
+            continue
+    if pb.streams and max(pb.streams) > 0:  # replicated workload: request stream r wholly on device r (request-dist)
+        names.append("request-dist")
+        places.append(np.asarray(pb.streams, dtype=np.int64)[pb.prog] % pb.D)
+    stack = np.stack(places)
+    fits = fits_many(pb, stack)
+    pinned = pb.pinned[pb.group]
+    fits &= ((pinned < 0)[None] | (stack == pinned[None])).all(1)
+    return names, stack, fits
+
+
+def _solve_or_fitting_baseline(pb, time_limit: float, tie_layers: bool, mip_gap: float):
+    """:func:`solve_throughput`, or, when it finds no placement within ``time_limit`` although a baseline's placement
+    fits, the best such placement (by the cycle model), with a warning: the throughput plan's space holds every
+    baseline's placement, so a baseline that fits is never refused. Raises the solver's
+    :class:`InfeasiblePlanError` when no baseline fits either."""
+    from torch_tessera.scheduler.evaluate import cycle_many
+    from torch_tessera.scheduler.solve import Solution
+
+    try:
+        return solve_throughput(pb, time_limit, tie_layers, mip_gap)
+    except InfeasiblePlanError:
+        names, stack, fits = _baseline_candidates(pb)
+        if not fits.any():
+            raise
+    ok = np.flatnonzero(fits)
+    values = cycle_many(pb, stack[ok])
+    i = int(ok[int(np.argmin(values))])
+    groups = aggregate(pb, pb.group)
+    bound = zero_comm_bound(groups.cost, np.ones(groups.B, np.int64), groups.pinned, groups.forbidden)
+    note = (f"the solver found no placement within time_limit={time_limit:.3g} s; the {names[i]} placement fits and "
+            "is used (raise time_limit to search further)")
+    log.warning("throughput: %s", note)
+    value = float(values[int(np.argmin(values))])
+    return Solution(stack[i], value, min(bound, value), f"{names[i]}-fallback", "time limit", 0, groups.B, [note])
 
 
 def _from_solution(pb, sol, policy: str, objective: str, t0: float) -> Plan:
