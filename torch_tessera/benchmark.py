@@ -158,6 +158,9 @@ class CheckRow:
     transfers: int
     max_abs_error: float
     equal: bool
+    #: (graphs the plan was placed on, graphs compiled): a model Dynamo splits into several graphs (the VLM) runs
+    #: each plan on every graph it applies to, the others on the first device (0 graphs: the plan applies to none).
+    graphs: tuple[int, int] = (1, 1)
 
 
 def check_plans(model: str, devices: Sequence[str], plan_specs: Sequence[DeviceSpec],
@@ -167,7 +170,7 @@ def check_plans(model: str, devices: Sequence[str], plan_specs: Sequence[DeviceS
     Raises:
         ConfigError: ``devices`` and ``plan_specs`` differ in number (a plan for 4 devices runs on 4 CPU devices).
     """
-    from torch_tessera.errors import ConfigError
+    from torch_tessera.errors import ConfigError, NotApplicableError
 
     if len(devices) != len(plan_specs):
         raise ConfigError(f"{len(plan_specs)} planned devices but {len(devices)} CPU check devices {list(devices)}; "
@@ -193,10 +196,19 @@ def check_plans(model: str, devices: Sequence[str], plan_specs: Sequence[DeviceS
     with torch.no_grad():
         want = eager(*inputs)
         compiled(*inputs)
-        runner = holder[0].tessera_executors[0]
+        runners = [runner for fn in holder for runner in fn.tessera_executors if runner.program.launches]
         for name in checkable(len(devices)):
-            placement, _ = place(runner.program, runner.dag, plan_specs, name)
-            runner.set_placement(placement)
+            counts, cuts, placed = [0] * len(devices), 0, 0
+            for runner in runners:
+                try:
+                    placement, _ = place(runner.program, runner.dag, plan_specs, name)
+                    placed += 1
+                except NotApplicableError:  # e.g. af on a graph without attention: that graph stays on device 0
+                    placement, _ = place(runner.program, runner.dag, plan_specs, checkable(len(devices))[0])
+                runner.set_placement(placement)
+                cuts += cut_edge_count(runner.dag, placement)
+                for d in placement.values():
+                    counts[d] += 1
             got = compiled(*inputs)
             err = float((got.float() - want.float()).abs().max())
             try:
@@ -204,9 +216,9 @@ def check_plans(model: str, devices: Sequence[str], plan_specs: Sequence[DeviceS
                 ok = True
             except AssertionError:
                 ok = False
-            counts = tuple(sum(1 for d in placement.values() if d == i) for i in range(len(devices)))
-            rows.append(CheckRow(name if name != "throughput" else "tessera", counts,
-                                 cut_edge_count(runner.dag, placement), runner.executor.cut_edges_transferred, err, ok))
+            transfers = sum(runner.executor.cut_edges_transferred for runner in runners)
+            rows.append(CheckRow(name if name != "throughput" else "tessera", tuple(counts), cuts, transfers, err,
+                                 ok, (placed, len(runners))))
             if progress is not None:
                 progress.update(1)
     return rows

@@ -83,3 +83,32 @@ def test_full_size_prediction_plans_streams_by_default_and_not_with_no_streams(m
         best = max(r.output_per_s for n, r in by.items() if n not in ("tessera", SINGLE) and r.applies)
         assert by["tessera"].output_per_s >= best * (1 - 1e-9) and not math.isnan(best)
         assert min(meta["tessera_space"].values()) == pytest.approx(by["tessera"].cycle_s, rel=1e-8)
+
+
+def test_the_check_places_each_plan_on_every_graph_it_applies_to(monkeypatch):
+    """A model Dynamo compiles as several graphs (the VLM): af applies only to the graph with attention; the others
+    stay on the first device, and every plan still computes what eager computes."""
+    import torch
+
+    import torch_tessera.models as models
+    from torch_tessera.benchmark import check_plans
+    from torch_tessera.target.devices import parse_devices
+
+    class AttentionThenBreak(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.out = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(1, 8, 3, 2, 8).permute(2, 0, 3, 1, 4)
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(1, 8, 16)
+            torch._dynamo.graph_break()
+            return self.out(torch.relu(y))
+
+    torch.manual_seed(0)
+    monkeypatch.setattr(models, "build_model", lambda name, size: (AttentionThenBreak().eval(),
+                                                                    (torch.randn(1, 8, 16),)))
+    rows = {r.plan: r for r in check_plans("vlm-like", ["cpu:0", "cpu:1"], parse_devices("sim:a100,sim:l40s"))}
+    assert all(r.equal for r in rows.values()), rows
+    assert rows["af"].graphs == (1, 2) and rows["homo-R"].graphs == (2, 2) and rows["layer"].graphs == (0, 2)
+    assert rows["homo-R"].launches_per_device[0] == 0 and rows["homo-R"].launches_per_device[1] > 0

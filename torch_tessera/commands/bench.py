@@ -109,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
         print("(request-dist and pd run homo-L / homo-R placements per program; both are checked above. A plan "
               "with 0 cut edges, e.g. tessera when it keeps the tiny model on one device, crosses no device: the "
               "cross-device checks are the rows with cut edges.)")
+        if check and check[0].graphs[1] > 1:
+            print(f"(Dynamo compiles tiny {args.model} as {check[0].graphs[1]} graphs; each plan is placed on every "
+                  "graph it applies to, the others run on the first device: "
+                  + ", ".join(f"{r.plan} on {r.graphs[0]}" for r in check) + ")")
         result["check"] = rows_as_dicts(check)
         status |= 0 if all(r.equal for r in check) else 1
     if not args.no_simulate:
