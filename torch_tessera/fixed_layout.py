@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import torch
 
 from torch_tessera.compat.torch_fake import constant_values
+from torch_tessera.errors import ConfigError
 from torch_tessera.models import build_module, get_model
 
 #: Registry models whose forward reads the values of layout inputs (planned through this module's wrappers).
@@ -79,6 +80,17 @@ class TextTokensOnly(torch.nn.Module):
         return self.model.model(input_ids=input_ids, use_cache=False).logits
 
 
+def min_prompt_tokens(name: str, size: str) -> int:
+    """The shortest prompt (tokens) registry model ``name`` plans at ``size``: one image's tokens plus 3 text tokens
+    for ``qwen2-vl`` (327 full, 7 tiny), 1 for every other model."""
+    if name not in FIXED_LAYOUT_MODELS:
+        return 1
+    from torch_tessera.models import QWEN2_VL_IMAGE
+
+    side, patch = QWEN2_VL_IMAGE[size]
+    return (side // patch // 2) ** 2 + 3
+
+
 def planning_model(name: str, size: str, batch: int, seq: int | None, *, device: str | torch.device = "meta",
                    dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, Sequence[torch.Tensor]]:
     """``(module, inputs)`` of registry model ``name`` for lowering without weights.
@@ -87,28 +99,33 @@ def planning_model(name: str, size: str, batch: int, seq: int | None, *, device:
         name: registry name.
         size: ``"tiny"`` or ``"full"``.
         batch: sequences (images, rows) per forward.
-        seq: tokens per sequence (``None``: the registry's default). For ``qwen2-vl`` a ``seq`` too short for an image
-            (a decode step's 1 token) gives :class:`TextTokensOnly`; otherwise :class:`FixedImageLayout` over the
-            registry's layout (one image per sequence).
+        seq: tokens per sequence (``None``: the registry's default). For ``qwen2-vl`` 1 (a decode step's token)
+            gives :class:`TextTokensOnly`; otherwise :class:`FixedImageLayout` over the registry's layout (one image
+            per sequence), which needs at least :func:`min_prompt_tokens`.
         device: where the module and inputs go (``"meta"`` for planning; ``"cpu"`` to run it).
         dtype: parameter and floating-input dtype (default: fp32 for tiny, bf16 for full).
 
     Raises:
         UnsupportedModelError: ``name`` is not in the registry.
+        ConfigError: a ``qwen2-vl`` prompt (``seq`` > 1) shorter than :func:`min_prompt_tokens`.
     """
     spec = get_model(name)
     dtype = dtype or (torch.float32 if size == "tiny" else torch.bfloat16)
     module = build_module(name, size, device=device, dtype=dtype)
     if name not in FIXED_LAYOUT_MODELS:
         return module, spec.example_inputs(size, batch, seq, device=device, dtype=dtype)
-    from torch_tessera.models import QWEN2_VL_IMAGE, QWEN2_VL_TOKENS
+    from torch_tessera.models import QWEN2_VL_TOKENS
 
-    side, patch = QWEN2_VL_IMAGE[size]
-    if seq is not None and seq < (side // patch // 2) ** 2 + 3:
-        # Text tokens: ids below the special (image, video, vision start/end) tokens, as the registry's inputs draw.
+    if seq == 1:
+        # A decode step's token: ids below the special (image, video, vision start/end) tokens, as the registry draws.
         text = torch.randint(0, min(QWEN2_VL_TOKENS[size]), (batch, seq), generator=torch.Generator().manual_seed(0),
                              device="cpu")
         return TextTokensOnly(module), (text.to(device),)
+    shortest = min_prompt_tokens(name, size)
+    if seq is not None and seq < shortest:
+        raise ConfigError(f"{name} ({size}) needs prompts of at least {shortest} tokens (its image takes "
+                          f"{shortest - 3}, plus 3 text tokens), got {seq}; a 1-token forward is its text-only decode "
+                          f"step. Fix: --prefill-tokens {shortest} or more, or leave {name} out (--models / --model)")
     with torch.device("cpu"):  # the layout needs values, also when the caller builds under torch.device("meta")
         ids, pixels, grid, types = spec.example_inputs(size, batch, seq, device="cpu", dtype=dtype)
     wrapped = FixedImageLayout(module, grid, types, ids)

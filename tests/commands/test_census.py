@@ -38,10 +38,16 @@ def test_paper_figures_only_for_the_papers_pair_with_the_mean_where_none():
 def test_census_command_writes_table_json_and_png(tmp_path, capsys):
     assert main(["census", "--model", "mlp", "--size", "tiny", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "SIMULATED" in out and "67.0 %" in out
-    data = json.loads((tmp_path / "census_mlp.json").read_text())
-    assert data["label"] == "SIMULATED" and data["rows"][0]["program"]
-    assert (tmp_path / "census_mlp.png").stat().st_size > 10_000
+    assert "SIMULATED" in out and "67.0 %" in out and "--size tiny (the tiny model" in out
+    data = json.loads((tmp_path / "census_mlp_tiny.json").read_text())
+    assert data["label"] == "SIMULATED" and data["size"] == "tiny" and data["rows"][0]["program"]
+    assert (tmp_path / "census_mlp_tiny.png").stat().st_size > 10_000
+    assert not (tmp_path / "census_mlp.json").exists()  # a full-size census in the same folder is not overwritten
+
+
+def test_census_refuses_a_prompt_of_no_tokens(capsys):
+    assert main(["census", "--model", "mlp", "--size", "tiny", "--prefill-tokens", "0"]) == 2
+    assert "--prefill-tokens must be at least 1" in capsys.readouterr().err
 
 
 def test_census_refuses_other_than_two_devices(capsys):

@@ -144,3 +144,15 @@ def test_two_of_a_gpu_that_cannot_hold_the_model_is_a_row_that_says_why(monkeypa
     assert plans["2x a100 (request-dist)"]["predicted"] == 200.0 and plans["2x a100 (request-dist)"]["reason"] == ""
     cheap = plans["2x l40s (request-dist)"]
     assert cheap["predicted"] is None and cheap["reason"] == "as homo-R: does not fit: GPU 2 needs 103.67 GB, has 48.00 GB"
+
+
+def test_a_prompt_too_short_for_the_vlms_image_is_a_row_not_planned(tmp_path, capsys):
+    import argparse
+
+    from torch_tessera.commands import pairs
+
+    args = argparse.Namespace(models="qwen2-vl", pairs="a100+l40s", out=str(tmp_path), prefill_tokens=32)
+    assert pairs.run(args) == 1
+    err = capsys.readouterr().err
+    assert "qwen2-vl on a100+l40s: not planned: qwen2-vl (full) needs prompts of at least 327 tokens" in err
+    assert "1 of 1 rows not planned (qwen2-vl" in err

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from torch_tessera.compat.torch_fake import constant_values, drop_scalar_reads
-from torch_tessera.errors import LoweringError
-from torch_tessera.fixed_layout import FixedImageLayout, TextTokensOnly, planning_model
+from torch_tessera.errors import ConfigError, LoweringError
+from torch_tessera.fixed_layout import FixedImageLayout, TextTokensOnly, min_prompt_tokens, planning_model
 from torch_tessera.lowering.fake import lower_without_weights
 from torch_tessera.lowering.program import ExternLaunch
 from torch_tessera.models import build_model, get_model
@@ -31,6 +31,9 @@ def test_planning_model_wraps_only_the_vlm():
     assert isinstance(decode, TextTokensOnly) and text.shape == (4, 1) and int(text.max()) < 250
     with torch.no_grad():
         assert decode(text).shape == (4, 1, 256)
+    with pytest.raises(ConfigError, match="at least 7 tokens .* Fix: --prefill-tokens 7"):
+        planning_model("qwen2-vl", "tiny", 1, 6)  # too short for the image: refused, not planned without it
+    assert min_prompt_tokens("qwen2-vl", "full") == 327 and min_prompt_tokens("llama", "full") == 1
     llama, (ids,) = planning_model("llama", "tiny", 1, 16)
     assert type(llama).__name__ == "CausalLMLogits" and ids.device.type == "meta" and ids.shape == (1, 16)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -89,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
 
         return run_measured(args)
     specs = parse_devices(args.devices, assume_gpu="h200")
+    if getattr(args, "prefill_tokens", None) is not None:
+        print(f"warning: --prefill-tokens {args.prefill_tokens} applies to --measure only; the predicted bench plans "
+              "the registry's 1,024-token prefill (tessera pairs --prefill-tokens N predicts other lengths)",
+              file=sys.stderr, flush=True)
     note = assumed_note(specs)
     if note:
         print(note)

@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-tokens", type=int, default=1024,
                         help="prompt tokens of an LLM/SSM's prefill program (predicted census)")
     parser.add_argument("--out", default=DEFAULT_OUT_DIR,
-                        help="directory for census_<model>.json and census_<model>.png")
+                        help="directory for census_<model>.json and census_<model>.png (census_<model>_tiny.* with --size tiny)")
 
 
 def census_rows(tables: Sequence[tuple[str, float, np.ndarray, Sequence[str]]],
@@ -265,6 +265,8 @@ def run(args: argparse.Namespace) -> int:
     specs = parse_devices(args.devices)
     if len(specs) != 2:
         raise ConfigError(f"--devices needs exactly two devices, got {len(specs)}: {args.devices!r}")
+    if args.prefill_tokens < 1:
+        raise ConfigError(f"--prefill-tokens must be at least 1 (got {args.prefill_tokens})")
     if args.measure:
         tables = measured_tables(args.model, args.devices, args.size, args.layers)
     else:
@@ -274,15 +276,18 @@ def run(args: argparse.Namespace) -> int:
         tables = predicted_tables(args.model, specs, args.size, args.prefill_tokens)
     names = [s.name for s in specs]
     rows = census_rows(tables, paper_figures(args.model, specs))
+    tiny = args.size == "tiny"
     print(f"tessera census --model {args.model} --devices {args.devices}" + (" --measure" if args.measure else "")
+          + (" --size tiny (the tiny model: not comparable with the paper's figures)" if tiny else "")
           + (f" --prefill-tokens {args.prefill_tokens}" if args.prefill_tokens != 1024 else ""))
     print(format_rows(rows, names, args.measure))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    png = out / f"census_{args.model}.png"
-    histogram(tables, names, args.model, png, args.measure, rows)
-    (out / f"census_{args.model}.json").write_text(jsonout.dumps(
-        {"model": args.model, "devices": names, "measured": args.measure,
+    stem = f"census_{args.model}" + ("_tiny" if tiny else "")
+    png = out / f"{stem}.png"
+    histogram(tables, names, args.model + (" (tiny)" if tiny else ""), png, args.measure, rows)
+    (out / f"{stem}.json").write_text(jsonout.dumps(
+        {"model": args.model, "size": args.size, "devices": names, "measured": args.measure,
          "label": "MEASURED" if args.measure else "SIMULATED", "rows": [asdict(r) for r in rows]}, indent=1))
-    print(f"wrote {png} and {out / f'census_{args.model}.json'}")
+    print(f"wrote {png} and {out / f'{stem}.json'}")
     return 0

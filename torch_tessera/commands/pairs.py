@@ -149,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
         for m in models:
             try:
                 res = pair_rows(m, pair, args.prefill_tokens)
-            except LoweringError as e:  # one model that cannot be lowered does not cost the others their rows
+            except (LoweringError, ConfigError) as e:  # a model that cannot be lowered (or not at this prompt
+                # length) does not cost the others their rows
                 first = str(e).splitlines()[0]
                 failed.append(m)
                 results.append({"model": m, "pair": list(pair), "error": str(e)})
@@ -163,6 +164,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out / 'pairs.json'} (SIMULATED)")
     if failed:
         print(f"tessera pairs: {len(failed)} of {len(results)} rows not planned ({', '.join(sorted(set(failed)))}: "
-              "the model could not be lowered; the reason is above and in pairs.json)", file=sys.stderr)
+              "the reason is above and in pairs.json)", file=sys.stderr)
         return 1
     return 0
