@@ -111,6 +111,11 @@ def planning_model(name: str, size: str, batch: int, seq: int | None, *, device:
     """
     spec = get_model(name)
     dtype = dtype or (torch.float32 if size == "tiny" else torch.bfloat16)
+    shortest = min_prompt_tokens(name, size)
+    if seq is not None and 1 < seq < shortest:
+        raise ConfigError(f"{name} ({size}) needs prompts of at least {shortest} tokens (its image takes "
+                          f"{shortest - 3}, plus 3 text tokens), got {seq}; a 1-token forward is its text-only decode "
+                          f"step. Fix: --prefill-tokens {shortest} or more, or leave {name} out (--models / --model)")
     module = build_module(name, size, device=device, dtype=dtype)
     if name not in FIXED_LAYOUT_MODELS:
         return module, spec.example_inputs(size, batch, seq, device=device, dtype=dtype)
@@ -121,11 +126,6 @@ def planning_model(name: str, size: str, batch: int, seq: int | None, *, device:
         text = torch.randint(0, min(QWEN2_VL_TOKENS[size]), (batch, seq), generator=torch.Generator().manual_seed(0),
                              device="cpu")
         return TextTokensOnly(module), (text.to(device),)
-    shortest = min_prompt_tokens(name, size)
-    if seq is not None and seq < shortest:
-        raise ConfigError(f"{name} ({size}) needs prompts of at least {shortest} tokens (its image takes "
-                          f"{shortest - 3}, plus 3 text tokens), got {seq}; a 1-token forward is its text-only decode "
-                          f"step. Fix: --prefill-tokens {shortest} or more, or leave {name} out (--models / --model)")
     with torch.device("cpu"):  # the layout needs values, also when the caller builds under torch.device("meta")
         ids, pixels, grid, types = spec.example_inputs(size, batch, seq, device="cpu", dtype=dtype)
     wrapped = FixedImageLayout(module, grid, types, ids)
