@@ -25,7 +25,7 @@ import torch
 
 from torch_tessera.compat.torch_fake import constant_values
 from torch_tessera.errors import ConfigError
-from torch_tessera.models import build_module, get_model
+from torch_tessera.models import QWEN2_VL_IMAGE, QWEN2_VL_TOKENS, build_module, get_model
 
 #: Registry models whose forward reads the values of layout inputs (planned through this module's wrappers).
 FIXED_LAYOUT_MODELS = ("qwen2-vl",)
@@ -85,8 +85,6 @@ def min_prompt_tokens(name: str, size: str) -> int:
     for ``qwen2-vl`` (327 full, 7 tiny), 1 for every other model."""
     if name not in FIXED_LAYOUT_MODELS:
         return 1
-    from torch_tessera.models import QWEN2_VL_IMAGE
-
     side, patch = QWEN2_VL_IMAGE[size]
     return (side // patch // 2) ** 2 + 3
 
@@ -119,8 +117,6 @@ def planning_model(name: str, size: str, batch: int, seq: int | None, *, device:
     module = build_module(name, size, device=device, dtype=dtype)
     if name not in FIXED_LAYOUT_MODELS:
         return module, spec.example_inputs(size, batch, seq, device=device, dtype=dtype)
-    from torch_tessera.models import QWEN2_VL_TOKENS
-
     if seq == 1:
         # A decode step's token: ids below the special (image, video, vision start/end) tokens, as the registry draws.
         text = torch.randint(0, min(QWEN2_VL_TOKENS[size]), (batch, seq), generator=torch.Generator().manual_seed(0),
